@@ -1,0 +1,1 @@
+"""Tether: durable runtime for AI agents."""

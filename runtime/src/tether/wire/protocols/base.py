@@ -1,0 +1,110 @@
+"""What every wire protocol module provides.
+
+A protocol module knows one provider wire format (OpenAI Chat Completions, OpenAI Responses,
+Anthropic Messages, Gemini generateContent, Mistral chat/conversations). It never does I/O: the
+wire seam (``tether.wire.seam``) asks it four questions about a request or a response.
+
+Paths are relative to the provider's base (``/v1/chat/completions``, ``/v1beta/models/m:generateContent``).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Keys never part of a fingerprint, whatever the protocol: they identify the caller or the call,
+# not what the model is asked.
+COMMON_DROPPED_KEYS = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key", "store"})
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of one model turn, normalised across providers.
+
+    ``input_tokens`` are the uncached input tokens billed at the full input price;
+    ``cached_input_tokens`` were read from the provider's prompt cache; ``cache_write_tokens``
+    were written to it; ``output_tokens`` include reasoning tokens.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(self.astuple(), other.astuple())))
+
+    def astuple(self) -> tuple[int, int, int, int]:
+        return (self.input_tokens, self.output_tokens, self.cached_input_tokens, self.cache_write_tokens)
+
+    @property
+    def total(self) -> int:
+        return sum(self.astuple())
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class WireProtocol(ABC):
+    """One provider wire format. Stateless; one shared instance per module."""
+
+    #: Short id, e.g. ``"openai-chat"``.
+    name: str
+    #: The provider whose upstream serves it: ``openai``, ``anthropic``, ``gemini`` or ``mistral``.
+    provider: str
+
+    @abstractmethod
+    def is_model_turn(self, method: str, path: str) -> bool:
+        """True when ``method path`` asks the model for a turn (and so is journaled)."""
+
+    @abstractmethod
+    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
+        """The part of the request that can change the answer, and nothing else.
+
+        No credentials, request/trace ids, user/metadata/safety/cache identifiers. Tool schemas
+        sorted by name. Header names lower-case; only headers that change the answer (e.g.
+        ``anthropic-version``/``anthropic-beta``) are kept. The result is JSON-able; the seam
+        canonicalises key order itself. Raise ``ValueError`` for a body the module does not
+        understand: the seam then passes the request through unrecorded.
+        """
+
+    @abstractmethod
+    def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
+        """True when the response will be an event stream (SSE)."""
+
+    @abstractmethod
+    def usage(self, body: bytes, streamed: bool) -> Usage:
+        """Usage read from a successful response body (the whole SSE text when streamed).
+
+        Never raises: an unreadable body gives ``Usage()``.
+        """
+
+    @abstractmethod
+    def model(self, path: str, body: Any) -> str:
+        """The model name asked for (for the price table); ``""`` if unknown."""
+
+
+def sse_data(body: bytes) -> Iterator[Any]:
+    """Yield the JSON payload of each ``data:`` event of an SSE body; skips ``[DONE]`` and non-JSON."""
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            yield json.loads(data)
+        except ValueError:
+            continue
+
+
+def drop_keys(obj: Mapping[str, Any], keys: frozenset[str] | set[str]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in keys}
+
+
+def sort_by_name(tools: Any, name_of=lambda t: t.get("name") or t.get("function", {}).get("name") or "") -> Any:
+    """Tool schemas sorted by name, so the order an SDK lists them in never changes a fingerprint."""
+    if not isinstance(tools, list):
+        return tools
+    return sorted(tools, key=lambda t: (name_of(t) if isinstance(t, dict) else "", json.dumps(t, sort_keys=True)))

@@ -1,0 +1,717 @@
+"""The AgentRun and AgentTool API: the single source of Tether's CRDs.
+
+These pydantic models are what `tether crds` turns into `crds/*.yaml` (so every field description
+here becomes `kubectl explain` text), what `tether run` validates a manifest with, and what the
+operator reads specs and writes status with. On the wire (YAML, JSON, the CRDs) field names are
+camelCase (`memoryKey`, `apiKeySecretRef`); in Python they are snake_case.
+
+A check the apiserver can do is declared twice on purpose: as a pydantic constraint (so `tether run`
+rejects a bad manifest offline) and, where JSON Schema cannot say it, as a CEL rule under
+`x-kubernetes-validations` (so `kubectl apply` rejects it too).
+
+Besides the CRD models this module holds the two small contracts between the operator and the
+runtime's executor: `ExecRequest` (the REQUEST.json of `python -m tether exec`) and `Progress`
+(what the runtime publishes at `runs/<runId>/progress.json`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+GROUP = "tether.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Kubernetes name and value shapes, shared by pydantic and the CRD schema.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
+DURATION = r"^([0-9]+(ms|s|m|h))+$"
+# A non-negative Kubernetes quantity (500m, 2, 1.5, 4Gi, 1e3).
+QUANTITY = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+
+# Sizes bounded so that etcd objects stay small and CEL cost estimates stay finite.
+MAX_INPUT = 32 * 1024
+MAX_INSTRUCTIONS = 32 * 1024
+MAX_NAME = 253
+
+# Item types for lists and maps (bounded, again for CEL cost estimates).
+ObjectName = Annotated[str, Field(max_length=MAX_NAME, pattern=DNS_SUBDOMAIN)]
+LabelValue = Annotated[str, Field(max_length=253)]
+
+
+class _Wire(BaseModel):
+    """Base of every API model: camelCase on the wire, snake_case in Python, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The camelCase JSON form, without unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _cel(rule: str, message: str, **extra: str) -> dict[str, str]:
+    return {"rule": rule, "message": message, **extra}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as `90s`, `30m`, `1h30m` or `250ms`."""
+    if not re.fullmatch(DURATION, text):
+        raise ValueError(f"invalid duration {text!r}: use e.g. 90s, 30m, 1h30m")
+    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * unit[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h)", text))
+
+
+# --------------------------------------------------------------------------------------- enums
+
+
+class Framework(str, Enum):
+    """The agent framework whose loop runs the agent; Tether records underneath it."""
+
+    OPENAI = "openai"
+    CLAUDE = "claude"
+    LANGGRAPH = "langgraph"
+    LANGCHAIN = "langchain"
+    DEEPAGENTS = "deepagents"
+    CREWAI = "crewai"
+    PYDANTIC_AI = "pydantic-ai"
+    GOOGLE_ADK = "google-adk"
+    MISTRAL = "mistral"
+    HERMES = "hermes"
+
+
+class Provider(str, Enum):
+    """The model provider's wire protocol."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
+    MISTRAL = "mistral"
+
+
+# The environment variable each provider's SDKs read their API key from.
+PROVIDER_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+}
+
+
+class Phase(str, Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    AWAITING_APPROVAL = "AwaitingApproval"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+# ------------------------------------------------------------------------------ shared pieces
+
+
+class SecretKeyRef(_Wire):
+    """A key of a Secret in the AgentRun's own namespace."""
+
+    name: str = Field(
+        max_length=MAX_NAME, pattern=DNS_SUBDOMAIN, description="Name of the Secret."
+    )
+    key: str = Field(
+        max_length=MAX_NAME, pattern=SECRET_KEY, description="Key within the Secret's data."
+    )
+
+
+class GPU(_Wire):
+    """GPUs for the run or tool. A type is required when count is above zero."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(self.count) || self.count == 0 || has(self.type)",
+                    "gpu.type is required when gpu.count > 0 (e.g. type: A100)",
+                )
+            ]
+        }
+    )
+
+    type: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$",
+        description="GPU type, e.g. A100, H100 or L4; selects the matching entry of the chart's "
+        "gpuNodePools (its node selector and tolerations are added to the run).",
+    )
+    count: int = Field(default=0, ge=0, le=16, description="Number of GPUs.")
+
+    @model_validator(mode="after")
+    def _type_when_count(self) -> GPU:
+        if self.count > 0 and not self.type:
+            raise ValueError("gpu.type is required when gpu.count > 0 (e.g. type: A100)")
+        return self
+
+
+class Resources(_Wire):
+    """Compute requested for the process that runs the agent or the tool."""
+
+    cpu: str | None = Field(
+        default=None,
+        max_length=32,
+        pattern=QUANTITY,
+        description="CPU as a Kubernetes quantity, e.g. 500m or 2.",
+    )
+    memory: str | None = Field(
+        default=None,
+        max_length=32,
+        pattern=QUANTITY,
+        description="Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi.",
+    )
+    gpu: GPU | None = Field(default=None, description="GPUs, e.g. {type: A100, count: 1}.")
+
+
+class Toleration(_Wire):
+    """A Kubernetes toleration, as on a Pod."""
+
+    key: str | None = Field(default=None, max_length=316, description="Taint key to tolerate.")
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="Exists matches any value; Equal matches `value`."
+    )
+    value: str | None = Field(default=None, max_length=63, description="Taint value to match.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="For NoExecute: how long the pod stays bound after the taint appears.",
+    )
+
+
+# ---------------------------------------------------------------------------------- AgentRun
+
+
+class Model(_Wire):
+    """The model the agent calls and how to reach it."""
+
+    name: str = Field(
+        min_length=1, max_length=256, description="Model name as the provider knows it, e.g. gpt-4.1."
+    )
+    provider: Provider = Field(
+        default=Provider.OPENAI, description="Wire protocol of the model provider."
+    )
+    base_url: str | None = Field(
+        default=None,
+        alias="baseURL",
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="Endpoint to call instead of the provider's default, e.g. an "
+        "OpenAI-compatible server (with provider: openai) or a fake provider in tests.",
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding the API key. It reaches the agent only through its "
+        "environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or MISTRAL_API_KEY).",
+    )
+
+
+class Limits(_Wire):
+    """Hard limits that stop a run (as a terminal failure) when reached."""
+
+    max_turns: int | None = Field(
+        default=None, ge=1, le=10_000, description="Maximum model turns in the run."
+    )
+    max_cost_usd: float | None = Field(
+        default=None,
+        alias="maxCostUSD",
+        ge=0,
+        le=100_000,
+        description="Maximum live model spend of the run in US dollars.",
+    )
+
+
+class AgentRunSpec(_Wire):
+    """What to run: an agent in one framework, a model, instructions, an input, tools."""
+
+    framework: Framework = Field(description="Agent framework that owns the loop.")
+    model: Model = Field(description="Model the agent calls.")
+    instructions: str | None = Field(
+        default=None, max_length=MAX_INSTRUCTIONS, description="System instructions of the agent."
+    )
+    input: str = Field(
+        min_length=1, max_length=MAX_INPUT, description="The user's input to the agent (≤ 32 KiB)."
+    )
+    agent: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=IMPORT_PATH,
+        description="Bring your own agent: `module:attribute` importable in the image. Without "
+        "it the adapter builds the agent from instructions, model and tools.",
+    )
+    tools: list[ObjectName] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Names of AgentTools in this namespace the agent may call.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Container image with the framework adapter (and the agent, if `agent` is set).",
+    )
+    resources: Resources | None = Field(default=None, description="Compute for the agent process.")
+    node_selector: dict[str, LabelValue] | None = Field(
+        default=None,
+        max_length=32,
+        description="Node labels the agent process must be scheduled on.",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, max_length=32, description="Taints the agent process tolerates."
+    )
+    memory_key: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$",
+        description="Name of a memory shared by the runs of this namespace that use the same key "
+        "(a conversation, a session). Without it the run starts with no memory.",
+    )
+    retries: int = Field(
+        default=2,
+        ge=0,
+        le=20,
+        description="How many times a run whose process died is started again (it replays "
+        "finished work). Terminal failures are never retried.",
+    )
+    timeout: str = Field(
+        default="1h",
+        pattern=DURATION,
+        max_length=32,
+        description="Wall-clock limit of one attempt, e.g. 30m or 2h; waiting for approval "
+        "does not count.",
+    )
+    durable: bool = Field(
+        default=True,
+        description="Journal model turns and tool calls so a retry replays them. False runs "
+        "without a journal (every attempt starts over).",
+    )
+    limits: Limits | None = Field(default=None, description="Turn and cost limits.")
+
+    @property
+    def timeout_seconds(self) -> float:
+        return parse_duration(self.timeout)
+
+
+# --------------------------------------------------------------------------------- AgentTool
+
+
+class Approval(_Wire):
+    """Human approval before each call of the tool."""
+
+    required: bool = Field(default=False, description="Ask a human before each call.")
+    prompt: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="Question shown to the approver; `{name}` placeholders are filled from the "
+        "call's arguments, e.g. 'Refund {amount} to {customer}?'.",
+    )
+    timeout: str | None = Field(
+        default=None,
+        pattern=DURATION,
+        max_length=32,
+        description="How long to wait for a decision, e.g. 24h; then defaultAction applies. "
+        "Without it the run waits indefinitely.",
+    )
+    default_action: Literal["approve", "decline"] = Field(
+        default="decline", description="Decision taken when the timeout passes."
+    )
+
+
+class EnvFromSecret(_Wire):
+    """An environment variable of the tool, taken from a Secret."""
+
+    name: str = Field(max_length=128, pattern=ENV_NAME, description="Variable name.")
+    secret_key_ref: SecretKeyRef = Field(description="Secret key holding the value.")
+
+
+class AgentToolSpec(_Wire):
+    """A tool an agent may call: a Python function, where it runs, and how it is governed."""
+
+    description: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="What the tool does; the model reads this to decide when to call it.",
+    )
+    implementation: str = Field(
+        max_length=512,
+        pattern=IMPORT_PATH,
+        description="The function, as `module:function` importable in the image.",
+    )
+    version: str = Field(
+        default="1",
+        min_length=1,
+        max_length=64,
+        description="Part of the tool call's journal key: change it when the implementation "
+        "changes so cached results are not reused.",
+    )
+    image: str | None = Field(
+        default=None, max_length=512, description="Image to run the tool in (default: the run's)."
+    )
+    resources: Resources | None = Field(default=None, description="Compute for the tool.")
+    retries: int = Field(
+        default=0, ge=0, le=20, description="Retries of a call that failed recoverably."
+    )
+    timeout: str | None = Field(
+        default=None,
+        pattern=DURATION,
+        max_length=32,
+        description="Limit of one call, e.g. 30s; a call over it fails recoverably.",
+    )
+    cache: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: reuse a result across runs for the same version and arguments; off: "
+        "never across runs. Within one run a completed call never executes twice either way.",
+    )
+    approval: Approval | None = Field(default=None, description="Human approval of each call.")
+    env: list[EnvFromSecret] | None = Field(
+        default=None, max_length=64, description="Environment variables from Secrets."
+    )
+
+
+# -------------------------------------------------------------------------------------- status
+
+
+class Condition(_Wire):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready or Accepted.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", max_length=1024, description="CamelCase machine reason.")
+    message: str = Field(default="", max_length=32768, description="Human-readable details.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the status last changed."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation this condition was set for."
+    )
+
+
+_CONDITIONS = dict(
+    default_factory=list,
+    max_length=32,
+    description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, "
+    "Stalled).",
+    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+)
+
+
+class Execution(_Wire):
+    """Where the run executes."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    executor: str | None = Field(default=None, description="Executor: local or flyte.")
+    name: str | None = Field(
+        default=None, description="Execution name, derived from the AgentRun's uid."
+    )
+    url: str | None = Field(default=None, description="Link to the execution, when one exists.")
+
+
+class Steps(_Wire):
+    """Journal counts: live steps ran now, replayed steps came from the journal."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model_live: int = Field(default=0, ge=0, description="Model turns called live.")
+    model_replayed: int = Field(default=0, ge=0, description="Model turns replayed.")
+    tool_live: int = Field(default=0, ge=0, description="Tool calls executed.")
+    tool_replayed: int = Field(default=0, ge=0, description="Tool calls replayed.")
+    first_divergence: int | None = Field(
+        default=None,
+        description="First model turn at which a retry sent a request not in the journal.",
+    )
+    turns: str | None = Field(
+        default=None, description="Model turns as live/replayed (for the printer column)."
+    )
+
+
+class Usage(_Wire):
+    """Tokens and cost as read from the provider's responses."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input_tokens: int = Field(default=0, ge=0, description="Input tokens, all turns.")
+    output_tokens: int = Field(default=0, ge=0, description="Output tokens, all turns.")
+    cached_input_tokens: int = Field(
+        default=0, ge=0, description="Input tokens the provider served from its cache."
+    )
+    cache_write_tokens: int = Field(
+        default=0, ge=0, description="Input tokens written to the provider's cache."
+    )
+    cost_usd: float = Field(
+        default=0.0, alias="costUSD", description="Cost of all turns in US dollars."
+    )
+    live_cost_usd: float = Field(
+        default=0.0, alias="liveCostUSD", description="Cost of the turns called live."
+    )
+    saved_usd: float = Field(
+        default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again)."
+    )
+
+
+class ApprovalStatus(_Wire):
+    """One approval request of the run."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(max_length=128, description="Approval id; approve with `tether approve`.")
+    tool: str | None = Field(default=None, description="Tool awaiting approval.")
+    prompt: str | None = Field(default=None, description="Question to the approver.")
+    arguments: str | None = Field(
+        default=None, description="The call's arguments as JSON, truncated to 1 KiB."
+    )
+    requested_at: datetime | None = Field(default=None, description="When it was requested.")
+    decision: Literal["approved", "declined"] | None = Field(
+        default=None, description="approved or declined; empty while pending."
+    )
+    by: str | None = Field(default=None, description="Who decided (or `timeout`).")
+    decided_at: datetime | None = Field(default=None, description="When it was decided.")
+    reason: str | None = Field(default=None, description="Reason given with the decision.")
+
+
+class Result(_Wire):
+    """The agent's final output."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    output: str | None = Field(default=None, description="Final output, truncated to 4 KiB.")
+    truncated: bool = Field(default=False, description="Whether output was truncated.")
+    ref: str | None = Field(
+        default=None, description="Store URL of the full progress record holding the output."
+    )
+
+
+class AgentRunStatus(_Wire):
+    """What the run is doing and has done; mirrors the runtime's progress."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int = Field(
+        default=-1,
+        description="metadata.generation last acted on; -1 until the operator has looked.",
+    )
+    phase: Phase | None = Field(
+        default=None, description="Pending, Running, AwaitingApproval, Succeeded or Failed."
+    )
+    conditions: list[Condition] = Field(**_CONDITIONS)
+    execution: Execution | None = Field(default=None, description="Where the run executes.")
+    attempts: int | None = Field(default=None, ge=0, description="Attempts started so far.")
+    steps: Steps | None = Field(default=None, description="Live and replayed steps.")
+    usage: Usage | None = Field(default=None, description="Tokens and cost.")
+    approvals: list[ApprovalStatus] | None = Field(
+        default=None,
+        description="Approval requests, pending and decided.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+    result: Result | None = Field(default=None, description="The agent's final output.")
+    start_time: datetime | None = Field(default=None, description="When the first attempt started.")
+    completion_time: datetime | None = Field(default=None, description="When the run finished.")
+
+
+class AgentToolStatus(_Wire):
+    """Whether the tool is usable."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int = Field(
+        default=-1,
+        description="metadata.generation last acted on; -1 until the operator has looked.",
+    )
+    conditions: list[Condition] = Field(**_CONDITIONS)
+
+
+# ------------------------------------------------------------------------------------ manifests
+
+
+class ObjectMeta(_Wire):
+    """The parts of Kubernetes object metadata Tether reads; the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(max_length=MAX_NAME, pattern=DNS_SUBDOMAIN)
+    namespace: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL)
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class AgentRunManifest(_Wire):
+    """A whole AgentRun object: a one-off run of an agent."""
+
+    api_version: Literal["tether.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["AgentRun"]
+    metadata: ObjectMeta
+    spec: AgentRunSpec
+    status: AgentRunStatus | None = None
+
+
+class AgentToolManifest(_Wire):
+    """A whole AgentTool object: a tool agents in its namespace may call."""
+
+    api_version: Literal["tether.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["AgentTool"]
+    metadata: ObjectMeta
+    spec: AgentToolSpec
+    status: AgentToolStatus | None = None
+
+
+Manifest = AgentRunManifest | AgentToolManifest
+_KINDS: dict[str, type[BaseModel]] = {"AgentRun": AgentRunManifest, "AgentTool": AgentToolManifest}
+
+
+class ManifestError(ValueError):
+    """A manifest that is not a valid AgentRun or AgentTool; the message lists every problem."""
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(document)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def parse_manifest(doc: Any, source: str = "manifest") -> Manifest:
+    """Validate one decoded YAML/JSON document as an AgentRun or AgentTool."""
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{source}: expected a mapping, got {type(doc).__name__}")
+    if doc.get("apiVersion") != API_VERSION:
+        raise ManifestError(f"{source}: apiVersion must be {API_VERSION}, got {doc.get('apiVersion')!r}")
+    model = _KINDS.get(doc.get("kind"))  # type: ignore[arg-type]
+    if model is None:
+        raise ManifestError(f"{source}: kind must be AgentRun or AgentTool, got {doc.get('kind')!r}")
+    try:
+        return model.model_validate(doc)  # type: ignore[return-value]
+    except ValidationError as exc:
+        raise ManifestError(f"{source}: invalid {doc['kind']}:\n{_describe(exc)}") from exc
+
+
+def _is_file(text: str) -> bool:
+    if "\n" in text or not text.strip():
+        return False
+    try:
+        return Path(text).is_file()
+    except OSError:  # e.g. a name too long for the filesystem: it is text
+        return False
+
+
+def load_manifests(path_or_text: str | Path) -> list[Manifest]:
+    """Every AgentRun/AgentTool in a YAML or JSON file (or text); empty documents are skipped."""
+    source, text = "manifest", str(path_or_text)
+    if isinstance(path_or_text, Path) or _is_file(path_or_text):
+        source, text = str(path_or_text), Path(path_or_text).read_text()
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{source}: not valid YAML: {exc}") from exc
+    if not docs:
+        raise ManifestError(f"{source}: no document found")
+    return [parse_manifest(d, f"{source} (document {i + 1})" if len(docs) > 1 else source)
+            for i, d in enumerate(docs)]
+
+
+def load_manifest(path_or_text: str | Path) -> Manifest:
+    """The single AgentRun/AgentTool in a file or text; raises ManifestError with every problem."""
+    manifests = load_manifests(path_or_text)
+    if len(manifests) != 1:
+        raise ManifestError(f"expected one document, found {len(manifests)}; use load_manifests")
+    return manifests[0]
+
+
+# ---------------------------------------------------------------- operator <-> runtime contract
+
+
+class ExecRequest(_Wire):
+    """REQUEST.json of `python -m tether exec REQUEST.json --store URL`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: str = Field(description="The AgentRun's uid: the journal's scope.")
+    namespace: str
+    name: str
+    spec: AgentRunSpec
+    tools: dict[str, AgentToolSpec] = Field(default_factory=dict)
+
+
+class ProgressApproval(_Wire):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    tool: str | None = None
+    prompt: str | None = None
+    arguments: Any = None
+    requested_at: datetime | str | None = None
+    decision: str | None = None
+    by: str | None = None
+    decided_at: datetime | str | None = None
+    reason: str | None = None
+
+    def status(self) -> ApprovalStatus:
+        args = self.arguments
+        if args is not None and not isinstance(args, str):
+            args = json.dumps(args, sort_keys=True, default=str)
+        return ApprovalStatus(
+            id=self.id, tool=self.tool, prompt=self.prompt,
+            arguments=args[:1024] if args is not None else None,
+            requested_at=self.requested_at or None, decision=self.decision or None,  # type: ignore[arg-type]
+            by=self.by, decided_at=self.decided_at or None, reason=self.reason,  # type: ignore[arg-type]
+        )
+
+
+class Progress(_Wire):
+    """The runtime's progress record at `runs/<runId>/progress.json` (rewritten on each step)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: str | None = None
+    attempt: int = 0
+    steps: Steps = Field(default_factory=Steps)
+    usage: Usage = Field(default_factory=Usage)
+    approvals: list[ProgressApproval] = Field(default_factory=list)
+    result: Any = None
+    error: Any = None
+    updated_at: datetime | str | None = None
+
+    @field_validator("steps", "usage", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+    @field_validator("approvals", mode="before")
+    @classmethod
+    def _none_is_no_approvals(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+    def pending_approvals(self) -> list[ProgressApproval]:
+        return [a for a in self.approvals if not a.decision]

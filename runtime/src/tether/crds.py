@@ -1,0 +1,239 @@
+"""Generate the AgentRun and AgentTool CRDs from `tether.api` (`tether crds [--check] [--out DIR]`).
+
+The pydantic models are the only source. Their JSON Schema is rewritten into a Kubernetes
+structural schema: `$ref`s inlined, `Optional` unwrapped, titles dropped, `const` turned into
+`enum`; descriptions, bounds, patterns, defaults and `x-kubernetes-*` keys are kept. The files
+are written to `crds/` and, byte for byte, to the Helm chart's `files/crds/` (the chart's
+templates add the keep policy and the `crds.enabled` switch). `--check` regenerates in memory and
+exits 1 on any difference, naming the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from tether import api
+
+HEADER = (
+    "# generated from tether.api by `tether crds`; do not edit.\n"
+    "# Regenerate with `tether crds` (a test runs `tether crds --check`).\n"
+)
+
+_REPO = Path(__file__).resolve().parents[3]  # runtime/src/tether/crds.py -> repository root
+
+# JSON Schema keywords a structural schema may carry, copied as they are.
+_KEEP = {
+    "type", "description", "enum", "format", "pattern",
+    "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
+    "minProperties", "maxProperties", "required",
+}
+
+
+# Key order in the generated YAML, so a reviewer reads type and description first.
+_ORDER = {k: i for i, k in enumerate([
+    "type", "description", "default", "enum", "format", "pattern", "minLength", "maxLength",
+    "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems", "maxItems",
+    "minProperties", "maxProperties", "required", "properties", "items", "additionalProperties",
+])}
+
+
+def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    node = dict(node)
+    # Unwrap references and Optional[...] into the one schema they stand for; the field's own
+    # keywords (description, default) win over the referenced model's.
+    if "$ref" in node:
+        target = defs[node.pop("$ref").split("/")[-1]]
+        return {**_convert(target, defs), **_convert(node, defs)}
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in node:
+            options = [o for o in node.pop(key) if o.get("type") != "null"]
+            if len(options) != 1:
+                raise ValueError(f"cannot express a union of {len(options)} types in a CRD: {options}")
+            return {**_convert(options[0], defs), **_convert(node, defs)}
+
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _KEEP:
+            out[key] = value
+        elif key == "const":
+            out["enum"] = [value]
+        elif key == "default":
+            # None and empty collections are what "absent" means already; keep the object clean.
+            if value not in (None, [], {}):
+                out["default"] = value
+        elif key == "exclusiveMinimum":  # JSON Schema 2020 number -> OpenAPI 3.0 boolean form
+            out["minimum"], out["exclusiveMinimum"] = value, True
+        elif key == "exclusiveMaximum":
+            out["maximum"], out["exclusiveMaximum"] = value, True
+        elif key == "properties":
+            out["properties"] = {k: _convert(v, defs) for k, v in value.items()}
+        elif key == "items":
+            out["items"] = _convert(value, defs)
+        elif key == "additionalProperties":
+            if isinstance(value, dict):  # a map; `false` (closed object) is implied by structural schemas
+                out["additionalProperties"] = _convert(value, defs)
+        elif key.startswith("x-kubernetes-"):
+            out[key] = copy.deepcopy(value)
+        # title, $defs, examples...: not for the apiserver
+    return dict(sorted(out.items(), key=lambda kv: _ORDER.get(kv[0], len(_ORDER))))
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural OpenAPI v3 schema of one API model."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _convert(raw, raw.pop("$defs", {}))
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    short: str,
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    doc: str,
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    spec_schema = schema_of(spec)
+    spec_schema["x-kubernetes-validations"] = [
+        {
+            "rule": "self == oldSelf",
+            "message": f"spec is immutable: create a new {kind} instead of changing this one",
+        }
+    ]
+    status_schema = schema_of(status)
+    # An object's status starts out as {} so that observedGeneration reads -1 (not "done")
+    # before the operator has looked at it (kstatus).
+    status_schema["default"] = {}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{api.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "tether"},
+        },
+        "spec": {
+            "group": api.GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": ["tether"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": doc,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "tether.dev/v1alpha1"},
+                                "kind": {"type": "string", "description": kind},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _age() -> dict[str, Any]:
+    return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def render() -> dict[str, str]:
+    """File name -> YAML text of every CRD."""
+    crds = [
+        _crd(
+            "AgentRun", "agentruns", "ar", api.AgentRunSpec, api.AgentRunStatus,
+            "AgentRun runs an agent once, durably: model turns and tool calls are journaled so a "
+            "retry replays finished work. The spec is immutable; a new run is a new object.",
+            [
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
+                {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+                {"name": "Turns", "type": "string", "jsonPath": ".status.steps.turns",
+                 "description": "Model turns, live/replayed"},
+                {"name": "Cost", "type": "number", "jsonPath": ".status.usage.costUSD",
+                 "description": "Cost in US dollars"},
+                _age(),
+            ],
+        ),
+        _crd(
+            "AgentTool", "agenttools", "at", api.AgentToolSpec, api.AgentToolStatus,
+            "AgentTool declares a tool (a Python function) that AgentRuns in its namespace may "
+            "call, where it runs and whether a human must approve each call.",
+            [
+                {"name": "Implementation", "type": "string", "jsonPath": ".spec.implementation"},
+                {"name": "Approval", "type": "boolean", "jsonPath": ".spec.approval.required"},
+                {"name": "Ready", "type": "string",
+                 "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                _age(),
+            ],
+        ),
+    ]
+    return {
+        f"{api.GROUP}_{crd['spec']['names']['plural']}.yaml": HEADER
+        + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+        for crd in crds
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether crds", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the files are out of date")
+    parser.add_argument("--out", type=Path, default=None, help="directory (default: the repo's crds/)")
+    parser.add_argument(
+        "--chart", type=Path, default=None,
+        help="Helm chart whose files/crds/ gets a copy (default: the repo's charts/tether when "
+        "--out is not given)",
+    )
+    args = parser.parse_args(argv)
+    dirs = [args.out] if args.out else [_REPO / "crds"]
+    chart = args.chart or (None if args.out else _REPO / "charts" / "tether")
+    if chart is not None and chart.is_dir():
+        dirs.append(chart / "files" / "crds")
+
+    files = render()
+    stale = []
+    for d in dirs:
+        for name, text in files.items():
+            path = d / name
+            if args.check:
+                if not path.is_file() or path.read_text() != text:
+                    stale.append(path)
+            else:
+                d.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+    if stale:
+        for path in stale:
+            print(f"{path} is out of date with tether.api", file=sys.stderr)
+        fix = "tether crds" + (f" --out {args.out}" if args.out else "")
+        print(f"run `{fix}` to regenerate", file=sys.stderr)
+        return 1
+    if not args.check:
+        print("wrote " + ", ".join(str(d / n) for d in dirs for n in files))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

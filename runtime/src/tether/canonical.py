@@ -1,0 +1,31 @@
+"""Canonical JSON and fingerprints (DESIGN §3 "Fingerprint").
+
+A fingerprint is SHA-256 over a *versioned* canonical form: JSON with keys sorted at every depth,
+no whitespace, UTF-8, no reprs. Bump ``FINGERPRINT_VERSION`` whenever the canonical form of any
+step changes, so old journals miss instead of replaying the wrong answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+FINGERPRINT_VERSION = "tether-fp-1"
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes. Raises ``TypeError`` for values JSON cannot carry (no reprs)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def fingerprint(kind: str, canonical: Any) -> str:
+    """SHA-256 hex of ``(version, kind, canonical form)``."""
+    h = hashlib.sha256()
+    h.update(f"{FINGERPRINT_VERSION}\0{kind}\0".encode())
+    h.update(canonical_json(canonical))
+    return h.hexdigest()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,57 @@
+"""Tether's error vocabulary. Each class tells the caller what to do next.
+
+    TetherError
+    ├── ConfigError            bad input or settings; fix it, retrying will not help
+    ├── StoreError             a store operation failed for good (e.g. access denied)
+    │   └── StoreUnavailable   transient store failure after bounded retries: the step is
+    │                          recoverable, the next attempt runs it again
+    ├── RecoverableStepError   a step failed in a way that is not recorded (408/409/429/5xx,
+    │                          timeouts, broken connections); the next attempt runs it again
+    └── ToolError              a tool failed terminally; recorded and replayed as the same error
+    Suspended (BaseException)  the run waits for a human decision and must end now, holding
+                               nothing; a BaseException so framework tool wrappers that catch
+                               ``Exception`` let it through
+
+Vendor errors (botocore, httpx) are translated where they occur and raised ``from`` the original.
+"""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Base of every error Tether raises on purpose."""
+
+
+class ConfigError(TetherError):
+    """Invalid input or settings."""
+
+
+class StoreError(TetherError):
+    """A store operation failed and retrying will not help."""
+
+
+class StoreUnavailable(StoreError):
+    """The store did not answer (network, 5xx, throttling) after bounded retries."""
+
+
+class RecoverableStepError(TetherError):
+    """A step failed without being recorded; the next attempt runs it again."""
+
+
+class ToolError(TetherError):
+    """A tool failed terminally. ``error_type`` is the original exception's class name."""
+
+    def __init__(self, tool: str, error_type: str, message: str) -> None:
+        super().__init__(f"tool {tool!r} failed: {error_type}: {message}")
+        self.tool = tool
+        self.error_type = error_type
+        self.message = message
+
+
+class Suspended(BaseException):
+    """The run is waiting for a human approval; the process should exit as suspended."""
+
+    def __init__(self, approval_id: str, tool: str) -> None:
+        super().__init__(f"waiting for approval {approval_id} of tool {tool!r}")
+        self.approval_id = approval_id
+        self.tool = tool

@@ -1,0 +1,166 @@
+"""The journal: an append-only record of the completed steps of one run scope (DESIGN §3).
+
+A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once (one
+listing, parallel reads) and serves replays from memory; a live step is written before its result
+is handed back. Records are immutable once written: a second writer of the same key loses quietly
+(``create`` is exclusive), except over a record that failed its checksum.
+
+On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
+corrupt record fails the checksum and counts as a miss.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .canonical import sha256_hex
+from .stores import Store
+
+Kind = Literal["model", "tool"]
+Outcome = Literal["ok", "error"]
+StepKey = tuple[str, str, int]
+
+_SUM_LEN = 64
+
+
+@dataclass
+class Record:
+    """One completed step.
+
+    ``request`` is the canonical request (secrets removed). For a model turn ``response`` holds the
+    HTTP status, the kept headers and whether it was streamed, and ``body`` the raw response bytes
+    (the whole event stream when streamed). For a tool, ``body`` is the JSON result or error.
+    """
+
+    kind: str
+    fingerprint: str
+    occurrence: int
+    outcome: str
+    request: dict[str, Any]
+    response: dict[str, Any] = field(default_factory=dict)
+    body: bytes = b""
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    attempt: int = 0
+    started_at: float = 0.0
+    duration_ms: float = 0.0
+
+    @property
+    def key(self) -> StepKey:
+        return (self.kind, self.fingerprint, self.occurrence)
+
+    def encode(self) -> bytes:
+        header = asdict(self)
+        del header["body"]
+        head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        payload = head + self.body
+        return payload + sha256_hex(payload).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Record | None:
+        """The record, or ``None`` if it is truncated or corrupt."""
+        payload, checksum = data[:-_SUM_LEN], data[-_SUM_LEN:]
+        if len(data) <= _SUM_LEN or sha256_hex(payload).encode() != checksum:
+            return None
+        head, _, body = payload.partition(b"\n")
+        try:
+            return cls(**json.loads(head), body=body)
+        except (ValueError, TypeError):
+            return None
+
+
+@dataclass
+class Counters:
+    model_live: int = 0
+    model_replayed: int = 0
+    tool_live: int = 0
+    tool_replayed: int = 0
+    corrupt: int = 0
+    #: The first step of this attempt that missed while recorded steps of its kind were still
+    #: unused: where a retry stopped following the recorded path.
+    first_divergence: dict[str, Any] | None = None
+
+    def count(self, kind: str, replayed: bool) -> None:
+        attr = f"{kind}_{'replayed' if replayed else 'live'}"
+        setattr(self, attr, getattr(self, attr) + 1)
+
+
+class Journal:
+    """The journal of one run scope, loaded for one attempt."""
+
+    def __init__(self, store: Store, scope: str) -> None:
+        self.store = store
+        self.scope = scope
+        self.prefix = f"journal/{scope}/"
+        self.records: dict[StepKey, Record] = {}
+        self.counters = Counters()
+        self.attempt = 0
+        self._occurrences: dict[tuple[str, str], int] = {}
+        self._unused: dict[str, int] = {"model": 0, "tool": 0}
+        self._corrupt_keys: set[StepKey] = set()
+        self._steps = 0
+
+    # -- loading -----------------------------------------------------------------------------
+    def load(self) -> Journal:
+        """Read every record once and claim the next attempt number."""
+        keys = self.store.list(self.prefix)
+        attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
+        blobs = self.store.get_many(k for k in keys if k.endswith(".rec"))
+        for name, data in blobs.items():
+            record = Record.decode(data)
+            if record is None:
+                self.counters.corrupt += 1
+                self._corrupt_keys.add(self._key_of(name))
+                continue
+            self.records[record.key] = record
+            self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+        self.attempt = len(attempts) + 1
+        while not self.store.create(f"{self.prefix}attempts/{self.attempt:05d}", str(time.time()).encode()):
+            self.attempt += 1  # another process claimed it first
+        return self
+
+    def _object_key(self, key: StepKey) -> str:
+        kind, fp, occ = key
+        return f"{self.prefix}{kind}/{fp}-{occ}.rec"
+
+    def _key_of(self, name: str) -> StepKey:
+        kind, _, rest = name[len(self.prefix) :].partition("/")
+        fp, _, occ = rest.removesuffix(".rec").rpartition("-")
+        return (kind, fp, int(occ or 0))
+
+    # -- one step ----------------------------------------------------------------------------
+    def next_key(self, kind: str, fingerprint: str) -> StepKey:
+        """The key of the next step with this fingerprint: occurrence counts identical requests."""
+        n = self._occurrences.get((kind, fingerprint), 0) + 1
+        self._occurrences[(kind, fingerprint)] = n
+        return (kind, fingerprint, n)
+
+    def replay(self, key: StepKey) -> Record | None:
+        """The recorded step, counted as replayed; or ``None`` (a miss, counted as live)."""
+        self._steps += 1
+        record = self.records.get(key)
+        kind = key[0]
+        if record is not None:
+            self.counters.count(kind, replayed=True)
+            self._unused[kind] -= 1
+            return record
+        self.counters.count(kind, replayed=False)
+        if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
+            self.counters.first_divergence = {"kind": kind, "step": self._steps, "attempt": self.attempt, "fingerprint": key[1]}
+        return None
+
+    def append(self, record: Record) -> None:
+        """Durably write a completed step. Raises ``StoreUnavailable`` if the store is down:
+        the step then counts as not done and the next attempt runs it again."""
+        record.attempt = self.attempt
+        name = self._object_key(record.key)
+        data = record.encode()
+        if record.key in self._corrupt_keys:
+            self.store.put(name, data)  # a checksum failure is overwritten, never trusted
+            self._corrupt_keys.discard(record.key)
+        else:
+            self.store.create(name, data)
+        self.records[record.key] = record

@@ -1,0 +1,129 @@
+"""A run attempt: the journal, the seams and the accounting of one attempt of one run scope.
+
+``Run`` is what the wire seam and the tool seam report to. The current run is held in a context
+variable, so tools and transports created inside ``with run.activate():`` find it without being
+handed it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .cost import PriceTable
+from .journal import Journal, Record
+from .stores import Store, open_store
+from .wire.protocols.base import Usage
+from .wire.providers import upstreams as resolve_upstreams
+
+_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("tether_run", default=None)
+
+
+def current_run() -> Run | None:
+    return _current.get()
+
+
+@dataclass
+class StepEvent:
+    """One step as the user sees it in progress output, status and reports."""
+
+    index: int
+    kind: str  # "model" | "tool"
+    name: str  # model name or tool name
+    replayed: bool
+    outcome: str  # "ok" | "error"
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    duration_ms: float = 0.0
+    attempt: int = 0
+
+
+@dataclass
+class Accounting:
+    live: Usage = field(default_factory=Usage)
+    replayed: Usage = field(default_factory=Usage)
+    live_cost_usd: float = 0.0
+    #: Dollars the replayed turns would have cost live: what replay saved.
+    saved_usd: float = 0.0
+    unpriced_models: set[str] = field(default_factory=set)
+
+    @property
+    def total(self) -> Usage:
+        return self.live + self.replayed
+
+
+class Run:
+    """One attempt of one run scope (an AgentRun uid, or a Flyte run + action + call)."""
+
+    def __init__(
+        self,
+        scope: str,
+        store: Store | str | None = None,
+        *,
+        upstreams: dict[str, str] | None = None,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.scope = scope
+        self.store = open_store(store)
+        self.upstreams = resolve_upstreams(upstreams)
+        self.prices = prices or PriceTable.default()
+        self.journal = Journal(self.store, scope).load()
+        self.accounting = Accounting()
+        self.events: list[StepEvent] = []
+        self.listeners: list[Callable[[StepEvent], None]] = []
+        self.started_at = time.time()
+        #: Wall time from the start of the attempt to its first live step (or until now).
+        self.replay_s: float | None = None
+        from .wire.seam import WireSeam  # the seam reports back here
+
+        self.seam = WireSeam(self)
+
+    @property
+    def attempt(self) -> int:
+        return self.journal.attempt
+
+    @property
+    def counters(self):
+        return self.journal.counters
+
+    @contextmanager
+    def activate(self) -> Iterator[Run]:
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+    # -- reports from the seams --------------------------------------------------------------
+    def model_step(self, record: Record, *, replayed: bool) -> None:
+        usage = Usage(**record.usage) if record.usage else Usage()
+        dollars = self.prices.dollars(record.model, usage)
+        if dollars is None:
+            if record.usage:
+                self.accounting.unpriced_models.add(record.model)
+            dollars = 0.0
+        if replayed:
+            self.accounting.replayed += usage
+            self.accounting.saved_usd += dollars
+        else:
+            self.accounting.live += usage
+            self.accounting.live_cost_usd += dollars
+        self._emit(StepEvent(0, "model", record.model, replayed, record.outcome, usage, 0.0 if replayed else dollars, record.duration_ms))
+
+    def tool_step(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0) -> None:
+        self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms))
+
+    def _emit(self, event: StepEvent) -> None:
+        event.index = len(self.events) + 1
+        event.attempt = self.attempt
+        if not event.replayed and self.replay_s is None:
+            self.replay_s = time.time() - self.started_at
+        self.events.append(event)
+        for listener in list(self.listeners):
+            listener(event)
+
+    async def aclose(self) -> None:
+        await self.seam.aclose()

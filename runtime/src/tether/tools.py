@@ -1,0 +1,182 @@
+"""The tool seam: every tool call of every adapter goes through :func:`call_tool` (DESIGN §3).
+
+    journal hit, ok      → the recorded result (the tool does not run)
+    journal hit, error   → the recorded error, raised again as ToolError
+    cache hit (auto)     → the cached result, also written to this run's journal
+    otherwise            → run the tool, record, return
+
+A completed call never runs twice within a run scope, whatever its cache setting. Exceptions a
+tool declares ``retryable`` are not recorded: the next attempt runs the call again. Live and
+replayed calls return the same value: the result as it went through JSON, so what the framework
+sees — and so every later fingerprint — is identical across attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import inspect
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .canonical import canonical_json, fingerprint, sha256_hex
+from .errors import StoreError, ToolError
+from .journal import Record
+from .run import Run, current_run
+
+_idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_idempotency_key", default=None)
+
+
+def idempotency_key() -> str | None:
+    """The current tool step's idempotency key, deterministic across attempts.
+
+    Hand it to an external API (``Idempotency-Key`` header) so a side effect that happened just
+    before a crash — after the call, before its record — is not repeated by the retry.
+    """
+    return _idempotency_key.get()
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):  # pydantic models
+        return value.model_dump(mode="json")
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def encode_result(value: Any) -> bytes:
+    return json.dumps(value, default=_jsonable, sort_keys=True, ensure_ascii=False).encode()
+
+
+def code_hash(fn: Callable) -> str:
+    """Hash of a tool's source (its bytecode if the source is unavailable): the cache key part
+    that makes ``cache="auto"`` forget results when the tool's code changes."""
+    try:
+        text = inspect.getsource(fn).encode()
+    except (OSError, TypeError):
+        text = getattr(getattr(fn, "__code__", None), "co_code", b"") or repr(fn).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+@dataclass
+class ToolSpec:
+    """What the seam needs to know about a tool."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str = ""
+    #: ``"auto"`` reuses results across runs (key: name + code hash + arguments); ``"off"`` only within a run.
+    cache: str = "off"
+    #: Exceptions that mean "try again later": not recorded, so the next attempt re-runs the call.
+    retryable: tuple[type[BaseException], ...] = ()
+    #: ``None``, or a callable/str describing the approval request (see ``tether.approvals``).
+    approval: Any = None
+    code: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.code:
+            self.code = code_hash(self.fn)
+
+
+def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict, str]:
+    try:
+        canonical = {"tool": spec.name, "version": spec.version, "arguments": json.loads(canonical_json(args))}
+    except (TypeError, ValueError):
+        canonical = {"tool": spec.name, "version": spec.version, "arguments": json.loads(encode_result(args))}
+    return canonical, fingerprint("tool", canonical)
+
+
+def _cache_key(spec: ToolSpec, canonical: dict) -> str:
+    return f"cache/tools/{spec.name}/{spec.code}/{sha256_hex(canonical_json(canonical['arguments']))}.rec"
+
+
+def _from_record(spec: ToolSpec, record: Record) -> Any:
+    payload = json.loads(record.body)
+    if record.outcome == "error":
+        raise ToolError(spec.name, payload["type"], payload["message"])
+    return payload
+
+
+async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
+    """Call a tool through the journal. Sync tools run in a worker thread."""
+    run = run or current_run()
+    if run is None:
+        return await _invoke(spec, args)
+    canonical, fp = _step(spec, args)
+    key = run.journal.next_key("tool", fp)
+    record = run.journal.replay(key)
+    if record is not None:
+        run.tool_step(spec.name, replayed=True, outcome=record.outcome)
+        return _from_record(spec, record)
+    if spec.cache == "auto" and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
+        cached.fingerprint, cached.occurrence = fp, key[2]
+        await asyncio.to_thread(run.journal.append, cached)
+        run.tool_step(spec.name, replayed=True, outcome=cached.outcome)
+        return _from_record(spec, cached)
+    if spec.approval is not None:
+        from .approvals import require_approval
+
+        decision = await asyncio.to_thread(require_approval, run, spec, key, canonical["arguments"])
+        if not decision.approved:
+            return decision.refusal(spec.name)
+
+    started = time.time()
+    token = _idempotency_key.set(sha256_hex(f"{run.scope}\0{fp}\0{key[2]}".encode())[:32])
+    try:
+        value = await _invoke(spec, args)
+        outcome, body = "ok", encode_result(value)
+    except spec.retryable:
+        raise
+    except Exception as e:  # a tool crash is a terminal tool error the framework sees
+        outcome, body = "error", encode_result({"type": type(e).__name__, "message": str(e)})
+    finally:
+        _idempotency_key.reset(token)
+    record = Record("tool", fp, key[2], outcome, canonical, {"tool": spec.name}, body, started_at=started, duration_ms=(time.time() - started) * 1000)
+    await asyncio.to_thread(_commit, run, spec, record)
+    run.tool_step(spec.name, replayed=False, outcome=outcome, duration_ms=record.duration_ms)
+    return _from_record(spec, record)
+
+
+def _cached(run: Run, spec: ToolSpec, canonical: dict) -> Record | None:
+    data = run.store.get(_cache_key(spec, canonical))
+    record = Record.decode(data) if data else None
+    return record if record is not None and record.outcome == "ok" else None
+
+
+def _commit(run: Run, spec: ToolSpec, record: Record) -> None:
+    run.journal.append(record)
+    if spec.cache == "auto" and record.outcome == "ok":
+        try:
+            run.store.put(_cache_key(spec, record.request), record.encode())
+        except StoreError:
+            pass  # the cross-run cache is an optimisation; the journal record is what counts
+
+
+async def _invoke(spec: ToolSpec, args: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(spec.fn):
+        return await spec.fn(**args)
+    ctx = contextvars.copy_context()  # the worker thread sees the idempotency key and the run
+    result = await asyncio.to_thread(ctx.run, spec.fn, **args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
+    """:func:`call_tool` for synchronous frameworks (runs on the wire loop if a loop is running)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call_tool(spec, args, run=run or current_run()))
+    from .wire.loop import run_on_wire_loop
+
+    ctx = contextvars.copy_context()
+    return run_on_wire_loop(ctx.run(lambda: call_tool(spec, args, run=run or current_run())))

@@ -1,0 +1,66 @@
+"""Stores: atomic writes, conditional create, compare-and-swap, listing; both backends for real."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tether.errors import StoreUnavailable
+from tether.stores import LocalStore, open_store
+from tether.stores.s3 import S3Store
+
+
+def test_put_get_list_delete(store_url):
+    store = open_store(store_url)
+    assert store.get("a/b.json") is None
+    store.put("a/b.json", b"one")
+    store.put("a/c.json", b"two")
+    store.put("z.json", b"three")
+    assert store.get("a/b.json") == b"one"
+    assert store.list("a/") == ["a/b.json", "a/c.json"]
+    assert store.get_many(["a/b.json", "a/c.json", "a/missing"]) == {"a/b.json": b"one", "a/c.json": b"two"}
+    store.delete("a/b.json")
+    assert store.list("a/") == ["a/c.json"]
+
+
+def test_create_is_exclusive(store_url):
+    store = open_store(store_url)
+    assert store.create("k", b"first") is True
+    assert store.create("k", b"second") is False
+    assert store.get("k") == b"first"
+
+
+def test_replace_is_compare_and_swap(store_url):
+    store = open_store(store_url)
+    store.put("head", b"v1")
+    _, version = store.get_versioned("head")
+    assert store.replace("head", b"v2", version) is True
+    assert store.replace("head", b"v3", version) is False  # stale version loses, nothing written
+    assert store.get("head") == b"v2"
+
+
+def test_local_full_disk_leaves_nothing_visible(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path)
+    store.put("rec", b"old")
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(StoreUnavailable):
+        store.put("rec", b"new")
+    with pytest.raises(StoreUnavailable):
+        store.create("other", b"x")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert store.get("rec") == b"old"
+    assert store.list("") == ["rec"]  # no temp file left behind
+
+
+def test_s3_outage_is_unavailable(s3_endpoint):
+    store = S3Store("bucket", "p", endpoint_url="http://127.0.0.1:9", max_attempts=2)  # nothing listens on port 9
+    with pytest.raises(StoreUnavailable):
+        store.put("k", b"v")
+    with pytest.raises(StoreUnavailable):
+        store.get("k")

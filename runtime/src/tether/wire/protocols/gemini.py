@@ -122,7 +122,9 @@ class Gemini(WireProtocol):
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
-            return _stream_usage(body) if streamed else _usage(_get(json.loads(body), "usageMetadata"))
+            # The seam says "streamed" only for SSE; without alt=sse a stream is a JSON array.
+            chunked = streamed or body.lstrip().startswith(b"[")
+            return _stream_usage(body) if chunked else _usage(_get(json.loads(body), "usageMetadata"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
 

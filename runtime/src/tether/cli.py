@@ -1,0 +1,31 @@
+"""The ``tether`` command. Each subcommand lives in its own module and is imported on use,
+so ``tether approve`` does not pay for importing an agent framework."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "run": ("tether.commands.run", "Run an AgentRun manifest locally (Flyte local mode), with progress."),
+    "exec": ("tether.commands.exec", "Run one attempt of an AgentRun request (what executors start)."),
+    "approve": ("tether.commands.approve", "Approve or decline a pending tool call of a run."),
+    "status": ("tether.commands.status", "Show a run's progress, steps, usage and approvals."),
+    "crds": ("tether.crds", "Write crds/*.yaml from tether.api (--check: fail on drift)."),
+    "fake-provider": ("tether.testing.fake_provider", "Serve scripted fake model providers on loopback."),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: tether COMMAND [ARGS...]\n\ncommands:")
+        for name, (_, help_text) in COMMANDS.items():
+            print(f"  {name:<14} {help_text}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

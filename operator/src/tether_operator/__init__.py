@@ -1,0 +1,22 @@
+"""Tether's Kubernetes operator: AgentRun/AgentTool reconciliation, executors, status, approvals.
+
+Public surface: the executor seam (`Executor`, `LocalExecutor`, `Submission`, `execution_name`),
+`Settings`, and `build_registry` (kopf handlers on an explicit registry). Run it with
+`python -m tether_operator`.
+"""
+
+from .executors.base import Executor, ExecutionState, ExecutionStatus, Submission, execution_name
+from .executors.local import LocalExecutor
+from .settings import Settings
+
+
+def build_registry(settings: Settings):  # imported lazily: kopf costs a second to import
+    from .handlers import build_registry as build
+
+    return build(settings)
+
+
+__all__ = [
+    "ExecutionState", "ExecutionStatus", "Executor", "LocalExecutor", "Settings", "Submission",
+    "build_registry", "execution_name",
+]

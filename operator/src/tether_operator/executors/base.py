@@ -1,0 +1,92 @@
+"""The executor seam: where an AgentRun's runtime process actually runs.
+
+Four methods, all idempotent by execution name (derived from the AgentRun's uid, so an operator
+restart submits under the same name and never starts a second execution):
+
+    submit(submission) -> ExecutionStatus   start (or adopt) the execution
+    status(name)       -> ExecutionStatus   what it is doing now, None if unknown
+    abort(name)                             stop it for good (AgentRun deleted)
+    resume(name)                            start a suspended execution again (approval decided)
+
+The runtime's exit codes are the contract (`python -m tether exec`): 0 succeeded, 2 terminal
+failure, 3 suspended awaiting approval, anything else (a signal included) recoverable: run again
+while failures <= retries. Progress (steps, usage, approvals, result) is not the executor's
+business: the runtime writes it to the store and the operator reads it from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tether.api import ExecRequest
+
+EXIT_SUCCEEDED = 0
+EXIT_TERMINAL = 2
+EXIT_SUSPENDED = 3
+
+
+class ExecutionState(str, Enum):
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    ABORTED = "Aborted"
+
+    @property
+    def finished(self) -> bool:
+        return self in (ExecutionState.SUCCEEDED, ExecutionState.FAILED, ExecutionState.ABORTED)
+
+
+def execution_name(uid: str) -> str:
+    """Deterministic execution name of an AgentRun: short, lowercase, starts with a letter."""
+    return "t" + hashlib.sha256(uid.encode()).hexdigest()[:19]
+
+
+@dataclass
+class Submission:
+    name: str
+    request: ExecRequest
+    env: dict[str, str] = field(repr=False)
+    """Extra environment of the runtime process (the API key): never logged, never on disk."""
+    retries: int = 2
+    timeout_seconds: float = 3600.0
+    attempts: int = 0
+    """Attempts already made (from the AgentRun's status, after an operator restart)."""
+    failures: int = 0
+    """Recoverable failures already counted against `retries`."""
+    suspended: bool = False
+    """The run was suspended awaiting approval when last seen: adopt it without starting it."""
+
+
+@dataclass
+class ExecutionStatus:
+    name: str
+    state: ExecutionState
+    attempts: int = 0
+    failures: int = 0
+    exit_code: int | None = None
+    message: str = ""
+    url: str | None = None
+
+
+class Executor(ABC):
+    kind: str
+
+    @abstractmethod
+    async def submit(self, submission: Submission) -> ExecutionStatus: ...
+
+    @abstractmethod
+    async def status(self, name: str) -> ExecutionStatus | None: ...
+
+    @abstractmethod
+    async def abort(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def resume(self, name: str) -> None: ...
+
+    async def close(self) -> None:
+        """Stop everything this executor started (operator shutdown)."""

@@ -1,0 +1,212 @@
+"""The local executor: each execution is `python -m tether exec` in a subprocess of the operator.
+
+The runtime inside runs as a Flyte local execution (no cluster, no backend). Child processes
+belong to the operator: they get SIGKILL when the operator dies (PR_SET_PDEATHSIG), so after an
+operator restart there is never an orphan still calling the model while a new attempt starts;
+the new attempt replays the journal instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .base import (
+    EXIT_SUCCEEDED,
+    EXIT_SUSPENDED,
+    EXIT_TERMINAL,
+    ExecutionState,
+    ExecutionStatus,
+    Executor,
+    Submission,
+)
+
+log = logging.getLogger(__name__)
+
+# Operator-only variables a runtime process has no business seeing.
+_HIDDEN_ENV = ("KUBECONFIG", "TETHER_NAMESPACES", "TETHER_GPU_NODE_POOLS")
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class _Execution:
+    sub: Submission
+    state: ExecutionState = ExecutionState.QUEUED
+    attempts: int = 0
+    failures: int = 0
+    exit_code: int | None = None
+    message: str = ""
+    proc: asyncio.subprocess.Process | None = None
+    task: asyncio.Task | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def status(self) -> ExecutionStatus:
+        return ExecutionStatus(
+            name=self.sub.name, state=self.state, attempts=self.attempts, failures=self.failures,
+            exit_code=self.exit_code, message=self.message,
+        )
+
+    def set(self, state: ExecutionState, message: str = "") -> None:
+        self.state, self.message = state, message
+        self.changed.set()
+
+
+class LocalExecutor(Executor):
+    kind = "local"
+
+    def __init__(
+        self,
+        store_url: str,
+        workdir: str | Path,
+        concurrency: int = 4,
+        python: str | None = None,
+        retry_backoff: float = 0.5,
+        command: list[str] | None = None,
+    ) -> None:
+        self.store_url = store_url
+        self.workdir = Path(workdir)
+        self.python = python or sys.executable
+        self.retry_backoff = retry_backoff
+        # argv before REQUEST.json; replaceable so the executor's own tests can drive exit codes.
+        self.command = command or [self.python, "-m", "tether", "exec"]
+        self._slots = asyncio.Semaphore(concurrency)
+        self._runs: dict[str, _Execution] = {}
+
+    # --------------------------------------------------------------------------- interface
+
+    async def submit(self, submission: Submission) -> ExecutionStatus:
+        run = self._runs.get(submission.name)
+        if run is None:
+            run = _Execution(submission, attempts=submission.attempts, failures=submission.failures)
+            self._runs[submission.name] = run
+            if submission.suspended:
+                run.set(ExecutionState.SUSPENDED, "adopted while awaiting approval")
+            else:
+                self._start(run)
+        return run.status()
+
+    async def status(self, name: str) -> ExecutionStatus | None:
+        run = self._runs.get(name)
+        return None if run is None else run.status()
+
+    async def resume(self, name: str) -> None:
+        run = self._runs.get(name)
+        if run is not None and run.state is ExecutionState.SUSPENDED:
+            self._start(run)
+
+    async def abort(self, name: str) -> None:
+        run = self._runs.pop(name, None)
+        if run is None:
+            return
+        if run.task is not None:
+            run.task.cancel()
+            with contextlib.suppress(BaseException):
+                await run.task
+        run.set(ExecutionState.ABORTED, "aborted")
+
+    async def wait(self, name: str, timeout: float) -> None:
+        """Return when the execution changes state, or after `timeout` seconds."""
+        run = self._runs.get(name)
+        if run is None:
+            await asyncio.sleep(timeout)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(run.changed.wait(), timeout)
+        run.changed.clear()
+
+    def forget(self, name: str) -> None:
+        """Drop a finished execution from memory."""
+        run = self._runs.get(name)
+        if run is not None and run.state.finished:
+            del self._runs[name]
+
+    async def close(self) -> None:
+        for name in list(self._runs):
+            await self.abort(name)
+
+    # ----------------------------------------------------------------------------- driving
+
+    def _start(self, run: _Execution) -> None:
+        run.set(ExecutionState.QUEUED, "waiting for a free slot")
+        run.task = asyncio.create_task(self._drive(run), name=f"tether-exec-{run.sub.name}")
+
+    async def _drive(self, run: _Execution) -> None:
+        """Run attempts until success, terminal failure, suspension or retries exhausted."""
+        sub = run.sub
+        folder = self.workdir / sub.name
+        folder.mkdir(parents=True, exist_ok=True)
+        request = folder / "request.json"
+        # The request holds the spec only; the API key travels in the child's environment.
+        request.write_text(json.dumps(sub.request.wire()))
+        request.chmod(0o600)
+        while True:
+            async with self._slots:
+                run.attempts += 1
+                run.set(ExecutionState.RUNNING, f"attempt {run.attempts}")
+                code = await self._attempt(run, request, folder)
+            run.exit_code = code
+            if code == EXIT_SUCCEEDED:
+                return run.set(ExecutionState.SUCCEEDED, "the runtime finished")
+            if code == EXIT_SUSPENDED:
+                return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
+            if code == EXIT_TERMINAL:
+                # The reason is in the run's progress (error); logs may hold what status must not.
+                return run.set(ExecutionState.FAILED, "terminal failure (exit code 2)")
+            run.failures += 1
+            died = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            if code == _TIMED_OUT:
+                died = f"timed out after {sub.timeout_seconds:g}s"
+            if run.failures > sub.retries:
+                return run.set(
+                    ExecutionState.FAILED,
+                    f"attempt {run.attempts} {died}; retries exhausted ({sub.retries})",
+                )
+            log.info("execution %s attempt %d %s; retrying", sub.name, run.attempts, died)
+            run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {died}; retrying")
+            await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
+
+    async def _attempt(self, run: _Execution, request: Path, folder: Path) -> int:
+        env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV}
+        env.update(run.sub.env)
+        logfile = folder / f"attempt-{run.attempts}.log"
+        with logfile.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command, str(request), "--store", self.store_url,
+                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                env=env, cwd=str(folder), start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        run.proc = proc
+        (folder / "pid").write_text(str(proc.pid))
+        try:
+            return await asyncio.wait_for(proc.wait(), run.sub.timeout_seconds)
+        except asyncio.TimeoutError:
+            _kill(proc)
+            await proc.wait()
+            return _TIMED_OUT
+        except asyncio.CancelledError:  # aborted: stop the whole process group, then go
+            _kill(proc)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(proc.wait())
+            raise
+        finally:
+            run.proc = None
+
+
+_TIMED_OUT = -1000
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)

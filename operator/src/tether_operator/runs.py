@@ -1,0 +1,397 @@
+"""One AgentRun, from creation to a terminal phase: accept, submit, follow, settle approvals.
+
+`RunLoop.run()` is the body of the kopf daemon that exists for every unfinished AgentRun. It is
+sequential on purpose (one writer of the run's status, no races between handlers):
+
+    accept   check the tools, Secrets and resources the spec names; wait while something is
+             missing (condition Accepted=False with the exact reason), fail if invalid
+    submit   under the execution name derived from the uid (idempotent: a restarted operator
+             adopts its execution instead of starting a second one)
+    follow   mirror the executor's state and the runtime's progress into status, at most one
+             patch per `status_interval_seconds` except on phase changes
+    approve  while suspended: apply approval annotations and timeouts, resume when all decided
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import kopf
+
+from tether import approvals as tether_approvals
+from tether.api import (
+    AgentRunSpec,
+    AgentRunStatus,
+    AgentToolSpec,
+    ApprovalStatus,
+    ExecRequest,
+    Phase,
+    Progress,
+    parse_duration,
+)
+from tether.stores import Store
+
+from . import conditions as C
+from . import kube
+from .checks import check_run
+from .conditions import Reason
+from .executors.base import ExecutionState, ExecutionStatus, Executor, Submission, execution_name
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+APPROVE_ANNOTATION = "tether.dev/approve"
+DECLINE_ANNOTATION = "tether.dev/decline"
+DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
+REASON_ANNOTATION = "tether.dev/reason"
+FINISHED = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+RESULT_LIMIT = 4096
+
+
+def progress_key(run_id: str) -> str:
+    return f"runs/{run_id}/progress.json"
+
+
+def _iso(value: Any) -> str | None:
+    """Epoch seconds or an ISO string as RFC 3339 (what metav1.Time looks like)."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (int, float)):
+        value = datetime.fromtimestamp(value, timezone.utc)
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _ids(annotation: str | None) -> set[str]:
+    return {part.strip() for part in (annotation or "").split(",") if part.strip()}
+
+
+class RunLoop:
+    def __init__(
+        self,
+        *,
+        body: kopf.Body,
+        settings: Settings,
+        executor: Executor,
+        store: Store,
+        logger: logging.Logger | logging.LoggerAdapter = log,
+    ) -> None:
+        self.body = body  # kopf keeps this view live: annotations set later show up here
+        self.settings = settings
+        self.executor = executor
+        self.store = store
+        self.logger = logger
+        meta = body.meta
+        self.namespace: str = meta["namespace"]
+        self.name: str = meta["name"]
+        self.uid: str = meta["uid"]
+        self.generation: int = meta.get("generation", 1)
+        self.exec_name = execution_name(self.uid)
+        self.status: dict[str, Any] = json.loads(json.dumps(dict(body.get("status") or {})))
+        self.tools: dict[str, AgentToolSpec] = {}
+        self.env: dict[str, str] = {}  # Secret values for the runtime's environment only
+        self.secrets: list[str] = []  # values to scrub from anything written
+        self._sent: dict[str, Any] | None = None
+        self._sent_at = 0.0
+        self._announced: set[str] = set(
+            a["id"] for a in self.status.get("approvals") or [] if a.get("id")
+        )
+
+    # ------------------------------------------------------------------------------ status
+
+    def _scrub(self, text: str) -> str:
+        for value in self.secrets:
+            if value and len(value) >= 4:
+                text = text.replace(value, "***")
+        return text
+
+    def _conditions(self) -> list[dict[str, Any]]:
+        return list(self.status.get("conditions") or [])
+
+    def _set(self, type_: str, value: bool, reason: str, message: str = "") -> None:
+        self.status["conditions"] = C.set_condition(
+            self._conditions(), type_, value, reason, self._scrub(message), self.generation
+        )
+
+    def _kstatus(self, **kw: tuple[str, str]) -> None:
+        kw = {k: (r, self._scrub(m)) for k, (r, m) in kw.items()}
+        self.status["conditions"] = C.kstatus(self._conditions(), generation=self.generation, **kw)
+
+    async def publish(self, urgent: bool = False) -> None:
+        """Patch status if it changed; at most once per interval unless urgent."""
+        self.status["observedGeneration"] = self.generation
+        doc = AgentRunStatus.model_validate(self.status).wire()
+        if doc == self._sent:
+            return
+        if not urgent and time.monotonic() - self._sent_at < self.settings.timing.status_interval_seconds:
+            return  # the loop comes back; the newest state is sent then
+        await kube.patch_status("agentruns", self.namespace, self.name, doc)
+        self._sent, self._sent_at = doc, time.monotonic()
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        kopf.event(self.body, type="Warning" if warning else "Normal", reason=reason,
+                   message=self._scrub(message)[:1024])
+
+    def _phase(self, phase: Phase) -> bool:
+        """Set the phase; True if it changed (an urgent patch and an Event)."""
+        changed = self.status.get("phase") != phase.value
+        self.status["phase"] = phase.value
+        return changed
+
+    # ------------------------------------------------------------------------------- steps
+
+    async def run(self, stopped: Any = None) -> None:
+        if self.status.get("phase") in FINISHED:
+            return
+        try:
+            spec = AgentRunSpec.model_validate(dict(self.body.spec))
+        except ValueError as exc:  # a spec this operator version cannot read
+            return await self._fail(Reason.FAILED, f"invalid spec: {exc}", "InvalidSpec")
+        if not await self.accept(spec, stopped):
+            return
+        await self.follow(await self.submit(spec), stopped)
+
+    async def accept(self, spec: AgentRunSpec, stopped: Any) -> bool:
+        """Wait until everything the spec names exists; False if the run cannot go on."""
+        last_reason = None
+        while not stopped:
+            resolved = await check_run(self.namespace, spec, self.settings.gpu_node_pools)
+            if not resolved.problems:
+                self.tools, self.env = resolved.tools, resolved.env
+                self.secrets = list(resolved.env.values())
+                was_accepted = C.is_true(self._conditions(), C.ACCEPTED)
+                self._set(C.ACCEPTED, True, Reason.ACCEPTED, "tools, Secrets and resources resolved")
+                if not was_accepted:
+                    self.event(Reason.ACCEPTED, "tools, Secrets and resources resolved")
+                return True
+            first = resolved.problems[0]
+            message = "; ".join(p.message for p in resolved.problems)
+            if any(p.terminal for p in resolved.problems):
+                self._set(C.ACCEPTED, False, first.reason, message)
+                await self._fail(first.reason, message)
+                return False
+            self._set(C.ACCEPTED, False, first.reason, message)
+            self._kstatus(reconciling=(first.reason, f"waiting: {message}"))
+            changed = self._phase(Phase.PENDING)
+            await self.publish(urgent=changed or first.reason != last_reason)
+            if first.reason != last_reason:
+                self.event(first.reason, f"waiting: {message}", warning=True)
+                last_reason = first.reason
+            await asyncio.sleep(self.settings.timing.recheck_seconds)
+        return False
+
+    async def submit(self, spec: AgentRunSpec) -> ExecutionStatus:
+        first_time = not (self.status.get("execution") or {}).get("name")
+        request = ExecRequest(
+            run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools
+        )
+        ex = await self.executor.submit(Submission(
+            name=self.exec_name,
+            request=request,
+            env=self.env,
+            retries=spec.retries,
+            timeout_seconds=spec.timeout_seconds,
+            attempts=int(self.status.get("attempts") or 0),
+            suspended=self.status.get("phase") == Phase.AWAITING_APPROVAL.value,
+        ))
+        self.status["execution"] = {"executor": self.executor.kind, "name": self.exec_name, "url": ex.url}
+        self.status.setdefault("startTime", C.now())
+        self._mirror(ex, None, None)
+        await self.publish(urgent=True)
+        if first_time:
+            self.event(Reason.SUBMITTED, f"submitted to the {self.executor.kind} executor as {self.exec_name}")
+        else:
+            self.logger.info("adopted execution %s (%s)", self.exec_name, ex.state.value)
+        return ex
+
+    async def follow(self, ex: ExecutionStatus, stopped: Any) -> None:
+        failures = ex.failures
+        while not stopped:
+            waiter = getattr(self.executor, "wait", None)
+            if waiter is not None:
+                await waiter(self.exec_name, self.settings.timing.poll_seconds)
+            else:
+                await asyncio.sleep(self.settings.timing.poll_seconds)
+            current = await self.executor.status(self.exec_name)
+            if current is None:  # aborted under us (deletion): the finalizer takes it from here
+                return
+            ex = current
+            progress = await self._progress()
+            requests = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (
+                progress and progress.approvals) else []
+            if ex.state is ExecutionState.SUSPENDED:
+                requests = await self._settle(requests)
+                if not any(r.get("decision") is None for r in requests):
+                    await self.executor.resume(self.exec_name)
+                    ex = await self.executor.status(self.exec_name) or ex
+            if ex.failures > failures:
+                self.event(Reason.RETRYING, ex.message, warning=True)
+                failures = ex.failures
+            changed = self._mirror(ex, progress, requests)
+            await self.publish(urgent=changed or ex.state.finished)
+            if ex.state.finished:
+                forget = getattr(self.executor, "forget", None)
+                if forget:
+                    forget(self.exec_name)
+                return
+
+    # ------------------------------------------------------------------------------ pieces
+
+    async def _progress(self) -> Progress | None:
+        try:
+            data = await asyncio.to_thread(self.store.get, progress_key(self.uid))
+            return None if data is None else Progress.model_validate_json(data)
+        except Exception as exc:  # a torn or newer-format record must not stop the run
+            self.logger.warning("cannot read progress of %s: %s", self.uid, exc)
+            return None
+
+    async def _approvals(self) -> list[dict[str, Any]]:
+        try:
+            return await asyncio.to_thread(tether_approvals.list_approvals, self.store, self.uid)
+        except Exception as exc:
+            self.logger.warning("cannot list approvals of %s: %s", self.uid, exc)
+            return []
+
+    async def _decide(self, request: dict[str, Any], approved: bool, by: str, reason: str | None) -> None:
+        try:
+            decision = await asyncio.to_thread(
+                tether_approvals.decide, self.store, self.uid, request["id"], approved, by, reason
+            )
+            request["decision"] = {"approved": approved, "by": by, "reason": reason,
+                                   "decided_at": decision.decided_at}
+        except Exception as exc:  # decided meanwhile (e.g. `tether approve`): theirs stands
+            self.logger.info("approval %s not recorded: %s", request["id"], exc)
+            return
+        verdict = "approved" if approved else "declined"
+        self.event(Reason.APPROVAL_DECIDED, f"approval {request['id']} ({request.get('tool')}) {verdict} by {by}")
+
+    async def _settle(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Apply approval annotations, then timeouts, to pending requests."""
+        annotations = self.body.meta.get("annotations") or {}
+        approve, decline = _ids(annotations.get(APPROVE_ANNOTATION)), _ids(annotations.get(DECLINE_ANNOTATION))
+        by = annotations.get(DECIDED_BY_ANNOTATION) or "annotation"
+        reason = annotations.get(REASON_ANNOTATION)
+        for request in requests:
+            if request.get("decision") is not None:
+                continue
+            rid = request["id"]
+            if rid in approve or rid in decline:
+                await self._decide(request, rid in approve, by, reason)
+                continue
+            tool = self.tools.get(request.get("tool") or "")
+            policy = tool.approval if tool else None
+            requested = _epoch(request.get("requestedAt"))
+            if policy and policy.timeout and requested is not None:
+                if time.time() - requested >= parse_duration(policy.timeout):
+                    await self._decide(request, policy.default_action == "approve", "timeout",
+                                       f"no decision within {policy.timeout}")
+        return requests
+
+    def _mirror(self, ex: ExecutionStatus, progress: Progress | None, requests: list[dict[str, Any]] | None) -> bool:
+        """Fold the executor's state and the runtime's progress into status; True on a phase change."""
+        s = self.status
+        s["attempts"] = max(ex.attempts, progress.attempt if progress else 0, int(s.get("attempts") or 0))
+        if progress is not None:
+            steps = progress.steps.wire()
+            steps["turns"] = f"{progress.steps.model_live}/{progress.steps.model_replayed}"
+            s["steps"] = steps
+            s["usage"] = progress.usage.wire()
+            if progress.result is not None:
+                text = progress.result if isinstance(progress.result, str) else json.dumps(progress.result, default=str)
+                s["result"] = {"output": self._scrub(text)[:RESULT_LIMIT], "truncated": len(text) > RESULT_LIMIT,
+                               "ref": progress_key(self.uid)}
+        if requests:
+            s["approvals"] = [self._approval_status(r) for r in requests]
+        pending = [r for r in requests or [] if r.get("decision") is None]
+
+        state = ex.state
+        if state is ExecutionState.SUCCEEDED:
+            changed = self._phase(Phase.SUCCEEDED)
+            s.setdefault("completionTime", C.now())
+            self._set(C.RUNNING, False, Reason.SUCCEEDED)
+            self._set(C.AWAITING_APPROVAL, False, Reason.SUCCEEDED)
+            self._set(C.SUCCEEDED, True, Reason.SUCCEEDED, "the agent finished")
+            self._set(C.FAILED, False, Reason.SUCCEEDED)
+            self._kstatus(ready=(Reason.SUCCEEDED, "the agent finished"))
+            if changed:
+                self.event(Reason.SUCCEEDED, f"the agent finished after {s['attempts']} attempt(s)")
+            return changed
+        if state in (ExecutionState.FAILED, ExecutionState.ABORTED):
+            error = progress.error if progress else None
+            if isinstance(error, dict):
+                error = error.get("message") or json.dumps(error, default=str)
+            reason = Reason.RETRIES_EXHAUSTED if ex.failures > 0 and "exhausted" in ex.message else Reason.FAILED
+            return self._failed(reason, str(error or ex.message or "the run failed"))
+        if state is ExecutionState.SUSPENDED and pending:
+            changed = self._phase(Phase.AWAITING_APPROVAL)
+            ids = ", ".join(r["id"] for r in pending)
+            message = f"waiting for approval of {ids}: annotate {APPROVE_ANNOTATION}=<id> or {DECLINE_ANNOTATION}=<id>, or `tether approve`"
+            self._set(C.RUNNING, False, Reason.AWAITING_APPROVAL, "suspended; no process is held")
+            self._set(C.AWAITING_APPROVAL, True, Reason.AWAITING_APPROVAL, message)
+            self._kstatus(reconciling=(Reason.AWAITING_APPROVAL, message))
+            for r in pending:
+                if r["id"] not in self._announced:
+                    self._announced.add(r["id"])
+                    self.event(Reason.AWAITING_APPROVAL,
+                               f"approval {r['id']} for tool {r.get('tool')}: {r.get('prompt') or ''}")
+            return changed
+        if state is ExecutionState.RUNNING:
+            changed = self._phase(Phase.RUNNING)
+            self._set(C.RUNNING, True, Reason.RUNNING, ex.message)
+            self._set(C.AWAITING_APPROVAL, False, Reason.RUNNING)
+            self._kstatus(reconciling=(Reason.RUNNING, ex.message))
+            if changed:
+                self.event(Reason.RUNNING, ex.message or "running")
+            return changed
+        # queued (first start, a retry, or a resume after a decision)
+        changed = self._phase(Phase.PENDING if ex.attempts == 0 else Phase.RUNNING)
+        reason = Reason.QUEUED if ex.attempts == 0 else Reason.RETRYING if ex.failures else Reason.RUNNING
+        self._set(C.RUNNING, ex.attempts > 0, reason, ex.message)
+        self._set(C.AWAITING_APPROVAL, False, reason)
+        self._kstatus(reconciling=(reason, ex.message))
+        return changed
+
+    def _approval_status(self, r: dict[str, Any]) -> dict[str, Any]:
+        d = r.get("decision") or {}
+        args = r.get("arguments")
+        return ApprovalStatus(
+            id=r["id"], tool=r.get("tool"), prompt=self._scrub(str(r.get("prompt") or "")) or None,
+            arguments=None if args is None else self._scrub(json.dumps(args, sort_keys=True, default=str))[:1024],
+            requested_at=_iso(r.get("requestedAt")),
+            decision=None if not d else ("approved" if d.get("approved") else "declined"),
+            by=d.get("by") or None, decided_at=_iso(d.get("decided_at") or d.get("decidedAt")),
+            reason=d.get("reason"),
+        ).wire()
+
+    def _failed(self, reason: str, message: str) -> bool:
+        changed = self._phase(Phase.FAILED)
+        self.status.setdefault("completionTime", C.now())
+        self._set(C.RUNNING, False, reason)
+        self._set(C.AWAITING_APPROVAL, False, reason)
+        self._set(C.FAILED, True, reason, message)
+        self._set(C.SUCCEEDED, False, reason, message)
+        self._kstatus(stalled=(reason, message))
+        if changed:
+            self.event(reason, message, warning=True)
+        return changed
+
+    async def _fail(self, reason: str, message: str, condition_reason: str | None = None) -> None:
+        self._failed(condition_reason or reason, message)
+        await self.publish(urgent=True)

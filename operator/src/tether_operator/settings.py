@@ -1,0 +1,77 @@
+"""Operator settings: small topic dataclasses, read from the environment the Helm chart sets."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    url: str = ""
+    """Store URL shared with the runtime: `file:///abs/dir` or `s3://bucket/prefix?endpoint_url=...`
+    (env TETHER_STORE_URL). Empty: a directory under the system temp dir."""
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    kind: str = "local"
+    """`local` (the runtime runs as a subprocess of the operator) or `flyte` (later)."""
+    concurrency: int = 4
+    """Executions running at once; more wait in the queue (phase Pending, reason Queued)."""
+    workdir: str = ""
+    """Scratch directory for request files and attempt logs (default: under the temp dir)."""
+    python: str = ""
+    """Interpreter that runs `python -m tether exec` (default: the operator's own)."""
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    poll_seconds: float = 0.5
+    """How often a run's execution and progress are looked at, in seconds."""
+    status_interval_seconds: float = 2.0
+    """Minimum seconds between two status patches of one run, except phase changes (immediate)."""
+    recheck_seconds: float = 5.0
+    """Seconds between checks of a run waiting for a missing AgentTool or Secret."""
+    tool_interval_seconds: float = 30.0
+    """Seconds between readiness checks of one AgentTool."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespaces: tuple[str, ...] = ()
+    """Namespaces served; empty means the whole cluster (env TETHER_NAMESPACES, comma-separated)."""
+    store: StoreSettings = field(default_factory=StoreSettings)
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    gpu_node_pools: dict[str, Any] = field(default_factory=dict)
+    """GPU type -> {nodeSelector, tolerations} (env TETHER_GPU_NODE_POOLS, JSON)."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        tmp = tempfile.gettempdir()
+
+        def num(name: str, default: float) -> float:
+            return float(env.get(name) or default)
+
+        return cls(
+            namespaces=tuple(n.strip() for n in env.get("TETHER_NAMESPACES", "").split(",") if n.strip()),
+            store=StoreSettings(url=env.get("TETHER_STORE_URL") or f"file://{tmp}/tether-store"),
+            executor=ExecutorSettings(
+                kind=env.get("TETHER_EXECUTOR", "local"),
+                concurrency=int(num("TETHER_CONCURRENCY", 4)),
+                workdir=env.get("TETHER_WORKDIR") or f"{tmp}/tether-executions",
+                python=env.get("TETHER_EXEC_PYTHON", ""),
+            ),
+            timing=TimingSettings(
+                poll_seconds=num("TETHER_POLL_SECONDS", 0.5),
+                status_interval_seconds=num("TETHER_STATUS_INTERVAL_SECONDS", 2.0),
+                recheck_seconds=num("TETHER_RECHECK_SECONDS", 5.0),
+                tool_interval_seconds=num("TETHER_TOOL_INTERVAL_SECONDS", 30.0),
+            ),
+            gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
+        )

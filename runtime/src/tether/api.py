@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -52,6 +53,30 @@ QUANTITY = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+
 MAX_INPUT = 32 * 1024
 MAX_INSTRUCTIONS = 32 * 1024
 MAX_NAME = 253
+
+def _quantity(value: str) -> str:
+    if not re.fullmatch(QUANTITY, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
+    return value
+
+
+# Checked by pydantic with the regex and by the apiserver with its own quantity parser (CEL), so
+# that both say the same thing in words rather than quoting a regular expression.
+Quantity = Annotated[
+    str,
+    AfterValidator(_quantity),
+    Field(
+        max_length=32,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "isQuantity(self) && !quantity(self).isLessThan(quantity('0'))",
+                    "message": "must be a non-negative Kubernetes quantity such as 500m, 2, 512Mi or 4Gi",
+                }
+            ]
+        },
+    ),
+]
 
 # Item types for lists and maps (bounded, again for CEL cost estimates).
 ObjectName = Annotated[str, Field(max_length=MAX_NAME, pattern=DNS_SUBDOMAIN)]
@@ -176,17 +201,11 @@ class GPU(_Wire):
 class Resources(_Wire):
     """Compute requested for the process that runs the agent or the tool."""
 
-    cpu: str | None = Field(
-        default=None,
-        max_length=32,
-        pattern=QUANTITY,
-        description="CPU as a Kubernetes quantity, e.g. 500m or 2.",
+    cpu: Quantity | None = Field(
+        default=None, description="CPU as a Kubernetes quantity, e.g. 500m or 2."
     )
-    memory: str | None = Field(
-        default=None,
-        max_length=32,
-        pattern=QUANTITY,
-        description="Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi.",
+    memory: Quantity | None = Field(
+        default=None, description="Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi."
     )
     gpu: GPU | None = Field(default=None, description="GPUs, e.g. {type: A100, count: 1}.")
 
@@ -316,6 +335,14 @@ class AgentRunSpec(_Wire):
         "without a journal (every attempt starts over).",
     )
     limits: Limits | None = Field(default=None, description="Turn and cost limits.")
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[str]) -> list[str]:
+        duplicates = sorted({t for t in tools if tools.count(t) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        return tools
 
     @property
     def timeout_seconds(self) -> float:
@@ -509,7 +536,7 @@ class Result(_Wire):
     output: str | None = Field(default=None, description="Final output, truncated to 4 KiB.")
     truncated: bool = Field(default=False, description="Whether output was truncated.")
     ref: str | None = Field(
-        default=None, description="Store URL of the full progress record holding the output."
+        default=None, description="Key, in the Tether store, of the progress record holding the full output."
     )
 
 

@@ -1,0 +1,69 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "tether.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tether.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "tether.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "tether.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tether.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tether.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tether.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tether.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "tether.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "tether.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tether
+{{- end -}}
+
+{{/* The store URL the operator and the runtime share. */}}
+{{- define "tether.storeURL" -}}
+{{- $s3 := .Values.store.s3 -}}
+{{- if .Values.store.url -}}
+{{- .Values.store.url -}}
+{{- else if $s3.bucket -}}
+{{- $query := list -}}
+{{- if $s3.endpoint }}{{ $query = append $query (printf "endpoint_url=%s" $s3.endpoint) }}{{ end -}}
+{{- if $s3.region }}{{ $query = append $query (printf "region=%s" $s3.region) }}{{ end -}}
+s3://{{ $s3.bucket }}/{{ $s3.prefix | trimAll "/" }}{{ if $query }}?{{ join "&" $query }}{{ end }}
+{{- else -}}
+file:///var/lib/tether/store
+{{- end -}}
+{{- end -}}
+
+{{/* What the operator needs in every namespace it serves (a Role there, or a ClusterRole). */}}
+{{- define "tether.namespacedRules" -}}
+- apiGroups: ["tether.dev"]
+  resources: ["agentruns", "agenttools"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["tether.dev"]
+  resources: ["agentruns/status", "agenttools/status"]
+  verbs: ["get", "patch"]
+# API keys and tools' env: read by name, never listed or watched.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}

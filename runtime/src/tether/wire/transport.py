@@ -7,21 +7,28 @@ through the proxy. Without a current run the transports forward requests untouch
 
     client = httpx.AsyncClient(transport=AsyncWireTransport("openai"))
     AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", http_client=client)
+
+Some SDKs ship their own fork of httpx (``anthropic`` ≥ 2.16 uses ``httpx2`` and rejects
+``httpx`` clients); :func:`transports_for` builds the same two transports on such a module.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import AsyncIterator, Iterator
+from types import ModuleType
+from typing import Any
 
 import httpx
 
 from ..errors import RecoverableStepError
 from ..run import Run, current_run
 from .loop import run_on_wire_loop
-from .seam import WireRequest, WireResponse
+from .seam import WireRequest
 
 
-def _wire_request(run: Run, provider: str, request: httpx.Request, body: bytes) -> WireRequest:
+def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireRequest:
     base = httpx.URL(run.upstreams[provider])
     path = request.url.path
     prefix = base.path.rstrip("/")
@@ -38,84 +45,91 @@ def _wire_request(run: Run, provider: str, request: httpx.Request, body: bytes) 
     )
 
 
-def _translate(e: RecoverableStepError) -> httpx.TransportError:
-    """SDKs treat transport errors as retryable connection failures: exactly our meaning."""
-    return httpx.ReadError(str(e))
+@functools.cache
+def transports_for(http: ModuleType | str) -> tuple[type, type]:
+    """``(AsyncWireTransport, WireTransport)`` built on an httpx-compatible module."""
+    if isinstance(http, str):
+        http = importlib.import_module(http)
 
+    def translate(e: RecoverableStepError) -> Exception:
+        # SDKs treat transport errors as retryable connection failures: exactly our meaning.
+        return http.ReadError(str(e))
 
-class _AsyncStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncIterator[bytes]) -> None:
-        self._stream = stream
+    class AsyncStream(http.AsyncByteStream):
+        def __init__(self, stream: AsyncIterator[bytes]) -> None:
+            self._stream = stream
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._stream:
-                yield chunk
-        except RecoverableStepError as e:
-            raise _translate(e) from e
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-class AsyncWireTransport(httpx.AsyncBaseTransport):
-    """Async httpx transport into the seam of the current run (or of ``run``)."""
-
-    def __init__(self, provider: str, run: Run | None = None) -> None:
-        self.provider = provider
-        self.run = run
-        self._plain = httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        run = self.run or current_run()
-        if run is None:
-            return await self._plain.handle_async_request(request)
-        body = await request.aread()
-        try:
-            response = await run.seam.handle(_wire_request(run, self.provider, request, body))
-        except RecoverableStepError as e:
-            raise _translate(e) from e
-        return httpx.Response(response.status, headers=response.headers, stream=_AsyncStream(response.stream), request=request)
-
-    async def aclose(self) -> None:
-        await self._plain.aclose()
-
-
-class _SyncStream(httpx.SyncByteStream):
-    def __init__(self, response: WireResponse) -> None:
-        self._stream = response.stream
-
-    def __iter__(self) -> Iterator[bytes]:
-        while True:
+        async def __aiter__(self) -> AsyncIterator[bytes]:
             try:
-                yield run_on_wire_loop(self._stream.__anext__())
-            except StopAsyncIteration:
-                return
+                async for chunk in self._stream:
+                    yield chunk
             except RecoverableStepError as e:
-                raise _translate(e) from e
+                raise translate(e) from e
 
-    def close(self) -> None:
-        run_on_wire_loop(self._stream.aclose())
+        async def aclose(self) -> None:
+            await self._stream.aclose()
+
+    class AsyncWireTransport(http.AsyncBaseTransport):
+        """Async transport into the seam of the current run (or of ``run``)."""
+
+        def __init__(self, provider: str, run: Run | None = None) -> None:
+            self.provider = provider
+            self.run = run
+            self._plain = http.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request):
+            run = self.run or current_run()
+            if run is None:
+                return await self._plain.handle_async_request(request)
+            body = await request.aread()
+            try:
+                response = await run.seam.handle(_wire_request(run, self.provider, request, body))
+            except RecoverableStepError as e:
+                raise translate(e) from e
+            return http.Response(response.status, headers=response.headers, stream=AsyncStream(response.stream), request=request)
+
+        async def aclose(self) -> None:
+            await self._plain.aclose()
+
+    class SyncStream(http.SyncByteStream):
+        def __init__(self, stream: AsyncIterator[bytes]) -> None:
+            self._stream = stream
+
+        def __iter__(self) -> Iterator[bytes]:
+            while True:
+                try:
+                    yield run_on_wire_loop(self._stream.__anext__())
+                except StopAsyncIteration:
+                    return
+                except RecoverableStepError as e:
+                    raise translate(e) from e
+
+        def close(self) -> None:
+            run_on_wire_loop(self._stream.aclose())
+
+    class WireTransport(http.BaseTransport):
+        """Sync transport: runs the seam on the process's wire loop."""
+
+        def __init__(self, provider: str, run: Run | None = None) -> None:
+            self.provider = provider
+            self.run = run
+            self._plain = http.HTTPTransport()
+
+        def handle_request(self, request):
+            run = self.run or current_run()
+            if run is None:
+                return self._plain.handle_request(request)
+            body = request.read()
+            try:
+                response = run_on_wire_loop(run.seam.handle(_wire_request(run, self.provider, request, body)))
+            except RecoverableStepError as e:
+                raise translate(e) from e
+            return http.Response(response.status, headers=response.headers, stream=SyncStream(response.stream), request=request)
+
+        def close(self) -> None:
+            self._plain.close()
+
+    return AsyncWireTransport, WireTransport
 
 
-class WireTransport(httpx.BaseTransport):
-    """Sync httpx transport: runs the seam on the process's wire loop."""
-
-    def __init__(self, provider: str, run: Run | None = None) -> None:
-        self.provider = provider
-        self.run = run
-        self._plain = httpx.HTTPTransport()
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        run = self.run or current_run()
-        if run is None:
-            return self._plain.handle_request(request)
-        body = request.read()
-        try:
-            response = run_on_wire_loop(run.seam.handle(_wire_request(run, self.provider, request, body)))
-        except RecoverableStepError as e:
-            raise _translate(e) from e
-        return httpx.Response(response.status, headers=response.headers, stream=_SyncStream(response), request=request)
-
-    def close(self) -> None:
-        self._plain.close()
+AsyncWireTransport, WireTransport = transports_for(httpx)

@@ -241,7 +241,7 @@ class RunLoop:
                 if not any(r.get("decision") is None for r in requests):
                     await self.executor.resume(self.exec_name)
                     ex = await self.executor.status(self.exec_name) or ex
-            if ex.failures > failures:
+            if ex.failures > failures and not ex.state.finished:
                 self.event(Reason.RETRYING, ex.message, warning=True)
                 failures = ex.failures
             changed = self._mirror(ex, progress, requests)

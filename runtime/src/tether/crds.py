@@ -50,13 +50,13 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     # keywords (description, default) win over the referenced model's.
     if "$ref" in node:
         target = defs[node.pop("$ref").split("/")[-1]]
-        return {**_convert(target, defs), **_convert(node, defs)}
+        return _ordered({**_convert(target, defs), **_convert(node, defs)})
     for key in ("allOf", "anyOf", "oneOf"):
         if key in node:
             options = [o for o in node.pop(key) if o.get("type") != "null"]
             if len(options) != 1:
                 raise ValueError(f"cannot express a union of {len(options)} types in a CRD: {options}")
-            return {**_convert(options[0], defs), **_convert(node, defs)}
+            return _ordered({**_convert(options[0], defs), **_convert(node, defs)})
 
     out: dict[str, Any] = {}
     for key, value in node.items():
@@ -82,7 +82,11 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         elif key.startswith("x-kubernetes-"):
             out[key] = copy.deepcopy(value)
         # title, $defs, examples...: not for the apiserver
-    return dict(sorted(out.items(), key=lambda kv: _ORDER.get(kv[0], len(_ORDER))))
+    return _ordered(out)
+
+
+def _ordered(schema: dict[str, Any]) -> dict[str, Any]:
+    return dict(sorted(schema.items(), key=lambda kv: _ORDER.get(kv[0], len(_ORDER))))
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:

@@ -1,0 +1,166 @@
+"""Fixtures for the operator tests on a real kube-apiserver (tests/support/kube.py).
+
+`tether_release` installs the Helm chart (CRDs, ServiceAccount, RBAC, Deployment: no pods run, as
+there is no kubelet) serving two namespaces; `operator` runs `python -m tether_operator` as a
+process authenticated with a token of the chart's ServiceAccount, so every test exercises the
+chart's real RBAC, not admin rights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.support.kube import ControlPlane, free_port, kube  # noqa: F401  (the session fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tether"
+RELEASE_NS = "tether-system"
+SA = "tether"
+SERVED = ("op-a", "op-b")
+UNSERVED = "op-other"
+
+
+@dataclass
+class Release:
+    namespace: str
+    service_account: str
+    served: tuple[str, ...]
+    unserved: str
+
+    @property
+    def subject(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+@pytest.fixture(scope="session")
+def tether_release(kube: ControlPlane) -> Release:  # noqa: F811
+    for ns in (*SERVED, UNSERVED):
+        kube.kubectl("create", "namespace", ns, check=False)
+    kube.helm(
+        "upgrade", "--install", "tether", str(CHART), "-n", RELEASE_NS, "--create-namespace",
+        "--set", "watchNamespaces={" + ",".join(SERVED) + "}",
+        "--set", "gpuNodePools.A100.nodeSelector.gpu=a100",
+        "--wait=false",
+    )
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
+    return Release(RELEASE_NS, SA, SERVED, UNSERVED)
+
+
+def kubeconfig_with_token(kube: ControlPlane, token: str, path: Path) -> Path:  # noqa: F811
+    cfg = json.loads(kube.kubeconfig.read_text())
+    cfg["users"] = [{"name": "operator", "user": {"token": token}}]
+    cfg["contexts"][0]["context"]["user"] = "operator"
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(kube: ControlPlane, tether_release: Release, tmp_path_factory) -> Path:  # noqa: F811
+    token = kube.kubectl("create", "token", SA, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
+    return kubeconfig_with_token(kube, token, tmp_path_factory.mktemp("op") / "kubeconfig")
+
+
+class Operator:
+    """`python -m tether_operator` as a child process; restartable, killable."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path, **env: str) -> None:
+        self.workdir = workdir
+        self.store_url = f"file://{workdir}/store"
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "TETHER_NAMESPACES": ",".join(SERVED),
+            "TETHER_STORE_URL": self.store_url,
+            "TETHER_WORKDIR": str(workdir / "executions"),
+            "TETHER_RECHECK_SECONDS": "0.5",
+            "TETHER_STATUS_INTERVAL_SECONDS": "0.5",
+            "TETHER_TOOL_INTERVAL_SECONDS": "1",
+            "TETHER_GPU_NODE_POOLS": json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
+            **env,
+        }
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        self.env["TETHER_HEALTH_PORT"] = str(free_port())
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tether_operator"], env=self.env, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + 30
+        while "Initial authentication has finished" not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"operator did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as when a node dies: no cleanup handlers run."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            try:
+                self.proc.wait(20)  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def logs(self) -> str:
+        return "\n".join(
+            (self.workdir / f"operator-{i}.log").read_text(errors="replace")
+            for i in range(1, self.starts + 1)
+        )
+
+
+@pytest.fixture(scope="session")
+def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
+    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"))
+    op.start()
+    yield op
+    op.stop()
+
+
+def get(kube: ControlPlane, kind: str, ns: str, name: str) -> dict[str, Any]:  # noqa: F811
+    return json.loads(kube.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c
+    return {}

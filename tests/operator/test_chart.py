@@ -1,0 +1,194 @@
+"""The Helm chart: lint, render, security context, RBAC — rendered, then applied and checked on
+the real apiserver by impersonating the operator's ServiceAccount."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.kube import ControlPlane, ensure_k8s_tools
+
+from .conftest import CHART, Release
+
+pytestmark = pytest.mark.kube
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return ensure_k8s_tools() / "helm"
+
+
+def render(helm: Path, *sets: str, check: bool = True) -> list[dict[str, Any]] | str:
+    argv = [str(helm), "template", "tether", str(CHART), "-n", "tether-system"]
+    for s in sets:
+        argv += ["--set", s]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if not check:
+        return proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_helm_lint(helm: Path) -> None:
+    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_deployment_is_hardened(helm: Path) -> None:
+    (deploy,) = of_kind(render(helm), "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["privileged"] is False
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+    # a read-only root still needs somewhere to write: emptyDirs for /tmp and the work dir
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp", "/var/lib/tether"}
+    annotations = deploy["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_store_executor_and_gpu_pools_reach_the_operator(helm: Path) -> None:
+    docs = render(
+        helm,
+        "store.s3.bucket=runs", "store.s3.endpoint=http://minio:9000", "store.s3.region=eu-west-1",
+        "store.s3.credentialsSecret.name=s3-creds", "executor.concurrency=8",
+        "gpuNodePools.A100.nodeSelector.pool=a100",
+        "gpuNodePools.A100.tolerations[0].key=nvidia.com/gpu",
+        "gpuNodePools.A100.tolerations[0].operator=Exists",
+    )
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_STORE_URL"]["value"] == "s3://runs/tether?endpoint_url=http://minio:9000&region=eu-west-1"
+    assert env["TETHER_CONCURRENCY"]["value"] == "8"
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}
+    pools = json.loads(env["TETHER_GPU_NODE_POOLS"]["value"])
+    assert pools["A100"]["nodeSelector"] == {"pool": "a100"}
+    assert pools["A100"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_crds_switch_and_keep_policy(helm: Path) -> None:
+    crds = of_kind(render(helm), "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == ["agentruns.tether.dev", "agenttools.tether.dev"]
+    assert all(c["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for c in crds)
+    # the chart's copy is the generated one, unchanged apart from metadata
+    generated = yaml.safe_load((CHART.parents[1] / "crds" / "tether.dev_agentruns.yaml").read_text())
+    (rendered,) = [c for c in crds if c["metadata"]["name"] == "agentruns.tether.dev"]
+    assert rendered["spec"] == generated["spec"]
+    unkept = of_kind(render(helm, "crds.keep=false"), "CustomResourceDefinition")
+    assert all("helm.sh/resource-policy" not in (c["metadata"].get("annotations") or {}) for c in unkept)
+    assert of_kind(render(helm, "crds.enabled=false"), "CustomResourceDefinition") == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("replicaCount=3", "additional properties 'replicaCount' not allowed"),
+        ("executor.kind=celery", "executor"),
+        ("executor.concurrency=0", "concurrency"),
+        ("watchNamespaces[0]=Not_A_Namespace", "watchNamespaces"),
+        ("store.s3.bukket=x", "additional properties 'bukket' not allowed"),
+        ("gpuNodePools.A100.nodeSelectr.x=y", "nodeSelectr"),
+    ],
+)
+def test_values_schema_rejects_mistakes(helm: Path, setting: str, complaint: str) -> None:
+    assert complaint in render(helm, setting, check=False)
+
+
+def _rules(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return sorted(
+        (g, r, v) for rule in doc["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    )
+
+
+def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
+    docs = render(helm, "watchNamespaces={team-a,team-b}")
+    (discovery,) = of_kind(docs, "ClusterRole")  # namespaced mode: the only ClusterRole
+    assert {v for _, _, v in _rules(discovery)} == {"get", "list", "watch"}
+    roles = of_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        rules = _rules(role)
+        assert ("", "secrets", "get") in rules
+        assert not [r for r in rules if r[1] == "secrets" and r[2] != "get"], "Secrets: get by name only"
+        assert all(r[2] != "*" and r[1] != "*" and r[0] != "*" for r in rules)
+        assert {r[1] for r in rules} <= {
+            "agentruns", "agenttools", "agentruns/status", "agenttools/status", "secrets", "events"
+        }
+    bindings = of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding")
+    assert all(s["name"] == "tether" for b in bindings for s in b["subjects"])
+    # Cluster-wide mode: one ClusterRole with the same namespaced rules.
+    cluster = render(helm)
+    assert not of_kind(cluster, "Role")
+    assert len(of_kind(cluster, "ClusterRole")) == 2
+
+
+# ------------------------------------------------------------------- on the real apiserver
+
+
+def can(kube: ControlPlane, release: Release, verb: str, resource: str, ns: str | None = None) -> bool:
+    args = ["auth", "can-i", verb, resource, f"--as={release.subject}"]
+    args += ["-n", ns] if ns else ["--all-namespaces"]
+    return kube.kubectl(*args, check=False).stdout.strip() == "yes"
+
+
+def test_rbac_allows_what_the_operator_needs(kube: ControlPlane, tether_release: Release) -> None:
+    for ns in tether_release.served:
+        for verb in ("get", "list", "watch", "patch"):
+            assert can(kube, tether_release, verb, "agentruns.tether.dev", ns), (verb, ns)
+            assert can(kube, tether_release, verb, "agenttools.tether.dev", ns), (verb, ns)
+        assert can(kube, tether_release, "patch", "agentruns.tether.dev/status", ns)
+        assert can(kube, tether_release, "patch", "agenttools.tether.dev/status", ns)
+        assert can(kube, tether_release, "get", "secrets", ns)
+        assert can(kube, tether_release, "create", "events", ns)
+    # kopf's cluster-wide scanning: read-only
+    assert can(kube, tether_release, "list", "customresourcedefinitions.apiextensions.k8s.io")
+    assert can(kube, tether_release, "watch", "namespaces")
+
+
+def test_rbac_denies_everything_else(kube: ControlPlane, tether_release: Release) -> None:
+    other = tether_release.unserved
+    # no Secrets outside the served namespaces, and never listed or watched anywhere
+    assert not can(kube, tether_release, "get", "secrets", other)
+    assert not can(kube, tether_release, "get", "secrets", tether_release.namespace)
+    assert not can(kube, tether_release, "get", "secrets")
+    for ns in tether_release.served:
+        for verb in ("list", "watch", "create", "update", "delete"):
+            assert not can(kube, tether_release, verb, "secrets", ns), (verb, ns)
+    # nothing outside the served namespaces
+    assert not can(kube, tether_release, "list", "agentruns.tether.dev", other)
+    assert not can(kube, tether_release, "create", "events", other)
+    # no cluster-wide writes at all, and none beyond its own CRs in served namespaces
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can(kube, tether_release, verb, "customresourcedefinitions.apiextensions.k8s.io")
+        assert not can(kube, tether_release, verb, "namespaces")
+        assert not can(kube, tether_release, verb, "clusterroles.rbac.authorization.k8s.io")
+        assert not can(kube, tether_release, verb, "agentruns.tether.dev")  # --all-namespaces
+    for ns in tether_release.served:
+        for resource in ("pods", "deployments.apps", "configmaps", "roles.rbac.authorization.k8s.io",
+                         "serviceaccounts", "jobs.batch"):
+            assert not can(kube, tether_release, "create", resource, ns), resource
+        assert not can(kube, tether_release, "create", "agentruns.tether.dev", ns)
+        assert not can(kube, tether_release, "delete", "agentruns.tether.dev", ns)
+    assert not can(kube, tether_release, "create", "serviceaccounts/token", tether_release.namespace)
+    assert not can(kube, tether_release, "impersonate", "serviceaccounts", tether_release.namespace)
+
+
+def test_chart_installed_objects(kube: ControlPlane, tether_release: Release) -> None:
+    out = kube.kubectl("get", "deployment,serviceaccount", "-n", tether_release.namespace, "-o", "name").stdout
+    assert "deployment.apps/tether" in out and "serviceaccount/tether" in out
+    crd = json.loads(kube.kubectl("get", "crd", "agentruns.tether.dev", "-o", "json").stdout)
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"

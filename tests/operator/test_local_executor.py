@@ -1,0 +1,163 @@
+"""LocalExecutor: exit-code contract, retries on death, suspension/resume, abort, concurrency.
+
+The executor's own contract is driven with a small stand-in process (it exits with the codes a
+test scripts); the real runtime (`python -m tether exec`) is exercised by the kube tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.api import AgentRunSpec, ExecRequest
+from tether_operator import ExecutionState, LocalExecutor, Submission, execution_name
+
+# Exits with the n-th code of $CODES on the n-th attempt ("kill" = SIGKILL itself, "sleep" hangs).
+STAND_IN = r"""
+import json, os, signal, sys, time
+request, store = sys.argv[1], sys.argv[3]
+folder = os.path.dirname(request)
+n = len([f for f in os.listdir(folder) if f.startswith("seen-")]) + 1
+open(os.path.join(folder, f"seen-{n}"), "w").write(json.dumps({
+    "key": os.environ.get("OPENAI_API_KEY"), "kube": os.environ.get("KUBECONFIG"),
+    "request": json.load(open(request))}))
+codes = os.environ["CODES"].split(",")
+code = codes[min(n, len(codes)) - 1]
+if code == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if code == "sleep":
+    time.sleep(60)
+sys.exit(int(code))
+"""
+
+
+def _submission(name: str = "t1", retries: int = 2, **kw) -> Submission:
+    spec = AgentRunSpec.model_validate(
+        {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi"}
+    )
+    request = ExecRequest(run_id="uid-" + name, namespace="ns", name=name, spec=spec)
+    return Submission(name=name, request=request, env={"OPENAI_API_KEY": "sk-secret"},
+                      retries=retries, **kw)
+
+
+@pytest.fixture
+def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    monkeypatch.setenv("KUBECONFIG", "/should/not/leak")
+
+    def make(codes: str, concurrency: int = 4) -> LocalExecutor:
+        monkeypatch.setenv("CODES", codes)
+        return LocalExecutor(f"file://{tmp_path}/store", tmp_path / "work", concurrency=concurrency,
+                             retry_backoff=0.01, command=[sys.executable, str(script)])
+
+    return make
+
+
+async def _until_finished(ex: LocalExecutor, name: str, states=None) -> ExecutionState:
+    states = states or (ExecutionState.SUCCEEDED, ExecutionState.FAILED, ExecutionState.SUSPENDED)
+    for _ in range(400):
+        st = await ex.status(name)
+        if st and st.state in states:
+            return st.state
+        await ex.wait(name, 0.05)
+    raise AssertionError(f"{name} did not finish: {await ex.status(name)}")
+
+
+async def test_success_passes_key_only_through_env(make, tmp_path: Path) -> None:
+    ex = make("0")
+    await ex.submit(_submission())
+    assert await _until_finished(ex, "t1") is ExecutionState.SUCCEEDED
+    seen = json.loads((tmp_path / "work/t1/seen-1").read_text())
+    assert seen["key"] == "sk-secret" and seen["kube"] is None
+    assert seen["request"]["runId"] == "uid-t1" and seen["request"]["spec"]["framework"] == "openai"
+    on_disk = (tmp_path / "work/t1/request.json").read_text()
+    assert "sk-secret" not in on_disk
+    assert oct((tmp_path / "work/t1/request.json").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_death_is_retried_and_counted(make) -> None:
+    ex = make("kill,1,0")
+    await ex.submit(_submission(retries=2))
+    assert await _until_finished(ex, "t1") is ExecutionState.SUCCEEDED
+    st = await ex.status("t1")
+    assert (st.attempts, st.failures) == (3, 2)
+
+
+async def test_retries_exhausted_and_terminal_not_retried(make) -> None:
+    ex = make("kill")
+    await ex.submit(_submission(retries=1))
+    assert await _until_finished(ex, "t1") is ExecutionState.FAILED
+    st = await ex.status("t1")
+    assert st.attempts == 2 and "retries exhausted" in st.message and "signal 9" in st.message
+
+    ex = make("2")
+    await ex.submit(_submission("t2", retries=5))
+    assert await _until_finished(ex, "t2") is ExecutionState.FAILED
+    assert (await ex.status("t2")).attempts == 1
+
+
+async def test_suspend_then_resume_is_not_a_failure(make) -> None:
+    ex = make("3,0")
+    await ex.submit(_submission(retries=0))
+    assert await _until_finished(ex, "t1") is ExecutionState.SUSPENDED
+    await ex.resume("t1")
+    assert await _until_finished(ex, "t1", (ExecutionState.SUCCEEDED,)) is ExecutionState.SUCCEEDED
+    st = await ex.status("t1")
+    assert (st.attempts, st.failures) == (2, 0)
+
+
+async def test_submit_is_idempotent_and_adopts(make) -> None:
+    ex = make("sleep")
+    first = await ex.submit(_submission())
+    again = await ex.submit(_submission())
+    assert first.name == again.name and (await ex.status("t1")).attempts <= 1
+    await ex.abort("t1")
+    assert await ex.status("t1") is None
+    # After an operator restart a run last seen suspended is adopted without a process.
+    adopted = await ex.submit(_submission("t3", attempts=4, suspended=True))
+    assert adopted.state is ExecutionState.SUSPENDED and adopted.attempts == 4
+
+
+async def test_abort_kills_the_process(make, tmp_path: Path) -> None:
+    ex = make("sleep")
+    await ex.submit(_submission())
+    await _until_finished(ex, "t1", (ExecutionState.RUNNING,))
+    for _ in range(100):
+        if (tmp_path / "work/t1/pid").exists():
+            break
+        await asyncio.sleep(0.02)
+    pid = int((tmp_path / "work/t1/pid").read_text())
+    await ex.abort("t1")
+    await asyncio.sleep(0.1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_concurrency_limit_queues(make) -> None:
+    ex = make("sleep", concurrency=1)
+    await ex.submit(_submission("a"))
+    await ex.submit(_submission("b"))
+    await _until_finished(ex, "a", (ExecutionState.RUNNING,))
+    await asyncio.sleep(0.2)
+    assert (await ex.status("b")).state is ExecutionState.QUEUED
+    await ex.close()
+
+
+async def test_timeout_is_a_recoverable_failure(make) -> None:
+    ex = make("sleep")
+    await ex.submit(_submission(retries=0, timeout_seconds=0.3))
+    assert await _until_finished(ex, "t1") is ExecutionState.FAILED
+    assert "timed out" in (await ex.status("t1")).message
+
+
+def test_execution_name_is_deterministic() -> None:
+    a = execution_name("0b5e3c1e-8a4e-4c55-9b8f-0a1b2c3d4e5f")
+    assert a == execution_name("0b5e3c1e-8a4e-4c55-9b8f-0a1b2c3d4e5f")
+    assert a != execution_name("another") and len(a) == 20 and a[0].isalpha() and a.islower()

@@ -1,1 +1,29 @@
-"""Tether: durable runtime for AI agents."""
+"""Tether: durable runtime for AI agents.
+
+The public surface; everything else is reached through its module (``tether.stores``,
+``tether.wire``, ``tether.testing``...). Framework packages (``tether_openai``…) re-export
+``tool``, ``run_agent`` and ``run_agent_sync`` bound to their adapter.
+"""
+
+from .agent import Adapter, AgentResult, AgentSession, AgentSpec, Tool, load_adapter, run_agent, run_agent_sync, tool
+from .errors import ConfigError, StoreError, StoreUnavailable, Suspended, TetherError, ToolError
+from .tools import idempotency_key
+
+__all__ = [
+    "Adapter",
+    "AgentResult",
+    "AgentSession",
+    "AgentSpec",
+    "ConfigError",
+    "StoreError",
+    "StoreUnavailable",
+    "Suspended",
+    "TetherError",
+    "Tool",
+    "ToolError",
+    "idempotency_key",
+    "load_adapter",
+    "run_agent",
+    "run_agent_sync",
+    "tool",
+]

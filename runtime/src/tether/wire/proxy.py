@@ -55,6 +55,15 @@ class WireProxy:
         for token in getattr(run, "_proxy_tokens", []):
             self._runs.pop(token, None)
 
+    def active_url(self, provider: str) -> str:
+        """A base URL that follows whichever run is active in this process (``/r/active/``).
+
+        For agents built before their run exists (a bring-your-own module whose SDK client read
+        ``OPENAI_BASE_URL`` at import): requests go to the single registered run, and fail with
+        a clear 409 when there is none or several.
+        """
+        return f"http://127.0.0.1:{self.port}/r/active/{provider}"
+
     def base_url(self, run: Run, provider: str) -> str:
         """The base URL an SDK of ``provider`` should use (append the SDK's version segment)."""
         tokens = getattr(run, "_proxy_tokens", None) or [self.register(run)]
@@ -62,8 +71,15 @@ class WireProxy:
 
     # -- one request ---------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        run = self._runs.get(request.match_info["token"])
+        token = request.match_info["token"]
         provider = request.match_info["provider"]
+        if token == "active":
+            active = {id(r): r for r in self._runs.values()}
+            if len(active) != 1:
+                msg = f"tether proxy: /r/active/ needs exactly one active run in this process, found {len(active)}"
+                return web.json_response({"error": {"message": msg, "type": "tether_proxy"}}, status=409)
+            token = next(k for k, r in self._runs.items() if r is next(iter(active.values())))
+        run = self._runs.get(token)
         if run is None or provider not in run.upstreams:
             return web.json_response({"error": {"message": "tether proxy: unknown run or provider", "type": "tether_proxy"}}, status=404)
         path = "/" + request.match_info["tail"]

@@ -126,4 +126,8 @@ class Run:
             listener(event)
 
     async def aclose(self) -> None:
+        if getattr(self, "_proxy_tokens", None):
+            from .wire.proxy import shared_proxy
+
+            shared_proxy().unregister(self)
         await self.seam.aclose()

@@ -55,7 +55,9 @@ class AnthropicMessages(Protocol):
         content: list[dict[str, Any]] = []
         if reply.text is not None:
             content.append({"type": "text", "text": reply.text})
-        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in reply.tool_calls]
+        content += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in reply.tool_calls
+        ]
         return {
             **self._message(reply),
             "content": content,
@@ -74,7 +76,8 @@ class AnthropicMessages(Protocol):
             out.append(event("content_block_start", index=0, content_block={"type": "text", "text": ""}))
             out.append(event("ping"))
             out += [
-                event("content_block_delta", index=0, delta={"type": "text_delta", "text": p}) for p in pieces(reply.text)
+                event("content_block_delta", index=0, delta={"type": "text_delta", "text": p})
+                for p in pieces(reply.text)
             ]
             out.append(event("content_block_stop", index=0))
             index = 1

@@ -8,7 +8,7 @@ import string
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 _ALNUM = string.ascii_letters + string.digits
@@ -74,8 +74,15 @@ class TokenUsage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+    def normalised(self) -> dict[str, int]:
+        """Named and split like ``tether.wire.protocols.base.Usage``: ``input_tokens`` are the
+        uncached ones, so a ledger entry compares directly with what the seam reads."""
+        return {
+            "input_tokens": self.uncached_input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -177,7 +184,11 @@ def chat_messages_view(body: Mapping[str, Any]) -> RequestView:
     """View of an OpenAI-style ``messages`` list (OpenAI and Mistral chat completions)."""
     messages = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
     first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
-    calling = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and (m.get("tool_calls") or m.get("function_call"))]
+    calling = [
+        i
+        for i, m in enumerate(messages)
+        if m.get("role") == "assistant" and (m.get("tool_calls") or m.get("function_call"))
+    ]
     after = messages[calling[-1] + 1 :] if calling else []
     results = tuple(text_of(m.get("content")) for m in after if m.get("role") in ("tool", "function"))
     return RequestView(

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import Call, Ids, Protocol, Reply, RequestView, pieces, sse
+from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, pieces, sse
 
 _STATUSES = {
     400: "INVALID_ARGUMENT",
@@ -21,13 +21,18 @@ _STATUSES = {
 
 
 class Gemini(Protocol):
-    """The model and the method come from the path: ``models/{model}:{generateContent|streamGenerateContent}``."""
+    """The model and the method come from the path: ``models/{model}:{generateContent|streamGenerateContent}``.
+
+    Streams are always SSE (what ``?alt=sse`` asks for and google-genai always sends).
+    """
 
     name = "gemini"
     provider = "gemini"
 
     def read(self, call: Call) -> RequestView:
         model, _, method = call.path_params["model_method"].partition(":")
+        if method not in ("generateContent", "streamGenerateContent"):
+            raise RequestError(404, f"Method {method or '(none)'} is not served by the fake provider.")
         contents = [c for c in call.body.get("contents") or () if isinstance(c, Mapping)]
         first_user = next((t for c in contents if c.get("role", "user") == "user" for t in [_text(c)] if t), "")
         calling = [i for i, c in enumerate(contents) if c.get("role") == "model" and _parts(c, "functionCall")]

@@ -79,7 +79,9 @@ class OpenAIChat(Protocol):
         for i, c in enumerate(reply.tool_calls):
             head = {"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
             out.append(chunk({"tool_calls": [head]}))
-            out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in pieces(c.arguments_json)]
+            out += [
+                chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in pieces(c.arguments_json)
+            ]
         out.append(chunk({}, _finish(reply)))
         if include_usage:
             out.append(sse({**base, "choices": [], "usage": _chat_usage(reply)}))
@@ -209,7 +211,13 @@ class OpenAIResponses(Protocol):
         if reply.text is not None:
             content = [{"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}]
             output.append(
-                {"type": "message", "id": "msg_" + ids.hex(48), "status": "completed", "role": "assistant", "content": content}
+                {
+                    "type": "message",
+                    "id": "msg_" + ids.hex(48),
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": content,
+                }
             )
         for c in reply.tool_calls:
             output.append(

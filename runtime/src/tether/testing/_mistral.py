@@ -1,0 +1,248 @@
+"""Mistral wire formats: chat completions and the beta conversations API."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, chat_messages_view, pieces, sse, text_of
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "unauthorized",
+    404: "not_found",
+    422: "invalid_request_error",
+    429: "rate_limited",
+}
+
+
+def mistral_error(status: int, message: str) -> dict[str, Any]:
+    return {
+        "object": "error",
+        "message": message,
+        "type": _ERROR_TYPES.get(status, "internal_server_error"),
+        "param": None,
+        "code": str(status),
+    }
+
+
+def _usage(reply: Reply) -> dict[str, Any]:
+    u = reply.usage
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+def _tool_call(c: Any, index: int) -> dict[str, Any]:
+    return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}, "index": index}
+
+
+class MistralChat(Protocol):
+    name = "mistral-chat"
+    provider = "mistral"
+
+    def read(self, call: Call) -> RequestView:
+        return chat_messages_view(call.body)
+
+    def response_id(self, ids: Ids) -> str:
+        return ids.hex(32)
+
+    def tool_call_id(self, ids: Ids) -> str:
+        return ids.alnum(9)
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        return mistral_error(status, message)
+
+    def render(self, reply: Reply, call: Call, ids: Ids) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or "", "prefix": False}
+        if reply.tool_calls:
+            message["tool_calls"] = [_tool_call(c, i) for i, c in enumerate(reply.tool_calls)]
+        choice = {"index": 0, "message": message, "finish_reason": _finish(reply)}
+        return {**self._envelope(reply, "chat.completion"), "choices": [choice], "usage": _usage(reply)}
+
+    def frames(self, reply: Reply, call: Call, ids: Ids) -> list[bytes]:
+        base = self._envelope(reply, "chat.completion.chunk")
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        out += [chunk({"content": p}) for p in pieces(reply.text or "")]
+        if reply.tool_calls:  # Mistral sends each tool call whole, in one delta
+            out.append(chunk({"tool_calls": [_tool_call(c, i) for i, c in enumerate(reply.tool_calls)]}))
+        out.append(chunk({"content": ""}, _finish(reply), usage=_usage(reply)))
+        out.append(sse("[DONE]"))
+        return out
+
+    @staticmethod
+    def _envelope(reply: Reply, obj: str) -> dict[str, Any]:
+        return {"id": reply.id, "object": obj, "created": reply.created, "model": reply.model}
+
+
+def _finish(reply: Reply) -> str:
+    return "tool_calls" if reply.tool_calls else "stop"
+
+
+@dataclass
+class _Conversation:
+    first_user_text: str
+    model: str
+    #: Appends that carried function results: each answers one tool-calling turn.
+    answered_turns: int = 0
+
+
+class MistralConversations(Protocol):
+    """``POST /v1/conversations`` (start) and ``POST /v1/conversations/{id}`` (append).
+
+    Like the real API the history lives on the server: an append carries only the new entries,
+    so the turn index is the number of appends with ``function.result`` entries the server has
+    accepted for that conversation (parallel results in one append answer one turn).
+    """
+
+    name = "mistral-conversations"
+    provider = "mistral"
+
+    def __init__(self) -> None:
+        self._conversations: dict[str, _Conversation] = {}
+        self._lock = threading.Lock()
+
+    def read(self, call: Call) -> RequestView:
+        body = call.body
+        inputs = body.get("inputs")
+        entries = [{"type": "message.input", "role": "user", "content": inputs}] if isinstance(inputs, str) else inputs
+        entries = [e for e in entries or () if isinstance(e, Mapping)]
+        results = tuple(str(e.get("result", "")) for e in entries if e.get("type") == "function.result")
+        conversation_id = call.path_params.get("conversation_id")
+        if conversation_id is None:  # start: whatever history the inputs carry
+            first_user = next((text_of(e.get("content")) for e in entries if _is_user_input(e)), "")
+            model = str(body.get("model") or body.get("agent_id") or "mistral-medium-latest")
+            turns = _function_call_runs(entries)
+        else:
+            state = self._state(conversation_id)
+            first_user, model = state.first_user_text, state.model
+            turns = state.answered_turns + (1 if results else 0)
+        return RequestView(
+            model=model,
+            stream=bool(body.get("stream")),
+            first_user_text=first_user,
+            tool_turns=turns,
+            tool_results=results,
+        )
+
+    def _state(self, conversation_id: str) -> _Conversation:
+        with self._lock:
+            state = self._conversations.get(conversation_id)
+        if state is None:
+            raise RequestError(404, f"Conversation {conversation_id} not found")
+        return state
+
+    def commit(self, view: RequestView, reply: Reply, call: Call) -> None:
+        conversation_id = call.path_params.get("conversation_id") or reply.id
+        with self._lock:
+            state = self._conversations.setdefault(conversation_id, _Conversation(view.first_user_text, view.model))
+            state.answered_turns = view.tool_turns
+
+    def reset(self) -> None:
+        with self._lock:
+            self._conversations.clear()
+
+    def response_id(self, ids: Ids) -> str:
+        # The reply id is the conversation id: a start creates it, an append must keep it.
+        return "conv_" + ids.hex(32)
+
+    def tool_call_id(self, ids: Ids) -> str:
+        return ids.alnum(9)
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        return mistral_error(status, message)
+
+    def render(self, reply: Reply, call: Call, ids: Ids) -> dict[str, Any]:
+        return {
+            "object": "conversation.response",
+            "conversation_id": self._conversation_id(reply, call),
+            "outputs": self._outputs(reply, ids),
+            "usage": _usage(reply),
+        }
+
+    def frames(self, reply: Reply, call: Call, ids: Ids) -> list[bytes]:
+        now = _iso(reply)
+
+        def event(kind: str, **fields: Any) -> bytes:
+            return sse({"type": kind, "created_at": now, **fields}, event=kind)
+
+        out = [event("conversation.response.started", conversation_id=self._conversation_id(reply, call))]
+        for index, entry in enumerate(self._outputs(reply, ids)):
+            common = {"output_index": index, "id": entry["id"], "model": reply.model, "agent_id": None}
+            if entry["type"] == "message.output":
+                out += [
+                    event("message.output.delta", **common, content_index=0, role="assistant", content=p)
+                    for p in pieces(entry["content"]) or [""]
+                ]
+            else:
+                out += [
+                    event(
+                        "function.call.delta",
+                        **common,
+                        name=entry["name"],
+                        tool_call_id=entry["tool_call_id"],
+                        arguments=p,
+                    )
+                    for p in pieces(entry["arguments"]) or ["{}"]
+                ]
+        out.append(event("conversation.response.done", usage=_usage(reply)))
+        return out
+
+    @staticmethod
+    def _conversation_id(reply: Reply, call: Call) -> str:
+        return call.path_params.get("conversation_id") or reply.id
+
+    @staticmethod
+    def _outputs(reply: Reply, ids: Ids) -> list[dict[str, Any]]:
+        now = _iso(reply)
+        entry = {"object": "entry", "created_at": now, "completed_at": now, "agent_id": None, "model": reply.model}
+        outputs: list[dict[str, Any]] = []
+        if reply.text is not None:
+            outputs.append(
+                {
+                    **entry,
+                    "type": "message.output",
+                    "id": "msg_" + ids.hex(32),
+                    "role": "assistant",
+                    "content": reply.text,
+                }
+            )
+        for c in reply.tool_calls:
+            outputs.append(
+                {
+                    **entry,
+                    "type": "function.call",
+                    "id": "fc_" + ids.hex(32),
+                    "tool_call_id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments_json,
+                }
+            )
+        return outputs
+
+
+def _iso(reply: Reply) -> str:
+    return datetime.fromtimestamp(reply.created, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _is_user_input(entry: Mapping[str, Any]) -> bool:
+    return entry.get("role") == "user" and entry.get("type", "message.input") == "message.input"
+
+
+def _function_call_runs(entries: list[Mapping[str, Any]]) -> int:
+    runs, in_run = 0, False
+    for entry in entries:
+        is_call = entry.get("type") == "function.call"
+        runs += is_call and not in_run
+        in_run = is_call
+    return runs

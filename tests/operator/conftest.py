@@ -85,6 +85,7 @@ class Operator:
             "TETHER_STORE_URL": self.store_url,
             "TETHER_WORKDIR": str(workdir / "executions"),
             "TETHER_RECHECK_SECONDS": "0.5",
+            "TETHER_MAX_RECHECK_SECONDS": "2",
             "TETHER_STATUS_INTERVAL_SECONDS": "0.5",
             "TETHER_TOOL_INTERVAL_SECONDS": "1",
             "TETHER_GPU_NODE_POOLS": json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
@@ -100,6 +101,7 @@ class Operator:
     def start(self) -> None:
         self.starts += 1
         self.env["TETHER_HEALTH_PORT"] = str(free_port())
+        self.env["TETHER_METRICS_PORT"] = self.metrics_port = str(free_port())
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(

@@ -168,3 +168,12 @@ def test_operator_never_crashed(operator: Operator) -> None:
     assert operator.alive()
     logs = operator.logs()
     assert "Traceback" not in logs, logs[-4000:]
+
+
+def test_metrics_endpoint(operator: Operator) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert "tether_operator_submissions_total" in text
+    assert "tether_operator_status_patches_total" in text

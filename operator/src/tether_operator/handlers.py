@@ -17,7 +17,7 @@ import kopf
 from tether.api import GROUP, VERSION
 from tether.stores import open_store
 
-from . import kube
+from . import kube, metrics
 from .executors.base import Executor, execution_name
 from .executors.local import LocalExecutor
 from .runs import FINISHED, RunLoop
@@ -63,6 +63,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         memo.executor = make_executor(memo.settings)
         memo.store = open_store(memo.settings.store.url)
+        if memo.settings.metrics_port:
+            memo.metrics = await metrics.serve(memo.settings.metrics_port, memo.executor)
         log.info("tether operator: executor=%s store=%s namespaces=%s", memo.executor.kind,
                  memo.settings.store.url, ",".join(memo.settings.namespaces) or "(all)")
 
@@ -71,6 +73,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         executor = getattr(memo, "executor", None)
         if executor is not None:
             await executor.close()
+        runner = getattr(memo, "metrics", None)
+        if runner is not None:
+            await runner.cleanup()
 
     @kopf.daemon(
         GROUP, VERSION, "agentruns", id="agentrun", registry=registry, when=_unfinished,

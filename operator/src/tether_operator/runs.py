@@ -37,10 +37,11 @@ from tether.api import (
 from tether.stores import Store
 
 from . import conditions as C
-from . import kube
+from . import kube, metrics
 from .checks import check_run
 from .conditions import Reason
 from .executors.base import ExecutionState, ExecutionStatus, Executor, Submission, execution_name
+from .placement import placement, propagated
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class RunLoop:
         if not urgent and time.monotonic() - self._sent_at < self.settings.timing.status_interval_seconds:
             return  # the loop comes back; the newest state is sent then
         await kube.patch_status("agentruns", self.namespace, self.name, doc)
+        metrics.STATUS_PATCHES.inc()
         self._sent, self._sent_at = doc, time.monotonic()
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
@@ -170,7 +172,8 @@ class RunLoop:
 
     async def accept(self, spec: AgentRunSpec, stopped: Any) -> bool:
         """Wait until everything the spec names exists; False if the run cannot go on."""
-        last_reason = None
+        last_reason = last_seen = None
+        delay = self.settings.timing.recheck_seconds
         while not stopped:
             resolved = await check_run(self.namespace, spec, self.settings.gpu_node_pools)
             if not resolved.problems:
@@ -194,7 +197,11 @@ class RunLoop:
             if first.reason != last_reason:
                 self.event(first.reason, f"waiting: {message}", warning=True)
                 last_reason = first.reason
-            await asyncio.sleep(self.settings.timing.recheck_seconds)
+            # Back off while nothing changes (1000 waiting runs must not hammer the apiserver).
+            timing = self.settings.timing
+            delay = min(delay * 2, timing.max_recheck_seconds) if first.reason == last_seen else timing.recheck_seconds
+            last_seen = first.reason
+            await asyncio.sleep(delay)
         return False
 
     async def submit(self, spec: AgentRunSpec) -> ExecutionStatus:
@@ -202,6 +209,11 @@ class RunLoop:
         request = ExecRequest(
             run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools
         )
+        where = placement(spec.resources, spec.node_selector, spec.tolerations,
+                          self.settings.gpu_node_pools)
+        labels = propagated(self.body.meta.get("labels"))
+        labels.update({"tether.dev/run": self.name, "tether.dev/run-uid": self.uid})
+        started = time.monotonic()
         ex = await self.executor.submit(Submission(
             name=self.exec_name,
             request=request,
@@ -210,7 +222,13 @@ class RunLoop:
             timeout_seconds=spec.timeout_seconds,
             attempts=int(self.status.get("attempts") or 0),
             suspended=self.status.get("phase") == Phase.AWAITING_APPROVAL.value,
+            node_selector=where.node_selector,
+            tolerations=where.tolerations,
+            labels=labels,
         ))
+        metrics.SUBMIT_SECONDS.observe(time.monotonic() - started)
+        if first_time:
+            metrics.SUBMISSIONS.inc()
         self.status["execution"] = {"executor": self.executor.kind, "name": self.exec_name, "url": ex.url}
         self.status.setdefault("startTime", C.now())
         self._mirror(ex, None, None)
@@ -315,7 +333,8 @@ class RunLoop:
             s["usage"] = progress.usage.wire()
             if progress.result is not None:
                 text = progress.result if isinstance(progress.result, str) else json.dumps(progress.result, default=str)
-                s["result"] = {"output": self._scrub(text)[:RESULT_LIMIT], "truncated": len(text) > RESULT_LIMIT,
+                s["result"] = {"output": self._scrub(text)[:RESULT_LIMIT],
+                               "truncated": progress.result_truncated or len(text) > RESULT_LIMIT,
                                "ref": progress_key(self.uid)}
         if requests:
             s["approvals"] = [self._approval_status(r) for r in requests]

@@ -35,7 +35,10 @@ class TimingSettings:
     status_interval_seconds: float = 2.0
     """Minimum seconds between two status patches of one run, except phase changes (immediate)."""
     recheck_seconds: float = 5.0
-    """Seconds between checks of a run waiting for a missing AgentTool or Secret."""
+    """Seconds before a waiting run (missing AgentTool or Secret) looks again; doubles while
+    nothing changes, up to `max_recheck_seconds`."""
+    max_recheck_seconds: float = 60.0
+    """Longest wait between two checks of a waiting run, in seconds."""
     tool_interval_seconds: float = 30.0
     """Seconds between readiness checks of one AgentTool."""
 
@@ -47,6 +50,8 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     timing: TimingSettings = field(default_factory=TimingSettings)
+    metrics_port: int = 9090
+    """Port of the Prometheus /metrics endpoint (env TETHER_METRICS_PORT; 0 disables)."""
     gpu_node_pools: dict[str, Any] = field(default_factory=dict)
     """GPU type -> {nodeSelector, tolerations} (env TETHER_GPU_NODE_POOLS, JSON)."""
 
@@ -71,7 +76,9 @@ class Settings:
                 poll_seconds=num("TETHER_POLL_SECONDS", 0.5),
                 status_interval_seconds=num("TETHER_STATUS_INTERVAL_SECONDS", 2.0),
                 recheck_seconds=num("TETHER_RECHECK_SECONDS", 5.0),
+                max_recheck_seconds=num("TETHER_MAX_RECHECK_SECONDS", 60.0),
                 tool_interval_seconds=num("TETHER_TOOL_INTERVAL_SECONDS", 30.0),
             ),
+            metrics_port=int(num("TETHER_METRICS_PORT", 9090)),
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
         )

@@ -727,8 +727,9 @@ class Progress(_Wire):
     usage: Usage = Field(default_factory=Usage)
     approvals: list[ProgressApproval] = Field(default_factory=list)
     result: Any = None
+    result_truncated: bool = False
     error: Any = None
-    updated_at: datetime | str | None = None
+    updated_at: datetime | float | str | None = None
 
     @field_validator("steps", "usage", mode="before")
     @classmethod

@@ -60,6 +60,11 @@ class Submission:
     """Recoverable failures already counted against `retries`."""
     suspended: bool = False
     """The run was suspended awaiting approval when last seen: adopt it without starting it."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Where the runtime should run (spec + GPU node pool); used by executors that make pods."""
+    tolerations: list[dict] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    """Labels for objects the executor creates: the run's, without GitOps tracking keys."""
 
 
 @dataclass
@@ -87,6 +92,10 @@ class Executor(ABC):
 
     @abstractmethod
     async def resume(self, name: str) -> None: ...
+
+    def executions(self) -> list[ExecutionStatus]:
+        """The executions this executor currently holds (for metrics)."""
+        return []
 
     async def close(self) -> None:
         """Stop everything this executor started (operator shutdown)."""

@@ -126,6 +126,9 @@ class LocalExecutor(Executor):
             await asyncio.wait_for(run.changed.wait(), timeout)
         run.changed.clear()
 
+    def executions(self) -> list[ExecutionStatus]:
+        return [run.status() for run in self._runs.values()]
+
     def forget(self, name: str) -> None:
         """Drop a finished execution from memory."""
         run = self._runs.get(name)

@@ -1,0 +1,79 @@
+"""The conformance suite: the same agent runs for every adapter (issue 3).
+
+Run it in an adapter's environment, naming that adapter's kit:
+
+    TETHER_KIT=adapters/openai/tests/kit.py python -m pytest tests/conformance
+
+A kit (``adapters/<id>/tests/kit.py``) defines ``FRAMEWORK``, ``MODEL``, ``PROTOCOL`` and
+``multi_agent(tools)`` — a bring-your-own multi-agent object (handoff, sub-agent, multi-node
+graph) — and may define ``MULTI_SCRIPT`` (extra fake-provider conversations, listed before the
+shared ones) and ``MULTI_PROMPT``. Without ``TETHER_KIT`` the suite is not collected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.testing.fake_provider import FakeProvider
+from tether.testing.script import Script
+
+from .agents import script_for
+from .driver import load_kit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_ignore_collect(collection_path, config):
+    return not os.environ.get("TETHER_KIT")
+
+
+@pytest.fixture(scope="session")
+def kit():
+    return load_kit(str(ROOT / os.environ["TETHER_KIT"]))
+
+
+@pytest.fixture
+def fake(kit):
+    with FakeProvider(Script.from_dict(script_for(kit)), seed=7) as provider:
+        yield provider
+
+
+class Runner:
+    """Runs the driver in a fresh process per attempt and keeps what tests assert on."""
+
+    def __init__(self, kit_path: str, fake: FakeProvider, tmp: Path) -> None:
+        self.kit_path, self.fake = kit_path, fake
+        self.store = str(tmp / "store")
+        self.tool_log = tmp / "tools.jsonl"
+        self.tool_log.touch()
+
+    def __call__(self, scenario: str, run_id: str, *, kill_after_turn: int = 0, expect_killed: bool = False, **extra) -> dict | None:
+        args = {"kit": self.kit_path, "scenario": scenario, "run_id": run_id, "store": self.store, "origin": self.fake.url, "kill_after_turn": kill_after_turn, **extra}
+        env = {**os.environ, "TETHER_TOOL_LOG": str(self.tool_log), "OPENAI_API_KEY": "sk-conformance", "ANTHROPIC_API_KEY": "sk-conformance", "GEMINI_API_KEY": "conformance", "MISTRAL_API_KEY": "conformance", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+        proc = subprocess.run([sys.executable, "-m", "tests.conformance.driver", json.dumps(args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        if expect_killed:
+            assert proc.returncode == -9, f"expected SIGKILL, got {proc.returncode}: {proc.stderr[-3000:]}"
+            return None
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def executions(self, tool: str | None = None) -> list[dict]:
+        lines = [json.loads(line) for line in self.tool_log.read_text().splitlines() if line.strip()]
+        return [e for e in lines if tool is None or e["tool"] == tool]
+
+    def records(self, run_id: str, kind: str = "model"):
+        from tether.journal import Record
+
+        root = Path(self.store) / "journal" / run_id / kind
+        return [Record.decode(p.read_bytes()) for p in sorted(root.glob("*.rec"))]
+
+
+@pytest.fixture
+def runner(kit, fake, tmp_path):
+    return Runner(os.environ["TETHER_KIT"], fake, tmp_path)

@@ -1,0 +1,76 @@
+"""Run one conformance scenario through an adapter, in its own process.
+
+    python -m tests.conformance.driver '{"kit": ..., "scenario": "multi", "run_id": ..., "store": ...,
+                                         "origin": ..., "kill_after_turn": 0, "stream": false, "memory_key": null}'
+
+Prints one JSON line with the result. ``kill_after_turn`` SIGKILLs the process right after the
+k-th model turn was recorded, like a node dying mid-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import sys
+
+from tether.agent import load_adapter, run_agent
+from tether.wire.providers import PROVIDERS
+
+from .agents import PROMPTS, TOOLS
+
+
+def load_kit(path: str):
+    spec = importlib.util.spec_from_file_location("tether_conformance_kit", path)
+    kit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kit)
+    return kit
+
+
+async def main(args: dict) -> dict:
+    kit = load_kit(args["kit"])
+    adapter = load_adapter(kit.FRAMEWORK)
+    turns = 0
+
+    def on_step(event) -> None:
+        nonlocal turns
+        if event.kind == "model":
+            turns += 1
+            if args.get("kill_after_turn") and turns >= args["kill_after_turn"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    scenario = args["scenario"]
+    common = dict(
+        run_id=args["run_id"],
+        store=args["store"],
+        upstreams={p: f"{args['origin']}/{p}" for p in PROVIDERS},
+        memory_key=args.get("memory_key"),
+        stream=bool(args.get("stream")),
+        on_step=on_step,
+    )
+    if scenario == "delegate":
+        agent = kit.multi_agent(TOOLS)
+        result = await run_agent(adapter, getattr(kit, "MULTI_PROMPT", PROMPTS["delegate"]), agent=agent, **common)
+    else:
+        result = await run_agent(adapter, PROMPTS[scenario], tools=TOOLS, model=kit.MODEL, instructions="You are a helpful assistant.", **common)
+    return {
+        "output": result.output,
+        "status": result.status,
+        "attempt": result.attempt,
+        "model_live": result.model_live,
+        "model_replayed": result.model_replayed,
+        "tool_live": result.tool_live,
+        "tool_replayed": result.tool_replayed,
+        "first_divergence": result.first_divergence,
+        "usage_live": result.usage_live,
+        "usage_replayed": result.usage_replayed,
+        "cost_usd": result.cost_usd,
+        "saved_usd": result.saved_usd,
+        "pending_approval": result.pending_approval,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))), flush=True)

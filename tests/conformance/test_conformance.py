@@ -1,0 +1,138 @@
+"""Every adapter, the same runs (issue 3, conformance 1–8). Each test runs real agents of the
+framework over real HTTP against the fake provider, in separate processes per attempt."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tether.approvals import decide, list_approvals
+from tether.stores import open_store
+from tether.testing.fake_provider import FakeProvider
+from tether.testing.script import Script
+
+from .agents import TURNS, script_for
+
+
+@pytest.mark.parametrize("k", range(1, TURNS["multi"] + 1))
+def test_kill_after_turn_k_resumes_without_repeating(runner, fake, k):
+    """1. Killed after turn k: turns ≤ k are replayed (0 live calls), completed tools never run
+    again, the answer is the one an uninterrupted run gives."""
+    reference = runner("multi", "reference")
+    assert reference["status"] == "succeeded" and reference["model_live"] == TURNS["multi"]
+    calls_before = fake.live_calls()
+    runner("multi", f"killed-{k}", kill_after_turn=k, expect_killed=True)
+    assert fake.live_calls() - calls_before == k
+    tools_after_kill = runner.executions()
+    retry = runner("multi", f"killed-{k}")
+    assert retry["model_replayed"] == k
+    assert retry["model_live"] == TURNS["multi"] - k
+    assert fake.live_calls() - calls_before == TURNS["multi"]  # each turn paid exactly once
+    assert retry["output"] == reference["output"]
+    executed = runner.executions()[len(tools_after_kill) :]
+    done_before = {json.dumps(e["arguments"], sort_keys=True) + e["tool"] for e in tools_after_kill}
+    assert all(json.dumps(e["arguments"], sort_keys=True) + e["tool"] not in done_before for e in executed)
+    assert retry["attempt"] == 2
+
+
+def test_fingerprints_identical_in_two_processes(kit, runner, tmp_path):
+    """2. The same run in two processes (two fake providers with one seed, so provider-made ids
+    match) produces the same model fingerprints, in the same order."""
+    fingerprints = []
+    for i in range(2):
+        with FakeProvider(Script.from_dict(script_for(kit)), seed=11) as provider:
+            runner.fake = provider
+            result = runner("multi", f"twin-{i}")
+            assert result["model_live"] == TURNS["multi"]
+        records = sorted(runner.records(f"twin-{i}"), key=lambda r: r.started_at)
+        fingerprints.append([(r.fingerprint, r.occurrence) for r in records])
+    assert len(fingerprints[0]) == TURNS["multi"]
+    assert fingerprints[0] == fingerprints[1]
+
+
+def test_streamed_run_replays(runner, fake):
+    """3. A streamed run records its streams and replays them with no upstream call."""
+    first = runner("multi", "streamed", stream=True)
+    assert first["status"] == "succeeded" and first["model_live"] == TURNS["multi"]
+    assert all(r.response.get("streamed") for r in runner.records("streamed"))
+    calls = fake.live_calls()
+    second = runner("multi", "streamed", stream=True)
+    assert fake.live_calls() == calls
+    assert second["model_replayed"] == TURNS["multi"] and second["output"] == first["output"]
+
+
+def test_tool_error_reaches_the_model_and_loop_goes_on(runner, fake):
+    """4. A raising tool becomes a tool error the framework hands to the model; the run completes."""
+    result = runner("broken", "broken")
+    assert result["status"] == "succeeded"
+    assert "the backend is down" in result["output"]
+    assert len(runner.executions("broken")) == 1
+    again = runner("broken", "broken")
+    assert again["output"] == result["output"]
+    assert len(runner.executions("broken")) == 1  # the recorded failure is replayed, not re-run
+
+
+def test_memory_is_shared_and_never_duplicated(runner):
+    """5. Two runs with one memory key: the second sends the first's conversation; a crash
+    mid-run and a successful retry leave exactly one copy of each turn."""
+    first = runner("memory1", "mem-1", memory_key="ada")
+    assert first["status"] == "succeeded"
+    runner("memory2", "mem-2", memory_key="ada", kill_after_turn=1, expect_killed=True)
+    second = runner("memory2", "mem-2", memory_key="ada")
+    assert second["status"] == "succeeded"
+    first_request = json.dumps(sorted(runner.records("mem-2"), key=lambda r: r.started_at)[0].request)
+    assert "my name is Ada" in first_request and "what is my name?" in first_request
+    stored = b"".join(open_store(runner.store).get(k) or b"" for k in open_store(runner.store).list("memory/default/ada/segments/"))
+    assert stored.count(b"remember that my name is Ada") == 1
+    assert stored.count(b"what is my name?") == 1
+
+
+def test_approval_suspends_then_approve_completes(runner):
+    """6a. Pending approval → suspended, nothing executed; approve → the tool runs once, done."""
+    first = runner("refund", "refund-yes")
+    assert first["status"] == "suspended" and first["pending_approval"]
+    assert runner.executions("issue_refund") == []
+    [request] = list_approvals(open_store(runner.store), "refund-yes")
+    assert request["tool"] == "issue_refund" and "order A1" in request["prompt"]
+    decide(open_store(runner.store), "refund-yes", request["id"], True, by="alice")
+    done = runner("refund", "refund-yes")
+    assert done["status"] == "succeeded" and "Refunded 20 USD on order A1" in done["output"]
+    assert done["model_replayed"] >= 1
+    assert len(runner.executions("issue_refund")) == 1
+
+
+def test_approval_declined_tells_the_model(runner):
+    """6b. Declined → the tool never runs and the model is told."""
+    runner("refund", "refund-no")
+    [request] = list_approvals(open_store(runner.store), "refund-no")
+    decide(open_store(runner.store), "refund-no", request["id"], False, by="bob", reason="not eligible")
+    done = runner("refund", "refund-no")
+    assert done["status"] == "succeeded"
+    assert "declined" in done["output"] and "not eligible" in done["output"]
+    assert runner.executions("issue_refund") == []
+
+
+def test_multi_agent_replays_like_a_single_agent(runner, fake):
+    """7. Handoffs / sub-agents / multi-node graphs: killed after the first turn, resumed with
+    that turn replayed; a second full run replays everything."""
+    runner("delegate", "multi-agent", kill_after_turn=1, expect_killed=True)
+    resumed = runner("delegate", "multi-agent")
+    assert resumed["status"] == "succeeded" and resumed["model_replayed"] == 1
+    assert resumed["model_live"] >= 1
+    calls = fake.live_calls()
+    again = runner("delegate", "multi-agent")
+    assert fake.live_calls() == calls
+    assert again["output"] == resumed["output"] and again["model_live"] == 0
+    assert len({r.fingerprint for r in runner.records("multi-agent")}) >= 2
+
+
+def test_usage_adds_up_and_replay_costs_nothing(runner):
+    """8. Live tokens of the first attempt come back as replayed tokens, at $0 and shown as saved."""
+    first = runner("multi", "usage")
+    second = runner("multi", "usage")
+    assert sum(first["usage_live"].values()) > 0 and sum(first["usage_replayed"].values()) == 0
+    assert second["usage_replayed"] == first["usage_live"]
+    assert sum(second["usage_live"].values()) == 0
+    assert second["cost_usd"] == 0 and first["cost_usd"] > 0
+    assert second["saved_usd"] == pytest.approx(first["cost_usd"])

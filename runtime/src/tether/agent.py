@@ -103,6 +103,7 @@ class Tool:
                 return tool_error_text(e)
 
         call.__signature__ = inspect.signature(self.fn)  # type: ignore[attr-defined]
+        call.__name__ = call.__qualname__ = self.name  # frameworks name the tool after the function
         return call
 
     def __repr__(self) -> str:

@@ -55,6 +55,7 @@ PROMPTS = {
     "memory1": "memory: remember that my name is Ada",
     "memory2": "memory: what is my name?",
     "delegate": "delegate: ask the weather agent about Paris",
+    "weather": "weather: how is the weather in Paris?",
 }
 
 #: Turns per scenario; the fake provider picks the conversation by the first user message.

@@ -30,6 +30,18 @@ def load_kit(path: str):
 
 
 async def main(args: dict) -> dict:
+    if args["scenario"] == "flyte":
+        import flyte
+
+        from .flyte_agents import agent_task
+
+        flyte.init()
+        run = flyte.run(agent_task, json.dumps({**args, "scenario": "weather"}))
+        return json.loads(run.outputs()[0])
+    return await run_scenario(args, TOOLS)
+
+
+async def run_scenario(args: dict, tools: list) -> dict:
     kit = load_kit(args["kit"])
     adapter = load_adapter(kit.FRAMEWORK)
     turns = 0
@@ -51,10 +63,10 @@ async def main(args: dict) -> dict:
         on_step=on_step,
     )
     if scenario == "delegate":
-        agent = kit.multi_agent(TOOLS)
+        agent = kit.multi_agent(tools)
         result = await run_agent(adapter, getattr(kit, "MULTI_PROMPT", PROMPTS["delegate"]), agent=agent, **common)
     else:
-        result = await run_agent(adapter, PROMPTS[scenario], tools=TOOLS, model=kit.MODEL, instructions="You are a helpful assistant.", **common)
+        result = await run_agent(adapter, PROMPTS[scenario], tools=tools, model=kit.MODEL, instructions="You are a helpful assistant.", **common)
     return {
         "output": result.output,
         "status": result.status,

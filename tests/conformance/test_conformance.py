@@ -136,3 +136,19 @@ def test_usage_adds_up_and_replay_costs_nothing(runner):
     assert sum(second["usage_live"].values()) == 0
     assert second["cost_usd"] == 0 and first["cost_usd"] > 0
     assert second["saved_usd"] == pytest.approx(first["cost_usd"])
+
+
+def test_flyte_local_run_with_task_tools_resumes(runner, fake):
+    """The same run under ``flyte.run`` (local mode), its tool a ``@tool``-over-``@env.task``
+    that runs as a child Flyte task: killed after the first turn, resumed without repeating."""
+    runner("flyte", "flyte-run", kill_after_turn=1, expect_killed=True)
+    assert runner.executions("get_weather") == []
+    resumed = runner("flyte", "flyte-run")
+    assert resumed["status"] == "succeeded" and resumed["model_replayed"] == 1
+    assert "sunny" in resumed["output"]
+    [execution] = runner.executions("get_weather")
+    assert execution["flyte_action"]  # it ran as a Flyte child action
+    calls = fake.live_calls()
+    again = runner("flyte", "flyte-run")
+    assert fake.live_calls() == calls and again["output"] == resumed["output"]
+    assert len(runner.executions("get_weather")) == 1

@@ -12,6 +12,9 @@ cache=${TETHER_CACHE:-$HOME/.cache/tether}
 command -v uv >/dev/null 2>&1 || python3 -m pip install -q "uv==0.9.30" >&2
 key=$(cat "$lock" "$root/scripts/env.sh" | sha256sum | cut -c1-12)
 venv="$cache/venvs/$name-$key"
+mkdir -p "$cache/venvs"
+exec 9>"$venv.lock"
+flock 9  # one builder at a time; the others wait and reuse its result
 if [ ! -f "$venv/.complete" ]; then
   rm -rf "$venv"
   uv venv -q -p 3.11 "$venv" >&2
@@ -19,6 +22,9 @@ if [ ! -f "$venv/.complete" ]; then
   (cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q -r "$lock" >&2)
   touch "$venv/.complete"
 fi
-# Editable installs must point at *this* checkout (CI clones elsewhere): re-link cheaply.
-(cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q --no-deps $(grep -E '^-e ' "$lock" | sed 's/^-e /-e /' | tr '\n' ' ') >&2)
+# Editable installs must point at *this* checkout (CI clones elsewhere): re-link when it moved.
+if [ "$(cat "$venv/.root" 2>/dev/null)" != "$root" ]; then
+  (cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q --no-deps $(grep -E '^-e ' "$lock" | tr '\n' ' ') >&2)
+  echo "$root" >"$venv/.root"
+fi
 echo "$venv"

@@ -390,7 +390,7 @@ async def run_agent(
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
         progress.publish(phase, result=result.output)
     if _wants_report(report):
-        render_report(result)
+        await render_report(result)
     return result
 
 
@@ -419,19 +419,19 @@ def _fill(result: AgentResult, run: Run) -> None:
 
 
 def _wants_report(report: bool | None) -> bool:
-    """``report=None``: render into the Flyte report when the enclosing task was declared ``report=True``."""
-    if report is not None:
-        return report
+    """Inside a Flyte task the timeline is always logged to the task's report; Flyte publishes
+    it only when the task was declared ``report=True``. ``report=False`` skips it."""
+    if report is False:
+        return False
     try:
         import flyte
 
-        ctx = flyte.ctx()
-        return bool(ctx and getattr(ctx, "report", False))
+        return bool(flyte.ctx())
     except ImportError:  # pragma: no cover
         return False
 
 
-def render_report(result: AgentResult) -> None:
+async def render_report(result: AgentResult) -> None:
     """The run's timeline (turns and tools, live or replayed, tokens, cost) into the Flyte report."""
     import html
 
@@ -442,7 +442,7 @@ def render_report(result: AgentResult) -> None:
         f"<td>{e.outcome}</td><td>{e.usage.total}</td><td>${e.cost_usd:.6f}</td><td>{e.duration_ms:.0f} ms</td></tr>"
         for e in result.events
     )
-    flyte.report.log(
+    await flyte.report.log.aio(
         f"<h2>Tether run {html.escape(result.run_id)} — {result.status}</h2>"
         f"<p>attempt {result.attempt}: model {result.model_live} live / {result.model_replayed} replayed, "
         f"tools {result.tool_live} live / {result.tool_replayed} replayed; cost ${result.cost_usd:.6f}, saved ${result.saved_usd:.6f}</p>"

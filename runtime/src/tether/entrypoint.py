@@ -75,12 +75,12 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
     spec = request.spec
     outcome: dict[str, Any] = {"run_id": request.run_id}
     try:
-        adapter = load_adapter(spec.framework.value)
+        adapter = load_adapter(spec.framework)
         tools = [tool_from_spec(name, request.tools[name]) for name in spec.tools if name in request.tools]
         missing = [name for name in spec.tools if name not in request.tools]
         if missing:
             raise ConfigError(f"unknown AgentTool(s): {', '.join(missing)}")
-        provider = spec.model.provider.value
+        provider = spec.model.provider
         result = await run_agent(
             adapter,
             spec.input,

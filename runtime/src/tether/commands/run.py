@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])), "TETHER_PROGRESS": "1"}
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
-    provider = spec.model.provider.value
+    provider = spec.model.provider
     fake = None
     if not spec.model.base_url and not os.environ.get(API_KEY_ENV[provider]):
         script = args.manifest.with_name(f"{args.manifest.stem}.script.yaml")
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
 
     request = ExecRequest(run_id=run_id, namespace=run.metadata.namespace or "default", name=run.metadata.name, spec=spec, tools={n: t.spec for n, t in tool_manifests.items()})
     retries = spec.retries if args.retries is None else args.retries
-    print(f"AgentRun {run.metadata.name} ({spec.framework.value}, {spec.model.name}) run id {run_id}, store {store}")
+    print(f"AgentRun {run.metadata.name} ({spec.framework}, {spec.model.name}) run id {run_id}, store {store}")
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(request.model_dump_json(by_alias=True))

@@ -139,7 +139,8 @@ class Journal:
         return (kind, fingerprint, n)
 
     def replay(self, key: StepKey) -> Record | None:
-        """The recorded step, counted as replayed; or ``None`` (a miss, counted as live)."""
+        """The recorded step, counted as replayed; or ``None`` (a miss: the step runs live and is
+        counted when its record is appended)."""
         self._steps += 1
         record = self.records.get(key)
         kind = key[0]
@@ -147,14 +148,14 @@ class Journal:
             self.counters.count(kind, replayed=True)
             self._unused[kind] -= 1
             return record
-        self.counters.count(kind, replayed=False)
         if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
             self.counters.first_divergence = {"kind": kind, "step": self._steps, "attempt": self.attempt, "fingerprint": key[1]}
         return None
 
-    def append(self, record: Record) -> None:
-        """Durably write a completed step. Raises ``StoreUnavailable`` if the store is down:
-        the step then counts as not done and the next attempt runs it again."""
+    def append(self, record: Record, *, replayed: bool = False) -> None:
+        """Durably write a completed step and count it (``replayed`` for a result reused from
+        elsewhere, e.g. the cross-run tool cache). Raises ``StoreUnavailable`` if the store is
+        down: the step then counts as not done and the next attempt runs it again."""
         record.attempt = self.attempt
         name = self._object_key(record.key)
         data = record.encode()
@@ -164,3 +165,4 @@ class Journal:
         else:
             self.store.create(name, data)
         self.records[record.key] = record
+        self.counters.count(record.kind, replayed=replayed)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import hashlib
 import inspect
 import json
@@ -118,7 +119,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
         return _from_record(spec, record)
     if spec.cache == "auto" and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
-        await asyncio.to_thread(run.journal.append, cached)
+        await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))
         run.tool_step(spec.name, replayed=True, outcome=cached.outcome)
         return _from_record(spec, cached)
     if spec.approval is not None:

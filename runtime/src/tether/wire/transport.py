@@ -75,11 +75,15 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
         def __init__(self, provider: str, run: Run | None = None) -> None:
             self.provider = provider
             self.run = run
-            self._plain = http.AsyncHTTPTransport()
+            # Built on first use: an HTTP transport loads the CA bundle (~0.2 s), and requests
+            # that reach a run's seam never need it.
+            self._plain = None
 
         async def handle_async_request(self, request):
             run = self.run or current_run()
             if run is None:
+                if self._plain is None:
+                    self._plain = http.AsyncHTTPTransport()
                 return await self._plain.handle_async_request(request)
             body = await request.aread()
             try:
@@ -89,7 +93,8 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
             return http.Response(response.status, headers=response.headers, stream=AsyncStream(response.stream), request=request)
 
         async def aclose(self) -> None:
-            await self._plain.aclose()
+            if self._plain is not None:
+                await self._plain.aclose()
 
     class SyncStream(http.SyncByteStream):
         def __init__(self, stream: AsyncIterator[bytes]) -> None:
@@ -113,11 +118,13 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
         def __init__(self, provider: str, run: Run | None = None) -> None:
             self.provider = provider
             self.run = run
-            self._plain = http.HTTPTransport()
+            self._plain = None  # built on first use, as above
 
         def handle_request(self, request):
             run = self.run or current_run()
             if run is None:
+                if self._plain is None:
+                    self._plain = http.HTTPTransport()
                 return self._plain.handle_request(request)
             body = request.read()
             try:
@@ -127,7 +134,8 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
             return http.Response(response.status, headers=response.headers, stream=SyncStream(response.stream), request=request)
 
         def close(self) -> None:
-            self._plain.close()
+            if self._plain is not None:
+                self._plain.close()
 
     return AsyncWireTransport, WireTransport
 

@@ -1,0 +1,342 @@
+"""Seeded SIGKILL trials of a scripted multi-turn run with tools, resumed until it completes.
+
+The run is ``tether.testing.chat_loop`` (the real ``openai`` SDK, the tool seam, the wire seam
+through the in-process transport or the loopback proxy, chosen per attempt): three model turns and
+four tool calls (``get_weather`` and ``lookup`` sleep a little; ``flaky`` fails and its error is
+recorded), against a fake provider with 20 ms latency. Each trial kills 1-3 attempts — at a seeded
+random time, or with ``--kill-after-step N`` (SIGKILL from inside, right after step N was
+recorded) — then runs attempts until one completes. A tenth of the trials journal to S3.
+
+Attempts are real processes killed with SIGKILL. To keep 50 trials fast, each worker keeps a
+*zygote*: a Python process that imported everything once and forks one child per attempt; the
+child runs ``chat_loop.main(argv)`` exactly as ``python -m tether.testing.chat_loop`` does, and the
+zygote (its parent) kills it and reaps it, so a pid is never reused under our feet. One
+uninterrupted run of the real command gives the expected answer.
+
+What is proved for every trial, and why it is exact
+---------------------------------------------------
+The attempts P1..Pn of a trial run strictly one after the other (each is reaped before the next
+starts). Each claims at most one attempt number when it loads the journal (an exclusive create of
+``attempts/NNNNN``); listing the markers after each process tells which process claimed which
+number, and every record carries the attempt number that wrote it — so every record has a known
+writer process W(record). Records are created exclusively and never rewritten (no record is
+corrupt, checked below), so a record written by Pw exists, unchanged, from the moment Pw wrote
+it, through every later process.
+
+Tools. ``chat_loop`` appends one line per execution to ``$TETHER_TOOL_LOG`` *before* the seam
+writes the record, with the step's idempotency key (sha256 of scope, fingerprint, occurrence —
+recomputed here from each record) and the pid (mapped to the process). For every tool record with
+writer Pw: no execution of its key in any process after Pw (that would be a run of a step whose
+record existed), exactly one in Pw (the recorded one), at most one in each earlier process (an
+execution whose record was lost to a kill between the side effect and the write — the window the
+idempotency key exists for: the re-execution carries the same key). Every logged key belongs to a
+record, and the run's four tool steps all have one.
+
+Model turns. Each process makes its model calls one at a time (``max_retries=0``), and a live
+answer is written to the journal before the SDK sees it. So the live calls of a process (fake
+provider ledger entries inside its lifetime window) are, in order, the calls whose records it
+wrote, plus at most one in flight when it was killed: ``live(Pj) == written(Pj) + {0, or 1 if
+killed}``. Summed: total live calls ≤ model records + killed attempts. Pairing the k-th live call
+of Pj with the k-th record it wrote (checked by time: the call lies inside the record's timing)
+gives each model record the exact request body hash it answered; no process after the writer
+sends that body live again — a recorded model turn never reaches the provider twice.
+
+Finally every object in the journal decodes (``Record.decode`` is not ``None``), the journal holds
+exactly the 3 model and 4 tool records of the uninterrupted path, and the completing attempt's
+answer equals the uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tether.canonical import sha256_hex
+from tether.journal import Record
+from tether.stores import open_store
+from tether.testing import FakeProvider
+from tests.support.s3 import new_bucket
+
+ROOT = Path(__file__).resolve().parents[2]
+TRIALS = 50
+WORKERS = 2
+QUESTION = "plan a trip to Paris and Rome"
+SCRIPT = {
+    "conversations": [
+        {
+            "match": "trip",
+            "turns": [
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "lookup", "arguments": {"topic": "trains"}}]},
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "flaky", "arguments": {"reason": "demo"}}]},
+                {"text": "Plan:", "text_from_tool_results": True},
+            ],
+        }
+    ]
+}
+MODEL_TURNS, TOOL_CALLS = 3, 4
+STEPS = MODEL_TURNS + TOOL_CALLS
+SLEEPS = ["--tool-sleep", "get_weather=0.04", "--tool-sleep", "lookup=0.07"]
+LATENCY = 0.02
+
+# Imports everything once, then forks one child per job read from stdin; the child runs
+# chat_loop.main(argv) with stdout/stderr sent to files; the zygote kills it on time if asked,
+# reaps it and answers one JSON line.
+ZYGOTE = r"""
+import json, os, signal, sys, time, traceback
+import httpx, openai, openai.resources.chat, openai.types.chat, aiohttp, boto3
+from tether.testing import chat_loop
+import tether.wire.proxy, tether.wire.transport, tether.stores.s3
+print("READY", flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    t0 = time.time()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.update(job["env"])
+            os.dup2(os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+            os.dup2(os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+            code = chat_loop.main(job["argv"])
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(code)
+    kill_at = job.get("kill_after_s")
+    killed = False
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if kill_at is not None and time.time() - t0 >= kill_at:
+            os.kill(pid, signal.SIGKILL)
+            killed, kill_at = True, None
+        time.sleep(0.001)
+    signaled = os.WIFSIGNALED(status)
+    print(json.dumps({"pid": pid, "t0": t0, "t1": time.time(), "killed_by_timer": killed,
+                      "signal": os.WTERMSIG(status) if signaled else 0,
+                      "exit": os.WEXITSTATUS(status) if not signaled else None}), flush=True)
+"""
+
+
+class Zygote:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert self.proc.stdout.readline().strip() == "READY"
+
+    def attempt(self, argv: list[str], workdir: Path, n: int, env: dict, kill_after_s: float | None = None) -> dict:
+        out, err = workdir / f"attempt{n}.out", workdir / f"attempt{n}.err"
+        job = {"argv": argv, "env": env, "stdout": str(out), "stderr": str(err), "kill_after_s": kill_after_s}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        result = json.loads(self.proc.stdout.readline())
+        result["killed"] = result["signal"] == signal.SIGKILL
+        # A child killed at once may not have opened its files yet.
+        result["stdout"], result["stderr"] = (f.read_text() if f.exists() else "" for f in (out, err))
+        return result
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def _argv(store: str, scope: str, upstream: str, *, stream: bool, via: str, kill_after_step: int = 0) -> list[str]:
+    argv = ["--store", store, "--scope", scope, "--upstream", upstream, "--question", QUESTION, "--via", via, *SLEEPS]
+    if stream:
+        argv.append("--stream")
+    if kill_after_step:
+        argv += ["--kill-after-step", str(kill_after_step)]
+    return argv
+
+
+def _records(store_url: str, scope: str) -> tuple[dict[str, bytes], list[str]]:
+    store = open_store(store_url)
+    keys = store.list(f"journal/{scope}/")
+    return store.get_many(k for k in keys if k.endswith(".rec")), sorted(k for k in keys if "/attempts/" in k)
+
+
+def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expected: str, durations: dict[str, float]) -> dict:
+    """One seeded trial; returns what it saw (the assertions run in the test, per trial)."""
+    rng = random.Random(seed)
+    backend = "s3" if seed % 10 == 9 else "local"
+    store, scope = stores[backend], f"trial-{seed}"
+    stream = rng.random() < 0.5
+    kills = rng.choice([1, 1, 2, 2, 3])
+    workdir.mkdir(parents=True, exist_ok=True)
+    tool_log = workdir / "tools.jsonl"
+    processes: list[dict] = []
+    markers_before: list[str] = []
+    with FakeProvider(SCRIPT, latency=LATENCY) as provider:
+        upstream = provider.url + "/openai"
+        for n in range(kills + 12):  # planned kills, then attempts until one completes
+            via = rng.choice(["transport", "proxy"])
+            step, kill_s = 0, None
+            if n < kills:
+                if rng.random() < 0.5:
+                    step = rng.randint(1, STEPS)
+                else:
+                    kill_s = rng.uniform(0.0, durations[backend])
+            argv = _argv(store, scope, upstream, stream=stream, via=via, kill_after_step=step)
+            p = zygote.attempt(argv, workdir, n, {"TETHER_TOOL_LOG": str(tool_log)}, kill_s)
+            p.update(plan={"via": via, "kill_after_step": step, "kill_after_s": kill_s})
+            _, markers = _records(store, scope)
+            p["claimed"] = [int(m.rsplit("/", 1)[1]) for m in markers if m not in markers_before]
+            markers_before = markers
+            processes.append(p)
+            if not p["killed"]:
+                break
+        ledger = provider.ledger.snapshot()
+    blobs, _ = _records(store, scope)
+    executions = [json.loads(line) for line in tool_log.read_text().splitlines()] if tool_log.exists() else []
+    return {
+        "seed": seed, "backend": backend, "stream": stream, "scope": scope, "expected": expected,
+        "processes": processes, "ledger": ledger, "blobs": blobs, "executions": executions,
+    }
+
+
+def check(t: dict) -> None:
+    """Every assertion of the module docstring, for one trial."""
+    procs, scope = t["processes"], t["scope"]
+    last = procs[-1]
+    assert not last["killed"] and last["exit"] == 0, f"the last attempt did not complete: {last['stderr'][-2000:]}"
+    for p in procs[:-1]:
+        assert p["killed"], f"an attempt failed without being killed: exit {p['exit']}: {p['stderr'][-2000:]}"
+    out = json.loads(last["stdout"].strip().splitlines()[-1])
+    assert out["answer"] == t["expected"]
+    assert out["corrupt"] == 0
+    assert out["model_live"] + out["model_replayed"] == MODEL_TURNS
+    assert out["tool_live"] + out["tool_replayed"] == TOOL_CALLS
+
+    # Which process claimed which attempt number.
+    for p in procs:
+        assert len(p["claimed"]) <= 1, p["claimed"]
+    writer_of = {a: i for i, p in enumerate(procs) for a in p["claimed"]}
+    assert out["attempt"] in writer_of and writer_of[out["attempt"]] == len(procs) - 1
+
+    # Every record decodes; exactly the records of the uninterrupted path.
+    records = {}
+    for name, data in t["blobs"].items():
+        record = Record.decode(data)
+        assert record is not None, f"corrupt record {name}"
+        records[name] = record
+    kinds = Counter(r.kind for r in records.values())
+    assert kinds == {"model": MODEL_TURNS, "tool": TOOL_CALLS}, kinds
+
+    # Tools: no execution of a recorded step after the process that wrote its record.
+    pid_index = {p["pid"]: i for i, p in enumerate(procs)}
+    runs_of: dict[str, list[int]] = {}
+    for e in t["executions"]:
+        runs_of.setdefault(e["key"], []).append(pid_index[e["pid"]])
+    tool_keys = {}
+    for r in records.values():
+        if r.kind == "tool":
+            key = sha256_hex(f"{scope}\0{r.fingerprint}\0{r.occurrence}".encode())[:32]
+            tool_keys[key] = writer_of[r.attempt]
+    assert set(runs_of) == set(tool_keys), "a tool ran under a key no record has, or a record has no execution"
+    for key, w in tool_keys.items():
+        where = Counter(runs_of[key])
+        assert all(i <= w for i in where), f"tool step {key} ran again after its record was written by process {w}: {runs_of[key]}"
+        assert where[w] == 1, f"tool step {key}: {where[w]} executions in its writing process"
+        assert all(n == 1 for n in where.values()), f"tool step {key} ran twice in one attempt: {runs_of[key]}"
+
+    # Model turns: live calls per process = records it wrote (+1 in flight when killed).
+    ledger = t["ledger"]
+    assert all(e.live for e in ledger), "a call failed though no fault was injected"
+    model_records = [r for r in records.values() if r.kind == "model"]
+    recorded_sha: dict[str, int] = {}
+    for i, p in enumerate(procs):
+        live = sorted((e for e in ledger if p["t0"] <= e.time <= p["t1"]), key=lambda e: e.time)
+        wrote = sorted((r for r in model_records if writer_of[r.attempt] == i), key=lambda r: r.started_at)
+        slack = 1 if p["killed"] else 0
+        assert len(wrote) <= len(live) <= len(wrote) + slack, f"process {i}: {len(live)} live calls, {len(wrote)} records"
+        for e, r in zip(live, wrote):
+            assert r.started_at - 0.05 <= e.time <= r.started_at + r.duration_ms / 1000 + 0.05, "live call and record out of step"
+            recorded_sha[e.body_sha256] = i
+    assert len(ledger) <= len(model_records) + sum(p["killed"] for p in procs)
+    for i, p in enumerate(procs):
+        for e in ledger:
+            if p["t0"] <= e.time <= p["t1"] and e.body_sha256 in recorded_sha:
+                assert i <= recorded_sha[e.body_sha256], f"process {i} called the model for a turn recorded by process {recorded_sha[e.body_sha256]}"
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory, s3_endpoint):
+    base = tmp_path_factory.mktemp("crash")
+    stores = {"local": str(base / "store"), "s3": f"s3://{new_bucket(s3_endpoint)}/crash?endpoint_url={s3_endpoint}"}
+    zygotes: list[Zygote] = []
+    local = threading.local()
+
+    def zygote() -> Zygote:
+        if not hasattr(local, "z"):
+            local.z = Zygote()
+            zygotes.append(local.z)
+        return local.z
+
+    try:
+        # The reference: one uninterrupted run of the real command.
+        with FakeProvider(SCRIPT, latency=LATENCY) as provider:
+            cmd = [sys.executable, "-m", "tether.testing.chat_loop", *_argv(stores["local"], "reference", provider.url + "/openai", stream=False, via="transport")]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+            assert done.returncode == 0, done.stderr
+            reference = json.loads(done.stdout.strip().splitlines()[-1])
+            assert (reference["model_live"], reference["tool_live"]) == (MODEL_TURNS, TOOL_CALLS)
+            assert provider.live_calls() == MODEL_TURNS
+            # How long an uninterrupted forked attempt takes on each store: the range of kill times.
+            durations = {}
+            for backend, store in stores.items():
+                p = zygote().attempt(_argv(store, f"timing-{backend}", provider.url + "/openai", stream=False, via="transport"), base, 0, {})
+                assert p["exit"] == 0, p["stderr"]
+                durations[backend] = (p["t1"] - p["t0"]) * 1.1
+        expected = reference["answer"]
+        assert expected.startswith("Plan:") and "Rome" in expected and "flaky tool failed" in expected
+
+        with ThreadPoolExecutor(WORKERS) as pool:
+            futures = [
+                pool.submit(lambda s: trial(s, zygote(), base / f"t{s}", stores, expected, durations), seed) for seed in range(TRIALS)
+            ]
+            yield [f.result() for f in futures]
+    finally:
+        for z in zygotes:
+            z.close()
+
+
+@pytest.mark.parametrize("seed", range(TRIALS))
+def test_crash_trial(trials, seed):
+    t = trials[seed]
+    try:
+        check(t)
+    except AssertionError as e:
+        plan = [(p["plan"], "killed" if p["killed"] else p["exit"]) for p in t["processes"]]
+        raise AssertionError(f"seed {seed} ({t['backend']}, stream={t['stream']}), attempts {plan}: {e}") from e
+
+
+def test_trials_cover_the_interesting_cases(trials):
+    """The seeds are only worth something if they hit the cases that matter."""
+    procs = [p for t in trials for p in t["processes"]]
+    assert sum(p["killed"] for p in procs) >= TRIALS
+    assert any(p["plan"]["kill_after_step"] == STEPS for p in procs), "no kill between the last record and the answer"
+    assert any(p["plan"]["kill_after_s"] is not None and p["killed"] for p in procs)
+    assert {t["backend"] for t in trials} == {"local", "s3"} and {t["stream"] for t in trials} == {True, False}
+    # Some retry replayed tools and model turns recorded by an earlier process.
+    finals = [json.loads(t["processes"][-1]["stdout"].strip().splitlines()[-1]) for t in trials]
+    assert any(f["model_replayed"] and f["tool_replayed"] for f in finals)
+    assert any(f["model_replayed"] == MODEL_TURNS for f in finals)

@@ -1,0 +1,278 @@
+"""The OpenAI Agents SDK adapter: the SDK's ``Runner`` runs the loop; Tether sits under it.
+
+    model traffic  RunConfig(model_provider=MultiProvider(openai_client=<seam client>)): every
+                   agent whose model is a name (or None: the SDK default) — handoff targets and
+                   ``agent.as_tool`` sub-agents included, since nested runs inherit the RunConfig —
+                   gets its model from a client whose httpx transport IS the wire seam.
+                   Agents holding their own ``OpenAIResponsesModel`` / ``OpenAIChatCompletionsModel``
+                   get, for the duration of the run, a copy of their client on a seam transport
+                   (same base URL, key and headers); the original is put back afterwards.
+    tools          ``agents.function_tool`` over ``Tool.as_function(errors="raise")``: the SDK
+                   builds the schema; a terminal tool failure goes down the SDK's own tool-error
+                   path and reaches the model as text; ``Suspended`` (approval pending) is a
+                   BaseException the SDK lets through.
+    memory         ``TetherSession`` (the SDK's Session protocol) over AgentSession.history/new_items.
+    tracing        off for every run (``RunConfig(tracing_disabled=True)``): nothing is exported.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
+from tether.errors import ConfigError, ToolError
+
+from .memory import TetherSession
+
+log = logging.getLogger("tether.openai")
+
+#: The key sent when none is configured: the SDK refuses to build a client without one, and a
+#: replayed run never reaches the provider anyway.
+PLACEHOLDER_KEY = "tether-no-api-key"
+
+
+def function_tool(t: Tool) -> Any:
+    """A Tether tool as an ``agents.FunctionTool``; the SDK reads name, signature and docstring.
+
+    A terminal failure (``ToolError``, recorded) reaches the model as text through the SDK's
+    ``failure_error_function``. Anything else raised below the tool seam — an exception the tool
+    declared ``retryable``, a store that is down — is not a tool result: it fails the attempt
+    (``run`` re-raises the original) so the next attempt runs the call again.
+    """
+    from agents import function_tool as sdk_function_tool
+
+    call = t.as_function(errors="raise")
+
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await call(*args, **kwargs)
+        except ToolError:
+            raise
+        except Exception as e:
+            raise _AttemptFailed(e) from e
+
+    functools.update_wrapper(guarded, t.fn)
+    guarded.__signature__ = inspect.signature(t.fn)  # type: ignore[attr-defined]
+    described = t.description != (inspect.getdoc(t.fn) or t.fn.__name__)
+    return sdk_function_tool(
+        guarded,
+        name_override=t.name,
+        description_override=t.description if described else None,
+        failure_error_function=_tool_error,
+    )
+
+
+class _AttemptFailed(Exception):
+    """Carries an exception from below the tool seam through the SDK's tool-error handling."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _tool_error(ctx: Any, error: Exception) -> str:
+    if isinstance(error, ToolError):
+        return tool_error_text(error)
+    if isinstance(error, _AttemptFailed):
+        raise error  # out of the SDK's handler: the SDK raises UserError from it, run() unwraps
+    from agents.tool import default_tool_error_function
+
+    return default_tool_error_function(ctx, error)  # e.g. arguments the model got wrong
+
+
+def _attempt_failure(error: BaseException) -> Exception | None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, _AttemptFailed):
+            return error.error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def seam_client(session: AgentSession, provider: str = "openai") -> Any:
+    """An ``AsyncOpenAI`` on the run's upstream whose HTTP client is the wire seam (in-process)."""
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(
+        base_url=session.upstream(provider) + "/v1",
+        api_key=session.api_key(provider) or PLACEHOLDER_KEY,
+        http_client=session.http_client(provider, module="httpx2"),
+    )
+
+
+class OpenAIAgentsAdapter(Adapter):
+    """Runs ``agents.Agent`` objects with ``agents.Runner`` through Tether's seams."""
+
+    framework = "openai"
+    default_provider = "openai"
+
+    def build(self, spec: AgentSpec, session: AgentSession) -> Any:
+        from agents import Agent
+        from agents.models.openai_responses import OpenAIResponsesModel
+
+        if spec.provider != "openai":
+            raise ConfigError(
+                f"the OpenAI Agents SDK adapter speaks the OpenAI APIs; model provider {spec.provider!r} "
+                "needs another framework (or bring your own agent)"
+            )
+        model = OpenAIResponsesModel(spec.model, openai_client=_client(session, spec.provider))
+        return Agent(name=spec.name, instructions=spec.instructions, model=model, tools=[function_tool(t) for t in spec.tools])
+
+    def load(self, import_path: str) -> Any:
+        """``"pkg.module:agent"``; a factory (``"pkg.module:make_agent"``) is called, and may be async."""
+        from agents import AgentBase
+
+        obj = super().load(import_path)
+        if not isinstance(obj, AgentBase) and callable(obj):
+            obj = obj()
+        return obj
+
+    async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
+        from agents import RunConfig, Runner
+        from agents.models.multi_provider import MultiProvider
+
+        if inspect.isawaitable(agent):
+            agent = await agent
+        client = _client(session, "openai")
+        run_config = RunConfig(
+            model_provider=MultiProvider(openai_client=client, openai_use_responses_websocket=False),
+            tracing_disabled=True,
+        )
+        kwargs: dict[str, Any] = {"run_config": run_config}
+        if session.memory is not None:
+            kwargs["session"] = TetherSession(session)
+        if session.max_turns:
+            kwargs["max_turns"] = session.max_turns
+        try:
+            with _routed_models(agent):
+                if session.stream:
+                    streamed = Runner.run_streamed(agent, prompt, **kwargs)
+                    async for _ in streamed.stream_events():
+                        pass
+                    output = streamed.final_output
+                else:
+                    output = (await Runner.run(agent, prompt, **kwargs)).final_output
+        except Exception as e:
+            original = _attempt_failure(e)
+            if original is None:
+                raise
+            raise original from None
+        finally:
+            await _close_clients(session)
+        return _text(output)
+
+
+# -- clients -----------------------------------------------------------------------------------
+
+
+def _client(session: AgentSession, provider: str) -> Any:
+    """One seam client per session and provider: the declarative model and the RunConfig share it."""
+    clients = session.__dict__.setdefault("_tether_openai_clients", {})
+    if provider not in clients:
+        clients[provider] = seam_client(session, provider)
+    return clients[provider]
+
+
+async def _close_clients(session: AgentSession) -> None:
+    for client in session.__dict__.pop("_tether_openai_clients", {}).values():
+        await client.close()
+
+
+# -- bring your own: models that carry their own client ------------------------------------------
+
+_swap_lock = threading.Lock()
+#: id(model) -> [model, original client, runs using the swap]
+_swapped: dict[int, list[Any]] = {}
+
+
+def agent_graph(root: Any) -> list[Any]:
+    """Every agent reachable from ``root``: handoff targets and ``as_tool`` sub-agents."""
+    from agents import AgentBase
+
+    seen: dict[int, Any] = {}
+    stack = [root]
+    while stack:
+        agent = stack.pop()
+        if not isinstance(agent, AgentBase) or id(agent) in seen:
+            continue
+        seen[id(agent)] = agent
+        for h in getattr(agent, "handoffs", None) or ():
+            ref = getattr(h, "_agent_ref", None)
+            stack.append(h if isinstance(h, AgentBase) else (ref() if ref is not None else None))
+        for t in getattr(agent, "tools", None) or ():
+            stack.append(getattr(t, "_agent_instance", None))
+    return list(seen.values())
+
+
+@contextmanager
+def _routed_models(root: Any) -> Iterator[None]:
+    """Put a seam transport under each model instance that brought its own OpenAI client.
+
+    The replacement client follows the *current* run (a context variable), so concurrent runs of
+    one agent object in one process share it safely; the last run to finish puts back the
+    original. Model names are routed by the RunConfig and need none of this.
+    """
+    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+    from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel
+
+    models = []
+    for agent in agent_graph(root):
+        model = getattr(agent, "model", None)
+        if model is None or isinstance(model, str):
+            continue
+        if isinstance(model, OpenAIResponsesWSModel) or not isinstance(model, (OpenAIResponsesModel, OpenAIChatCompletionsModel)):
+            log.warning("agent %r uses %s, which Tether cannot route: its model turns are not journaled", agent.name, type(model).__name__)
+            continue
+        if model._client is None or _is_seam_client(model._client):
+            continue
+        models.append(model)
+    with _swap_lock:
+        for model in models:
+            entry = _swapped.get(id(model))
+            if entry is None:
+                entry = _swapped[id(model)] = [model, model._client, 0]
+                model._client = model._client.with_options(http_client=_follow_run_http_client())
+            entry[2] += 1
+    try:
+        yield
+    finally:
+        with _swap_lock:
+            for model in models:
+                entry = _swapped[id(model)]
+                entry[2] -= 1
+                if entry[2] == 0:
+                    model._client = entry[1]
+                    del _swapped[id(model)]
+
+
+def _follow_run_http_client() -> Any:
+    import httpx2
+
+    from tether.wire.transport import transports_for
+
+    transport = transports_for(httpx2)[0]("openai")  # no run: the current run, else pass-through
+    return httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(600.0, connect=30.0))
+
+
+def _is_seam_client(client: Any) -> bool:
+    from tether.wire.transport import transports_for
+
+    http = getattr(client, "_client", None)
+    transport = getattr(http, "_transport", None)
+    return any(isinstance(transport, transports_for(m)[0]) for m in ("httpx", "httpx2"))
+
+
+def _text(output: Any) -> str:
+    if output is None or isinstance(output, str):
+        return output or ""
+    if hasattr(output, "model_dump_json"):
+        return output.model_dump_json()
+    return json.dumps(output, default=str, ensure_ascii=False)

@@ -1,0 +1,333 @@
+"""Failures at the wire seam (DESIGN §3 "Failures", "Divergence"), with the real ``openai`` SDK.
+
+Each attempt is a fresh :class:`~tether.run.Run` of the same scope (it loads the journal again,
+claims the next attempt number); the SDK reaches it through the in-process transport or the
+loopback proxy; the fake provider injects faults and keeps the ledger of calls it answered.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import httpx
+import openai
+import pytest
+
+from tether.journal import Record
+from tether.run import Run
+from tether.stores import open_store
+from tether.stores.s3 import S3Store
+from tether.testing import FakeProvider, Fault
+from tether.wire.loop import run_on_wire_loop
+from tether.wire.proxy import shared_proxy
+from tether.wire.transport import WireTransport
+from tests.support.s3 import free_port, new_bucket
+
+KEY = "sk-test-failures"
+QUESTION = "What is the weather in Paris?"
+ANSWER = "It is sunny in Paris."
+SCRIPT = {
+    "conversations": [
+        {"match": "weather", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text": ANSWER}]}
+    ]
+}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@pytest.fixture
+def provider():
+    with FakeProvider(SCRIPT) as p:
+        yield p
+
+
+@pytest.fixture
+def attempt(provider, tmp_path):
+    """``attempt(scope, via, store=None)``: a new Run of ``scope`` and an SDK client into it."""
+    runs: list[Run] = []
+
+    def new(scope: str, via: str, store=None) -> tuple[Run, openai.OpenAI]:
+        run = Run(scope, store or str(tmp_path / "store"), upstreams={"openai": provider.url + "/openai"})
+        runs.append(run)
+        if via == "proxy":
+            client = openai.OpenAI(base_url=shared_proxy().base_url(run, "openai") + "/v1", api_key=KEY, max_retries=0)
+        else:
+            http = httpx.Client(transport=WireTransport("openai", run))
+            client = openai.OpenAI(base_url=run.upstreams["openai"] + "/v1", api_key=KEY, max_retries=0, http_client=http)
+        return run, client
+
+    yield new
+    for run in runs:
+        shared_proxy().unregister(run)
+        run_on_wire_loop(run.aclose())
+
+
+def ask(client: openai.OpenAI, messages: list[dict], stream: bool):
+    if stream:
+        with client.chat.completions.stream(model="gpt-4o-mini", messages=messages, tools=TOOLS) as s:
+            return s.get_final_completion()
+    return client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)
+
+
+def turn2_messages(first, tool_result: str) -> list[dict]:
+    call = first.choices[0].message.tool_calls[0]
+    return [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": tool_result},
+    ]
+
+
+def model_records(store, scope: str) -> list[Record]:
+    store = open_store(store)
+    blobs = store.get_many(store.list(f"journal/{scope}/model/"))
+    return [Record.decode(b) for b in blobs.values()]
+
+
+VIAS = ["transport", "proxy"]
+Q = [{"role": "user", "content": QUESTION}]
+
+
+# -- recoverable: never recorded, run again ----------------------------------------------------
+RECOVERABLE = [("status:429", False), ("status:429", True), ("status:500", False), ("status:500", True), ("reset", True), ("reset", False)]
+
+
+@pytest.mark.parametrize("via", VIAS)
+@pytest.mark.parametrize("fault,stream", RECOVERABLE, ids=[f"{f}-{'stream' if s else 'plain'}" for f, s in RECOVERABLE])
+def test_recoverable_fault_is_not_recorded_and_runs_again(attempt, provider, tmp_path, fault, stream, via):
+    store = str(tmp_path / "store")
+    provider.inject(Fault(fault))
+    run, client = attempt("r", via)
+    with pytest.raises((openai.APIError, httpx.TransportError)) as failed:
+        ask(client, Q, stream)
+    if fault.startswith("status:"):  # the SDK sees the provider's own status
+        assert isinstance(failed.value, openai.APIStatusError) and failed.value.status_code == int(fault[7:])
+    else:
+        assert isinstance(failed.value, (openai.APIConnectionError, httpx.TransportError, openai.InternalServerError))
+    assert len(provider.ledger) == 1 and provider.live_calls() == 0  # the fault happened upstream
+    assert model_records(store, "r") == [], "a recoverable failure was recorded"
+    assert run.journal.records == {} and run.counters.model_replayed == 0
+
+    run, client = attempt("r", via)
+    assert ask(client, Q, stream).choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert provider.live_calls() == 1 and run.counters.model_live == 1
+    [record] = model_records(store, "r")
+    assert record is not None and record.outcome == "ok" and record.attempt == 2
+
+    run, client = attempt("r", via)
+    ask(client, Q, stream)
+    assert len(provider.ledger) == 2 and run.counters.model_replayed == 1
+
+
+@pytest.mark.parametrize("status", [408, 409, 502, 503])
+def test_other_recoverable_statuses_are_not_recorded(attempt, provider, tmp_path, status):
+    provider.inject(Fault(f"status:{status}"))
+    run, client = attempt("r", "transport")
+    with pytest.raises(openai.APIStatusError) as failed:
+        ask(client, Q, False)
+    assert failed.value.status_code == status
+    assert model_records(str(tmp_path / "store"), "r") == []
+    run, client = attempt("r", "transport")
+    ask(client, Q, False)
+    assert provider.live_calls() == 1 and len(model_records(str(tmp_path / "store"), "r")) == 1
+
+
+# -- terminal: recorded, replayed as the same error ----------------------------------------------
+@pytest.mark.parametrize("via", VIAS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_400_is_recorded_and_replayed_as_the_same_error(attempt, provider, tmp_path, stream, via):
+    provider.inject(Fault("status:400"))
+    seen = []
+    for n in (1, 2, 3):
+        run, client = attempt("t", via)
+        with pytest.raises(openai.BadRequestError) as failed:
+            ask(client, Q, stream)
+        seen.append((failed.value.status_code, failed.value.response.content))
+        assert run.attempt == n
+        assert (run.counters.model_live, run.counters.model_replayed) == ((1, 0) if n == 1 else (0, 1))
+    assert seen[0][0] == 400 and b"injected bad request" in seen[0][1]
+    assert seen[1] == seen[0] == seen[2], "the replayed error differs from the recorded one"
+    assert len(provider.ledger) == 1, "a terminal error was sent upstream again"
+    [record] = model_records(str(tmp_path / "store"), "t")
+    assert record.outcome == "error" and record.response["status"] == 400 and record.attempt == 1
+
+
+@pytest.mark.parametrize("status", [401, 404, 422])
+def test_other_4xx_are_terminal(attempt, provider, tmp_path, status):
+    provider.inject(Fault(f"status:{status}"))
+    for _ in range(2):
+        run, client = attempt("t", "transport")
+        with pytest.raises(openai.APIStatusError) as failed:
+            ask(client, Q, False)
+        assert failed.value.status_code == status
+    assert len(provider.ledger) == 1 and run.counters.model_replayed == 1
+
+
+# -- divergence: a cache miss, not an error ------------------------------------------------------
+@pytest.mark.parametrize("via", VIAS)
+def test_changed_message_is_one_live_call_and_a_divergence(attempt, provider, via):
+    run, client = attempt("d", via)
+    first = ask(client, Q, False)
+    assert ask(client, turn2_messages(first, "sunny"), False).choices[0].message.content == ANSWER
+    assert provider.live_calls() == 2 and run.counters.first_divergence is None
+
+    # The retry sends the same first turn and a different tool result in the second.
+    run, client = attempt("d", via)
+    first = ask(client, Q, False)
+    answer = ask(client, turn2_messages(first, "rainy"), False).choices[0].message.content
+    assert answer == ANSWER  # the run completes
+    assert provider.live_calls() == 3, "exactly one live call: the changed turn"
+    assert (run.counters.model_replayed, run.counters.model_live) == (1, 1)
+    divergence = run.counters.first_divergence
+    assert divergence is not None and (divergence["kind"], divergence["step"], divergence["attempt"]) == ("model", 2, 2)
+
+    # The new turn was recorded: a third attempt on the changed path replays everything.
+    run, client = attempt("d", via)
+    ask(client, turn2_messages(ask(client, Q, False), "rainy"), False)
+    assert provider.live_calls() == 3 and run.counters.model_replayed == 2 and run.counters.first_divergence is None
+
+
+def test_clean_replay_has_no_divergence_and_a_new_turn_after_the_journal_is_not_one(attempt, provider):
+    """A miss after every recorded step was used is the run going further, not a divergence."""
+    run, client = attempt("g", "transport")
+    ask(client, Q, False)
+    run, client = attempt("g", "transport")
+    first = ask(client, Q, False)
+    ask(client, turn2_messages(first, "sunny"), False)
+    assert (run.counters.model_replayed, run.counters.model_live) == (1, 1)
+    assert run.counters.first_divergence is None
+
+
+# -- corrupt records -----------------------------------------------------------------------------
+DAMAGE = {
+    "flipped-body-byte": lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0x01]) + b[len(b) // 2 + 1 :],
+    "flipped-header-byte": lambda b: b[:5] + bytes([b[5] ^ 0x20]) + b[6:],
+    "truncated-half": lambda b: b[: len(b) // 2],
+    "truncated-checksum": lambda b: b[:-10],
+    "empty": lambda b: b"",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_corrupt_record_is_a_miss_and_is_overwritten(attempt, provider, store_url, damage):
+    run, client = attempt("c", "transport", store_url)
+    good = ask(client, Q, False)
+    store = open_store(store_url)
+    [name] = store.list("journal/c/model/")
+    store.put(name, DAMAGE[damage](store.get(name)))
+    assert Record.decode(store.get(name)) is None
+
+    run, client = attempt("c", "transport", store_url)
+    again = ask(client, Q, False)
+    assert run.counters.corrupt == 1 and (run.counters.model_live, run.counters.model_replayed) == (1, 0)
+    assert provider.live_calls() == 2, "a corrupt record must be a miss: one live call"
+    assert again.choices[0].message.tool_calls[0].function.name == good.choices[0].message.tool_calls[0].function.name
+    record = Record.decode(store.get(name))
+    assert record is not None and record.attempt == 2, "the corrupt record was not replaced by a good one"
+
+    run, client = attempt("c", "transport", store_url)
+    ask(client, Q, False)
+    assert run.counters.corrupt == 0 and run.counters.model_replayed == 1 and provider.live_calls() == 2
+
+
+# -- an S3 outage during a live step -------------------------------------------------------------
+class Gate:
+    """A TCP forwarder in front of the S3 server: ``shut()`` closes it (connections refused, open
+    ones cut), ``open()`` listens again on the same port. The server and its data stay up."""
+
+    def __init__(self, target_port: int) -> None:
+        self.port, self.target = free_port(), target_port
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.open()
+
+    def open(self) -> None:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(64)
+        self._listener = s
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def shut(self) -> None:
+        assert self._listener is not None
+        self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+@pytest.mark.parametrize("via", VIAS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_s3_outage_during_a_live_step_is_recoverable_and_drops_nothing(attempt, provider, s3_endpoint, stream, via):
+    bucket = new_bucket(s3_endpoint)
+    gate = Gate(int(s3_endpoint.rsplit(":", 1)[1]))
+    direct = S3Store(bucket, "tether", endpoint_url=s3_endpoint)  # reads past the gate
+    try:
+
+        def gated() -> S3Store:
+            return S3Store(bucket, "tether", endpoint_url=f"http://127.0.0.1:{gate.port}", max_attempts=2, connect_timeout=1)
+
+        run, client = attempt("o", via, gated())
+        first = ask(client, Q, stream)
+        assert len(model_records(direct, "o")) == 1
+
+        gate.shut()  # S3 goes away after the journal loaded and the first step was recorded
+        with pytest.raises((openai.APIError, httpx.TransportError)) as failed:
+            ask(client, turn2_messages(first, "sunny"), stream)
+        if via == "proxy" and not stream:
+            assert isinstance(failed.value, openai.InternalServerError) and failed.value.status_code == 502
+        elif not stream:
+            assert isinstance(failed.value, openai.APIConnectionError)
+        assert provider.live_calls() == 2  # the model answered; its answer could not be made durable
+        assert len(run.journal.records) == 1, "the journal claims a step it could not write"
+        assert len(model_records(direct, "o")) == 1
+
+        gate.open()
+        run, client = attempt("o", via, gated())
+        first = ask(client, Q, stream)
+        assert ask(client, turn2_messages(first, "sunny"), stream).choices[0].message.content == ANSWER
+        assert (run.counters.model_replayed, run.counters.model_live) == (1, 1)
+        assert provider.live_calls() == 3
+        records = model_records(direct, "o")
+        assert len(records) == 2 and all(r is not None for r in records)
+        assert sorted(r.attempt for r in records) == [1, 2]
+
+        run, client = attempt("o", via, gated())
+        ask(client, turn2_messages(ask(client, Q, stream), "sunny"), stream)
+        assert run.counters.model_replayed == 2 and provider.live_calls() == 3
+    finally:
+        gate.shut() if gate._listener and gate._listener.fileno() != -1 else None

@@ -243,7 +243,7 @@ class PydanticAIAdapter(Adapter):
 
     def load(self, import_path: str) -> AbstractAgent[Any, Any]:
         obj = super().load(import_path)
-        if not isinstance(obj, AbstractAgent) and callable(obj):
+        if inspect.isfunction(obj) and not inspect.iscoroutinefunction(obj):
             obj = obj()  # a factory
         if not isinstance(obj, AbstractAgent):
             raise ConfigError(f"{import_path!r} is not a pydantic_ai Agent (got {type(obj).__name__})")

@@ -46,6 +46,20 @@ SCRIPT = {
         },
         {"match": "memory:", "turns": [{"text": "Noted."}]},
         {
+            "match": "parallel:",
+            "turns": [
+                {
+                    "tool_calls": [
+                        {"name": "get_weather", "arguments": {"city": "Paris"}},
+                        {"name": "get_weather", "arguments": {"city": "Rome"}},
+                        {"name": "lookup", "arguments": {"topic": "Rome"}},
+                        {"name": "lookup", "arguments": {"topic": "Rome"}},
+                    ]
+                },
+                {"text_from_tool_results": True, "text": "All:"},
+            ],
+        },
+        {
             "match": "delegate:",
             "turns": [
                 {"tool_calls": [{"name": "transfer_to_weather_agent", "arguments": {}}]},
@@ -148,6 +162,16 @@ async def test_declarative_run_records_then_replays_without_upstream_calls(fake,
     assert again.attempt == 2 and again.cost_usd == 0 and again.saved_usd == pytest.approx(first.cost_usd)
 
 
+async def test_parallel_tool_calls_in_one_turn_replay_each_call_once(fake, store):
+    first = await run_agent("parallel: four calls", model=MODEL, tools=TOOLS, run_id="par", **common(fake, store))
+    assert first.output.startswith("All:") and first.output.count("sunny") == 2 and first.output.count("Rome has") == 2
+    assert (first.model_live, first.tool_live) == (2, 4)
+    assert sorted(r.occurrence for r in records(store, "par", "tool") if r.request["tool"] == "lookup") == [1, 2]
+    again = await run_agent("parallel: four calls", model=MODEL, tools=TOOLS, run_id="par", **common(fake, store))
+    assert (again.tool_live, again.tool_replayed, again.output) == (0, 4, first.output)
+    assert len(executions) == 4
+
+
 async def test_tools_are_sdk_function_tools_with_their_own_schema(fake, store):
     from tether.agent import AgentSession, AgentSpec
 
@@ -180,6 +204,38 @@ async def test_retryable_tool_error_fails_the_attempt_and_the_retry_runs_it(fake
     assert done.output == "Flaky said: flaky ok"
     assert (done.model_replayed, done.model_live) == (1, 1)
     assert executions == [("flaky", {"x": "1"})] * 2
+
+
+async def test_no_trace_is_started_even_with_tracing_enabled(fake, store, monkeypatch):
+    from agents import tracing
+    from agents.tracing import TracingProcessor
+
+    monkeypatch.delenv("OPENAI_AGENTS_DISABLE_TRACING", raising=False)
+    seen = []
+
+    class Spy(TracingProcessor):
+        def on_trace_start(self, trace):
+            seen.append(trace)
+
+        def on_trace_end(self, trace): ...
+        def on_span_start(self, span):
+            seen.append(span)
+
+        def on_span_end(self, span): ...
+        def shutdown(self): ...
+        def force_flush(self): ...
+
+    provider = tracing.get_trace_provider()
+    saved = provider._multi_processor._processors, provider._manual_disabled  # test-only peek
+    tracing.set_trace_processors([Spy()])  # a spy instead of the exporter: nothing leaves
+    provider.set_disabled(False)
+    try:
+        await run_agent("manage: ask about Paris", agent="byo_agents:manager", run_id="tr", **common(fake, store))
+    finally:
+        tracing.set_trace_processors(list(saved[0]))
+        provider._manual_disabled = saved[1]
+        provider._refresh_disabled_flag()
+    assert seen == []
 
 
 async def test_without_durability_the_agent_still_runs(fake, store, monkeypatch):
@@ -280,6 +336,19 @@ async def test_byo_model_with_its_own_client_goes_through_the_seam_and_is_put_ba
     assert agent.model._client is original
     again = await run_agent("own: weather", agent=agent, run_id="o", **common(fake, store))
     assert again.model_replayed == 2 and fake.live_calls() == 2
+
+
+async def test_byo_on_chat_completions_is_journaled_too(fake, store):
+    from agents import set_default_openai_api
+
+    set_default_openai_api("chat_completions")
+    try:
+        first = await run_agent("delegate: weather please", agent="byo_agents:triage", run_id="cc", **common(fake, store))
+    finally:
+        set_default_openai_api("responses")
+    assert first.output == "Weather agent: The weather in Paris is sunny." and first.model_live == 3
+    assert {r.request["path"] for r in records(store, "cc")} == {"/v1/chat/completions"}
+    assert fake.live_calls("openai-chat") == 3
 
 
 def test_agent_graph_finds_handoffs_and_sub_agents():

@@ -38,8 +38,12 @@ log = logging.getLogger("tether.openai")
 PLACEHOLDER_KEY = "tether-no-api-key"
 
 
-def function_tool(t: Tool) -> Any:
+def function_tool(t: Tool, **options: Any) -> Any:
     """A Tether tool as an ``agents.FunctionTool``; the SDK reads name, signature and docstring.
+    ``options`` go to ``agents.function_tool`` (``timeout=``, ``is_enabled=``, ``strict_mode=``…).
+
+    Use it for the tools of a bring-your-own agent: only tools that go through the tool seam are
+    journaled (a plain ``@agents.function_tool`` runs again on every attempt).
 
     A terminal failure (``ToolError``, recorded) reaches the model as text through the SDK's
     ``failure_error_function``. Anything else raised below the tool seam — an exception the tool
@@ -61,12 +65,17 @@ def function_tool(t: Tool) -> Any:
     functools.update_wrapper(guarded, t.fn)
     guarded.__signature__ = inspect.signature(t.fn)  # type: ignore[attr-defined]
     described = t.description != (inspect.getdoc(t.fn) or t.fn.__name__)
-    return sdk_function_tool(
-        guarded,
-        name_override=t.name,
-        description_override=t.description if described else None,
-        failure_error_function=_tool_error,
-    )
+    on_error = _tool_error
+    if "failure_error_function" in options and options["failure_error_function"] is not None:
+        own = options.pop("failure_error_function")
+
+        def on_error(ctx: Any, error: Exception) -> Any:
+            if isinstance(error, _AttemptFailed):
+                raise error
+            return own(ctx, error)
+
+    options = {"name_override": t.name, "description_override": t.description if described else None, "failure_error_function": on_error, **options}
+    return sdk_function_tool(guarded, **options)
 
 
 class _AttemptFailed(Exception):

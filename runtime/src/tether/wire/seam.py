@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 #: Response headers kept in a record and replayed; everything else is transport or per-call noise.
 KEPT_RESPONSE_HEADERS = ("content-type",)
+#: Response headers never passed through (hop-by-hop, or no longer true once httpx decoded the body).
+DROPPED_RESPONSE_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "set-cookie"})
 #: Request headers never forwarded upstream (hop-by-hop, or recomputed by httpx).
 HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding", "upgrade", "te"})
 
@@ -136,9 +138,15 @@ class WireSeam:
     def _response_headers(response: httpx.Response) -> list[tuple[str, str]]:
         return [(k, v) for k, v in response.headers.items() if k.lower() in KEPT_RESPONSE_HEADERS]
 
+    @staticmethod
+    def _passthrough_headers(response: httpx.Response) -> list[tuple[str, str]]:
+        """Unrecorded responses keep the provider's headers (retry-after, x-should-retry...), so
+        the SDK's own retry logic sees what it would without Tether."""
+        return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in DROPPED_RESPONSE_HEADERS]
+
     async def _forward(self, request: WireRequest) -> WireResponse:
         response = await self._send(request)
-        return WireResponse(response.status_code, self._response_headers(response), self._drain(response))
+        return WireResponse(response.status_code, self._passthrough_headers(response), self._drain(response))
 
     @staticmethod
     async def _drain(response: httpx.Response) -> AsyncIterator[bytes]:
@@ -155,7 +163,7 @@ class WireSeam:
         response = await self._send(request)
         headers = self._response_headers(response)
         if classify(response.status_code) == "recoverable":
-            return WireResponse(response.status_code, headers, self._drain(response))
+            return WireResponse(response.status_code, self._passthrough_headers(response), self._drain(response))
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
         model = protocol.model(request.path, json.loads(request.body))
 

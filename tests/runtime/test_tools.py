@@ -1,0 +1,219 @@
+"""The tool seam (DESIGN §3 "Tools"): a completed call never runs twice within a run scope.
+
+Each attempt is a fresh :class:`~tether.run.Run` of the scope (journal loaded again, next attempt
+number). Tools count their own executions, so "did not run" is observed, not inferred.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from tether.errors import ToolError
+from tether.journal import Record
+from tether.run import Run
+from tether.stores import open_store
+from tether.tools import ToolSpec, call_tool, call_tool_sync, idempotency_key
+
+
+class Counted:
+    """A sync or async tool that counts its executions and can fail on demand."""
+
+    def __init__(self, kind: str, result=None, raises: BaseException | None = None, delay: float = 0.0) -> None:
+        self.kind, self.result, self.raises, self.delay = kind, result, raises, delay
+        self.calls: list[dict] = []
+        self.keys: list[str | None] = []
+        self._lock = threading.Lock()
+        self.fn = self._async if kind == "async" else self._sync
+
+    def _body(self, **args):
+        with self._lock:
+            self.calls.append(args)
+            self.keys.append(idempotency_key())
+        if self.raises is not None:
+            raise self.raises
+        return self.result if self.result is not None else {"echo": args, "n": len(self.calls)}
+
+    def _sync(self, **args):
+        if self.delay:
+            import time
+
+            time.sleep(self.delay)
+        return self._body(**args)
+
+    async def _async(self, **args):
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return self._body(**args)
+
+
+def tool_records(store, scope: str) -> list[Record]:
+    store = open_store(store)
+    return [Record.decode(b) for b in store.get_many(store.list(f"journal/{scope}/tool/")).values()]
+
+
+KINDS = ["sync", "async"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_replay_returns_the_recorded_result_without_running(store_url, kind):
+    tool = Counted(kind)
+    spec = ToolSpec("echo", tool.fn)
+    run = Run("t", store_url)
+    live = await call_tool(spec, {"city": "Paris", "days": (1, 2)}, run=run)
+    assert live == {"echo": {"city": "Paris", "days": [1, 2]}, "n": 1}  # as it went through JSON
+    assert (run.counters.tool_live, run.counters.tool_replayed) == (1, 0)
+    assert run.events[-1].replayed is False and run.events[-1].kind == "tool"
+
+    run = Run("t", store_url)
+    replayed = await call_tool(spec, {"days": [1, 2], "city": "Paris"}, run=run)  # same arguments, other order
+    assert replayed == live
+    assert len(tool.calls) == 1, "a recorded tool ran again"
+    assert (run.counters.tool_live, run.counters.tool_replayed) == (0, 1)
+    assert run.events[-1].replayed is True
+    [record] = tool_records(store_url, "t")
+    assert record.outcome == "ok" and record.attempt == 1 and record.request["tool"] == "echo"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_terminal_error_is_recorded_and_raised_again_without_running(tmp_path, kind):
+    tool = Counted(kind, raises=ValueError("no such city: Atlantis"))
+    spec = ToolSpec("weather", tool.fn)
+    errors = []
+    for attempt in (1, 2):
+        run = Run("e", tmp_path)
+        with pytest.raises(ToolError) as failed:
+            await call_tool(spec, {"city": "Atlantis"}, run=run)
+        errors.append((failed.value.tool, failed.value.error_type, failed.value.message))
+        assert run.events[-1].outcome == "error" and run.events[-1].replayed is (attempt == 2)
+    assert errors[0] == errors[1] == ("weather", "ValueError", "no such city: Atlantis")
+    assert len(tool.calls) == 1, "a recorded terminal error ran again"
+    [record] = tool_records(tmp_path, "e")
+    assert record.outcome == "error"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_retryable_exception_is_not_recorded_and_runs_again(tmp_path, kind):
+    tool = Counted(kind, raises=TimeoutError("upstream busy"))
+    spec = ToolSpec("book", tool.fn, retryable=(TimeoutError,))
+    run = Run("r", tmp_path)
+    with pytest.raises(TimeoutError):  # the exception itself, not a ToolError
+        await call_tool(spec, {"room": "12"}, run=run)
+    assert tool_records(tmp_path, "r") == []
+
+    tool.raises = None
+    run = Run("r", tmp_path)
+    assert await call_tool(spec, {"room": "12"}, run=run) == {"echo": {"room": "12"}, "n": 2}
+    assert len(tool.calls) == 2
+    [record] = tool_records(tmp_path, "r")
+    assert record.attempt == 2
+
+    run = Run("r", tmp_path)
+    await call_tool(spec, {"room": "12"}, run=run)
+    assert len(tool.calls) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_idempotency_key_is_stable_across_attempts_and_differs_between_occurrences(tmp_path, kind):
+    tool = Counted(kind, raises=ConnectionError("refund API timed out after sending"))
+    spec = ToolSpec("refund", tool.fn, retryable=(ConnectionError,))
+    assert idempotency_key() is None  # only inside a tool step
+
+    async def attempt(scope: str) -> None:
+        run = Run(scope, tmp_path)
+        for _ in range(2):  # the same call twice in one attempt: occurrences 1 and 2
+            with pytest.raises(ConnectionError):
+                await call_tool(spec, {"order": "A-1"}, run=run)
+        with pytest.raises(ConnectionError):
+            await call_tool(spec, {"order": "B-2"}, run=run)
+
+    await attempt("k")
+    first = list(tool.keys)
+    await attempt("k")
+    second = tool.keys[3:]
+    assert all(isinstance(k, str) and len(k) == 32 for k in first)
+    assert second == first, "the same step got another idempotency key on the retry"
+    assert len(set(first)) == 3, "occurrences or arguments share a key"
+    await attempt("other-scope")
+    assert not set(tool.keys[6:]) & set(first), "another run scope reuses keys"
+    assert idempotency_key() is None
+
+
+async def test_cache_auto_reuses_results_across_runs_and_forgets_them_when_the_code_changes(store_url):
+    executions = []
+
+    def convert_v1(amount: float) -> dict:
+        executions.append(("v1", amount))
+        return {"eur": round(amount * 0.9, 2)}
+
+    def convert_v2(amount: float) -> dict:
+        executions.append(("v2", amount))
+        return {"eur": round(amount * 0.92, 2)}
+
+    v1 = ToolSpec("convert", convert_v1, cache="auto")
+    assert await call_tool(v1, {"amount": 10}, run=Run("run-a", store_url)) == {"eur": 9.0}
+    run_b = Run("run-b", store_url)
+    assert await call_tool(v1, {"amount": 10}, run=run_b) == {"eur": 9.0}
+    assert executions == [("v1", 10)], "cache=auto ran the tool again in another run"
+    assert run_b.events[-1].replayed is True
+    [record] = tool_records(store_url, "run-b")  # the cached result is part of run-b's journal now
+    assert record.outcome == "ok"
+    await call_tool(v1, {"amount": 20}, run=Run("run-c", store_url))  # other arguments: a miss
+    assert executions[-1] == ("v1", 20)
+
+    v2 = ToolSpec("convert", convert_v2, cache="auto")  # same name, changed code
+    assert v2.code != v1.code
+    assert await call_tool(v2, {"amount": 10}, run=Run("run-d", store_url)) == {"eur": 9.2}
+    assert executions[-1] == ("v2", 10)
+
+    off = ToolSpec("convert", convert_v1)  # the default: reuse within a run only
+    await call_tool(off, {"amount": 10}, run=Run("run-e", store_url))
+    assert executions[-1] == ("v1", 10) and len(executions) == 4
+
+
+async def test_cache_auto_never_reuses_an_error(tmp_path):
+    tool = Counted("sync", raises=RuntimeError("disk full"))
+    spec = ToolSpec("save", tool.fn, cache="auto")
+    for scope in ("a", "b"):
+        with pytest.raises(ToolError):
+            await call_tool(spec, {"doc": "x"}, run=Run(scope, tmp_path))
+    assert len(tool.calls) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_concurrent_identical_calls_are_occurrences_1_and_2(tmp_path, kind):
+    tool = Counted(kind, delay=0.05)
+    spec = ToolSpec("search", tool.fn)
+    run = Run("c", tmp_path)
+    results = await asyncio.gather(*(call_tool(spec, {"q": "tether"}, run=run) for _ in range(2)))
+    assert len(tool.calls) == 2 and len(set(tool.keys)) == 2
+    records = tool_records(tmp_path, "c")
+    assert sorted(r.occurrence for r in records) == [1, 2] and len({r.fingerprint for r in records}) == 1
+
+    run = Run("c", tmp_path)
+    again = await asyncio.gather(*(call_tool(spec, {"q": "tether"}, run=run) for _ in range(2)))
+    assert len(tool.calls) == 2 and run.counters.tool_replayed == 2
+    assert sorted(map(str, again)) == sorted(map(str, results))
+    # A third identical call in a retry is a new step: it runs.
+    await call_tool(spec, {"q": "tether"}, run=run)
+    assert len(tool.calls) == 3
+
+
+def test_call_tool_sync_records_and_replays(tmp_path):
+    tool = Counted("sync")
+    spec = ToolSpec("lookup", tool.fn)
+    with Run("s", tmp_path).activate():  # found through the current run
+        assert call_tool_sync(spec, {"topic": "x"}) == {"echo": {"topic": "x"}, "n": 1}
+    with Run("s", tmp_path).activate() as run:
+        assert call_tool_sync(spec, {"topic": "x"}) == {"echo": {"topic": "x"}, "n": 1}
+    assert len(tool.calls) == 1 and run.counters.tool_replayed == 1
+
+
+async def test_without_a_run_the_tool_just_runs(tmp_path):
+    tool = Counted("async")
+    spec = ToolSpec("plain", tool.fn)
+    await call_tool(spec, {"a": 1})
+    await call_tool(spec, {"a": 1})
+    assert len(tool.calls) == 2 and tool.keys == [None, None]

@@ -46,8 +46,11 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(id="login", registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kube.login()
+    async def login(**_: Any) -> kopf.AiohttpSession:
+        # Watch streams hold a connection each (2 resources per namespace, plus kopf's scanning
+        # of namespaces and CRDs); the rest is the pool for patches and Events.
+        watches = 2 * max(1, len(settings.namespaces)) + 2
+        return kube.kopf_session(watches + 16)
 
     @kopf.on.startup(id="startup", registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -76,6 +79,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         runner = getattr(memo, "metrics", None)
         if runner is not None:
             await runner.cleanup()
+        await kube.close()
 
     @kopf.daemon(
         GROUP, VERSION, "agentruns", id="agentrun", registry=registry, when=_unfinished,

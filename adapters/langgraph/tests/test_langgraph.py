@@ -1,0 +1,284 @@
+"""The LangGraph adapter against the fake provider over real HTTP: the declarative graph's turns
+and tools journaled and replayed, memory as a checkpointer thread over the store (deltas, once per
+turn, nothing after a crash), bring-your-own graphs routed through the proxy, streaming, tool
+errors through ToolNode."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_openai import ChatOpenAI
+
+from tether import tool
+from tether.journal import Record
+from tether.memory import Memory
+from tether.stores import open_store
+from tether.testing.fake_provider import FakeProvider
+from tether.testing.script import Script
+
+import tether_langgraph
+from tether_langgraph import TetherCheckpointer, agent_graph, langchain_tool, openai_base_url, run_agent
+from tether.agent import AgentSession
+
+# One event loop for the module: a user-built ChatOpenAI without its own client takes
+# langchain-openai's process-wide cached httpx client, whose connections belong to the loop that
+# opened them (langchain-ai/langchain#35783) — the bring-your-own tests share one such client.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SCRIPT = {
+    "conversations": [
+        {
+            "match": "multi:",
+            "turns": [
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+                {"tool_calls": [{"name": "lookup", "arguments": {"topic": "Paris"}}]},
+                {"text_from_tool_results": True, "text": "Answer:"},
+            ],
+        },
+        {
+            "match": "broken:",
+            "turns": [
+                {"tool_calls": [{"name": "broken", "arguments": {"reason": "test"}}]},
+                {"text_from_tool_results": True, "text": "The tool said:"},
+            ],
+        },
+        {"match": "memory:", "turns": [{"tool_calls": [{"name": "lookup", "arguments": {"topic": "Ada"}}]}, {"text": "Noted."}]},
+        {"match": "", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text_from_tool_results": True, "text": "Done:"}]},
+    ]
+}
+
+calls: list[str] = []
+
+
+@tool
+async def get_weather(city: str) -> str:
+    """Get the current weather in a city."""
+    calls.append("get_weather")
+    return f"The weather in {city} is sunny, 21 C."
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Look a topic up."""
+    calls.append("lookup")
+    return f"{topic} is a city of two million people."
+
+
+@tool
+def broken(reason: str) -> str:
+    """A tool that always fails."""
+    calls.append("broken")
+    raise RuntimeError(f"the backend is down ({reason})")
+
+
+class Flaky(Exception):
+    pass
+
+
+flaky_state = {"fail": True}
+
+
+@tool(retryable=(Flaky,))
+def flaky_lookup(topic: str) -> str:
+    """A lookup whose backend is down on the first attempt (a retryable failure: not recorded)."""
+    if flaky_state["fail"]:
+        raise Flaky("try again")
+    return f"{topic} is a name."
+
+
+TOOLS = [get_weather, lookup, broken]
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    calls.clear()
+
+
+@pytest.fixture
+def fake():
+    with FakeProvider(Script.from_dict(SCRIPT), seed=3) as provider:
+        yield provider
+
+
+@pytest.fixture
+def store(tmp_path):
+    return str(tmp_path / "store")
+
+
+def common(fake, store, run_id, **kw):
+    return dict(run_id=run_id, store=store, upstreams={"openai": fake.url + "/openai"}, **kw)
+
+
+def records(store, run_id, kind="model"):
+    root = Path(store) / "journal" / run_id / kind
+    return sorted((Record.decode(p.read_bytes()) for p in root.glob("*.rec")), key=lambda r: r.started_at)
+
+
+async def test_declarative_run_is_journaled_then_replayed(fake, store):
+    first = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "decl"))
+    assert first.status == "succeeded"
+    assert first.output == "Answer: Paris is a city of two million people."
+    assert (first.model_live, first.model_replayed, first.tool_live, first.tool_replayed) == (3, 0, 2, 0)
+    assert fake.live_calls() == 3 and calls == ["get_weather", "lookup"]
+    assert [r.request["path"] for r in records(store, "decl")] == ["/v1/chat/completions"] * 3
+
+    again = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "decl"))
+    assert again.output == first.output
+    assert (again.model_live, again.model_replayed, again.tool_live, again.tool_replayed) == (0, 3, 0, 2)
+    assert fake.live_calls() == 3 and calls == ["get_weather", "lookup"]
+    assert again.cost_usd == 0 and again.usage_replayed == first.usage_live
+
+
+async def test_the_wire_body_is_what_a_langgraph_user_sends(fake, store):
+    """Chat Completions with the tools' schemas built by LangChain from the functions, the
+    instructions as a system message, and no LangChain ids or run ids anywhere."""
+    await run_agent("multi: weather?", model="gpt-4o-mini", tools=TOOLS, instructions="Be brief.", **common(fake, store, "body"))
+    body = records(store, "body")[0].request["body"]
+    assert body["model"] == "gpt-4o-mini" and body["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert body["messages"][1] == {"role": "user", "content": "multi: weather?"}
+    schemas = {t["function"]["name"]: t["function"] for t in body["tools"]}
+    assert schemas["get_weather"]["parameters"]["properties"] == {"city": {"type": "string"}}
+    assert schemas["get_weather"]["description"] == "Get the current weather in a city."
+    assert "lc_run" not in json.dumps(body) and "run_id" not in json.dumps(body)
+
+
+async def test_tool_error_becomes_an_error_tool_message(fake, store):
+    result = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, memory_key="err", **common(fake, store, "broken"))
+    assert result.status == "succeeded"
+    assert result.output == "The tool said: Error: tool broken failed: RuntimeError: the backend is down (test)"
+    state = TetherCheckpointer(AgentSession(None, "openai", history=_memory(store, "err")))
+    messages = state.get_tuple({"configurable": {"thread_id": "err"}}).checkpoint["channel_values"]["messages"]
+    [tool_message] = [m for m in messages if isinstance(m, ToolMessage)]
+    assert tool_message.status == "error" and "the backend is down" in tool_message.content
+    again = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "broken"))
+    assert again.output == result.output and calls == ["broken"]
+
+
+def _memory(store, key):
+    """The committed items under a memory key, in commit order."""
+    return Memory(open_store(store), "default", key).load()
+
+
+async def test_memory_is_a_checkpointer_thread_stored_as_deltas(fake, store):
+    first = await run_agent("memory: my name is Ada", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **common(fake, store, "m1"))
+    second = await run_agent("memory: what is my name?", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **common(fake, store, "m2"))
+    assert first.output == second.output == "Noted."
+    # The second run's first request carries the first run's whole conversation.
+    sent = records(store, "m2")[0].request["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "assistant", "user"]
+    assert sent[0]["content"] == "memory: my name is Ada" and sent[-1]["content"] == "memory: what is my name?"
+    # Two segments; each message stored once, in the segment of the run that added it.
+    items = _memory(store, "ada")
+    assert len(items) == 2 and all(item["ns"] == "" for item in items)
+    raw = json.dumps(items)
+    assert raw.count("my name is Ada") == 1 and raw.count("what is my name?") == 1
+    assert "set" in items[0]["channels"]["messages"] or "extend" in items[0]["channels"]["messages"]
+    assert list(items[1]["channels"]["messages"]) == ["extend"]
+    # The thread rebuilt from memory is the graph's state: 6 messages, in order.
+    saver = TetherCheckpointer(AgentSession(None, "openai", history=items))
+    found = saver.get_tuple({"configurable": {"thread_id": "ada"}})
+    messages = found.checkpoint["channel_values"]["messages"]
+    assert [type(m) for m in messages] == [HumanMessage, AIMessage, ToolMessage, AIMessage, HumanMessage, AIMessage]
+    assert found.config["configurable"]["checkpoint_id"] == items[1]["id"]
+    assert len(list(saver.list({"configurable": {"thread_id": "ada"}}))) == 2
+
+
+async def test_a_crashed_attempt_commits_nothing_and_its_retry_commits_once(fake, store):
+    flaky_state["fail"] = True
+    script_prompt = "memory: remember Ada"
+    with pytest.raises(Flaky):
+        await run_agent(script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1"))
+    assert _memory(store, "crash") == []
+    flaky_state["fail"] = False
+    done = await run_agent(script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1"))
+    assert done.status == "succeeded" and done.model_replayed == 1  # the first turn was not paid twice
+    items = _memory(store, "crash")
+    assert len(items) == 1 and json.dumps(items).count("remember Ada") == 1
+
+
+def _renamed(t):
+    """The flaky tool under the name the script calls."""
+    from tether.agent import Tool
+
+    return Tool(t.fn, name="lookup", retryable=(Flaky,))
+
+
+async def test_streamed_run_is_recorded_as_streams_and_replays(fake, store):
+    first = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **common(fake, store, "s"))
+    assert first.status == "succeeded" and first.model_live == 3
+    assert all(e.streamed for e in fake.ledger)
+    assert all(r.response["streamed"] for r in records(store, "s"))
+    assert first.usage_live["output_tokens"] > 0  # stream_usage is on: the last chunk carries usage
+    again = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **common(fake, store, "s"))
+    assert again.output == first.output and again.model_live == 0 and fake.live_calls() == 3
+
+
+@pytest.fixture
+def fresh_byo_module():
+    sys.modules.pop("lg_byo_graphs", None)
+    yield
+    sys.modules.pop("lg_byo_graphs", None)
+
+
+async def test_byo_import_path_is_routed_through_the_proxy(fake, store, fresh_byo_module, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/unreachable")  # restored after the import
+    result = await run_agent("weather: Paris?", agent="lg_byo_graphs:graph", **common(fake, store, "byo-path"))
+    assert result.status == "succeeded" and result.output == "Done: The weather in Paris is sunny."
+    assert (result.model_live, result.tool_live) == (2, 1) and fake.live_calls() == 2
+    assert "OPENAI_BASE_URL" not in os.environ and os.environ["OPENAI_API_BASE"] == "http://127.0.0.1:9/unreachable"
+    import lg_byo_graphs
+
+    assert lg_byo_graphs.graph is not None
+    again = await run_agent("weather: Paris?", agent="lg_byo_graphs:graph", **common(fake, store, "byo-path"))
+    assert again.output == result.output and again.model_replayed == 2 and fake.live_calls() == 2
+
+
+async def test_byo_factory_and_own_checkpointer(fake, store, fresh_byo_module):
+    made = await run_agent("weather: factory", agent="lg_byo_graphs:make_graph", **common(fake, store, "byo-factory"))
+    assert made.status == "succeeded" and made.model_live == 2
+    # A graph compiled with the user's own checkpointer runs on Tether's (thread = memory key).
+    saved = await run_agent("weather: saver", agent="lg_byo_graphs:with_saver", memory_key="saver", **common(fake, store, "byo-saver"))
+    assert saved.status == "succeeded"
+    assert len(_memory(store, "saver")) == 1
+    # ... and without a memory key, each attempt gets an empty thread of its own.
+    import lg_byo_graphs
+
+    for run_id in ("byo-saver-2", "byo-saver-3"):
+        r = await run_agent("weather: saver", agent=lg_byo_graphs.with_saver, **common(fake, store, run_id))
+        assert r.status == "succeeded" and len(records(store, run_id)[0].request["body"]["messages"]) == 1
+
+
+async def test_byo_object_built_on_the_proxy_url(fake, store):
+    """A graph object built before the run, its model on ``openai_base_url()``."""
+    tools = [langchain_tool(get_weather)]
+    graph = agent_graph(ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0), tools, name="mine")
+    result = await run_agent("weather: object", agent=graph, **common(fake, store, "byo-object"))
+    assert result.status == "succeeded" and (result.model_live, result.tool_live) == (2, 1)
+    again = await run_agent("weather: object", agent=graph, **common(fake, store, "byo-object"))
+    assert again.model_replayed == 2 and again.model_live == 0 and again.output == result.output
+
+
+async def test_byo_object_not_routed_is_refused_by_the_proxy_when_no_run_is_active(fake):
+    """Outside a run, /r/active/ answers 409: a pre-built model never reaches a provider unrecorded."""
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0)
+    with pytest.raises(Exception, match="409|active run"):
+        await model.ainvoke("hello")
+
+
+async def test_not_a_graph_is_a_config_error(fake, store):
+    from tether.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="compiled LangGraph graphs"):
+        await run_agent("x", agent=object(), **common(fake, store, "bad"))
+
+
+async def test_package_surface():
+    assert tether_langgraph.ADAPTER.framework == "langgraph"
+    assert {"ADAPTER", "tool", "run_agent", "run_agent_sync", "TetherCheckpointer"} <= set(tether_langgraph.__all__)

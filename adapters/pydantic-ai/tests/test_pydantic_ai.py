@@ -285,3 +285,37 @@ async def test_unroutable_provider_is_a_config_error(fake, opts):
         await run_agent("hi", agent=agent, **opts("g"))
     with pytest.raises(ConfigError, match="not a pydantic_ai Agent"):
         await run_agent("hi", agent="pai_byo_agents:get_weather", **opts("g2"))
+
+
+def _own_model(kind: str):
+    """A model built the long way, with credentials given in code rather than the environment."""
+    if kind == "openai":
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(api_key="sk-own", default_headers={"X-Team": "payments"})
+        return OpenAIResponsesModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client)), "openai-responses"
+    if kind == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(api_key="sk-own")), "anthropic"
+    if kind == "google":
+        from pydantic_ai.models.google import GoogleModel
+        from pydantic_ai.providers.google import GoogleProvider
+
+        return GoogleModel("gemini-2.5-flash", provider=GoogleProvider(api_key="own")), "gemini"
+    from pydantic_ai.models.mistral import MistralModel
+    from pydantic_ai.providers.mistral import MistralProvider
+
+    return MistralModel("mistral-small-latest", provider=MistralProvider(api_key="own")), "mistral-chat"
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "google", "mistral"])
+async def test_byo_model_keeps_its_own_credentials_and_headers(fake, opts, monkeypatch, kind):
+    model, protocol = _own_model(kind)
+    for env in (*API_KEY_ENV.values(), "GOOGLE_API_KEY"):
+        monkeypatch.delenv(env, raising=False)  # the key can only come from the user's provider
+    result = await run_agent("weather please", agent=Agent(model, tools=[pydantic_tool(get_weather)]), **opts(f"own-{kind}"))
+    assert result.status == "succeeded" and fake.live_calls(protocol) == 2
+    if kind == "openai":
+        assert all("x-team" in e.headers for e in fake.ledger)

@@ -54,9 +54,7 @@ PROVIDERS = {
     "openai-responses": "openai",
     "openai-chat": "openai",  # Chat Completions
     "anthropic": "anthropic",
-    "google": "gemini",  # the Gemini API (`google-gla:` in older releases)
-    "google-gla": "gemini",
-    "gemini": "gemini",
+    "google": "gemini",  # the Gemini API
     "mistral": "mistral",
 }
 
@@ -78,39 +76,70 @@ class SeamProviders:
         self._clients: list[Any] = []
         self._made: set[int] = set()
 
-    def __call__(self, name: str) -> Provider[Any]:
+    def __call__(self, name: str, *, api_key: str | None = None) -> Provider[Any]:
+        """A new provider for a Pydantic AI provider name (credentials from the environment, as
+        Pydantic AI's own ``infer_provider`` takes them, unless ``api_key`` is given)."""
+        tether = self._tether(name)
+        http, base = self._http(tether), self.session.upstream(tether)
+        key = api_key or self.session.api_key(tether)
+        if tether == "openai":
+            from pydantic_ai.providers.openai import OpenAIProvider
+
+            return self._mark(OpenAIProvider(base_url=base + "/v1", api_key=key, http_client=http))
+        if tether == "anthropic":
+            from pydantic_ai.providers.anthropic import AnthropicProvider
+
+            return self._mark(AnthropicProvider(base_url=base, api_key=key, http_client=http))
+        if tether == "gemini":
+            from pydantic_ai.providers.google import GoogleProvider
+
+            return self._mark(GoogleProvider(base_url=base, api_key=key, http_client=http))
+        from pydantic_ai.providers.mistral import MistralProvider
+
+        return self._mark(MistralProvider(base_url=base, api_key=key, http_client=http))
+
+    def reroute(self, provider: Provider[Any]) -> Provider[Any]:
+        """The user's provider, served through the seam: its SDK client copied with the seam's
+        base URL and HTTP client (API key, organisation, headers, retries kept) where the SDK can
+        copy a client (OpenAI, Anthropic); otherwise a new provider with the user's API key."""
+        tether = self._tether(provider.name)
+        client: Any = provider.client
+        if tether in ("openai", "anthropic") and hasattr(client, "copy"):
+            base = self.session.upstream(tether) + ("/v1" if tether == "openai" else "")
+            copied = client.copy(base_url=base, http_client=self._http(tether))
+            if tether == "openai":
+                from pydantic_ai.providers.openai import OpenAIProvider
+
+                return self._mark(OpenAIProvider(openai_client=copied))
+            from pydantic_ai.providers.anthropic import AnthropicProvider
+
+            return self._mark(AnthropicProvider(anthropic_client=copied))
+        if tether == "gemini":
+            key = getattr(provider, "_api_key", None)
+        else:
+            key = getattr(getattr(getattr(client, "sdk_configuration", None), "security", None), "api_key", None)
+        return self(provider.name, api_key=key if isinstance(key, str) else None)
+
+    def routes(self, model: Model) -> bool:
+        """True when ``model`` is already served by one of these providers."""
+        return id(model.provider) in self._made
+
+    def _tether(self, name: str) -> str:
         tether = PROVIDERS.get(name)
         if tether is None:
             raise ConfigError(
                 f"Tether cannot route Pydantic AI provider {name!r}; supported: {', '.join(sorted(PROVIDERS))}"
             )
-        session = self.session
-        http = session.http_client(tether, module=HTTP_MODULE)
+        return tether
+
+    def _http(self, tether: str) -> Any:
+        http = self.session.http_client(tether, module=HTTP_MODULE)
         self._clients.append(http)
-        base, key = session.upstream(tether), session.api_key(tether)
-        provider: Provider[Any]
-        if tether == "openai":
-            from pydantic_ai.providers.openai import OpenAIProvider
+        return http
 
-            provider = OpenAIProvider(base_url=base + "/v1", api_key=key, http_client=http)
-        elif tether == "anthropic":
-            from pydantic_ai.providers.anthropic import AnthropicProvider
-
-            provider = AnthropicProvider(base_url=base, api_key=key, http_client=http)
-        elif tether == "gemini":
-            from pydantic_ai.providers.google import GoogleProvider
-
-            provider = GoogleProvider(base_url=base, api_key=key, http_client=http)
-        else:
-            from pydantic_ai.providers.mistral import MistralProvider
-
-            provider = MistralProvider(base_url=base, api_key=key, http_client=http)
+    def _mark(self, provider: Provider[Any]) -> Provider[Any]:
         self._made.add(id(provider))
         return provider
-
-    def routes(self, model: Model) -> bool:
-        """True when ``model`` is already served by one of these providers."""
-        return id(model.provider) in self._made
 
     async def aclose(self) -> None:
         for client in self._clients:
@@ -122,7 +151,7 @@ def route_model(model: Model | str, providers: SeamProviders) -> Model:
     """The same model, its requests sent through the wire seam.
 
     A name is built by Pydantic AI's own ``infer_model`` with the seam's provider factory. A model
-    object is copied with only its provider replaced (class, name, settings and profile kept);
+    object is copied with only its provider rerouted (class, name, settings and profile kept);
     wrappers (``FallbackModel``, ``WrapperModel``) are copied with their models routed; models that
     make no HTTP requests (``TestModel``, ``FunctionModel``) are returned as they are.
     """
@@ -140,7 +169,7 @@ def route_model(model: Model | str, providers: SeamProviders) -> Model:
     if provider is None or providers.routes(model):
         return model
     routed = copy.copy(model)
-    routed._provider = providers(provider.name)  # who serves it; the wire format stays the model's
+    routed._provider = providers.reroute(provider)  # who serves it; the wire format stays the model's
     return routed
 
 

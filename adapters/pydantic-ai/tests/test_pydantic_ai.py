@@ -319,3 +319,10 @@ async def test_byo_model_keeps_its_own_credentials_and_headers(fake, opts, monke
     assert result.status == "succeeded" and fake.live_calls(protocol) == 2
     if kind == "openai":
         assert all("x-team" in e.headers for e in fake.ledger)
+
+
+async def test_websocket_transport_is_refused_not_bypassed(fake, opts):
+    agent = Agent("openai:gpt-4o-mini", model_settings={"openai_transport": "websocket"})
+    with pytest.raises(ConfigError, match="websocket"):
+        await run_agent("hi", agent=agent, **opts("ws"))
+    assert fake.live_calls() == 0

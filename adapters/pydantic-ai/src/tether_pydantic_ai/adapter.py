@@ -223,10 +223,21 @@ def routed(agent: AbstractAgent[Any, Any], providers: SeamProviders) -> Iterator
                 if a is agent:
                     raise ConfigError(f"agent {a.name or a!r} has no model; give it one to run it with Tether")
                 continue
+            _check_http(a, model)
             new = route_model(model, providers)
             if new is not model:
                 stack.enter_context(a.override(model=new))
         yield
+
+
+def _check_http(agent: AbstractAgent[Any, Any], model: Model | str) -> None:
+    """Refuse what would bypass the wire seam silently: the Responses WebSocket transport."""
+    for settings in (getattr(model, "settings", None), getattr(agent, "model_settings", None)):
+        if isinstance(settings, dict) and settings.get("openai_transport") == "websocket":
+            raise ConfigError(
+                f"agent {agent.name or agent!r}: openai_transport='websocket' bypasses Tether's wire seam; "
+                "use the default HTTP transport"
+            )
 
 
 def pydantic_tool(t: Tool) -> pydantic_ai.Tool[Any]:
@@ -291,8 +302,11 @@ class PydanticAIAdapter(Adapter):
         try:
             with routed(agent, providers):
                 result = await agent.run(prompt, message_history=memory.load() or None, **kwargs)
-        except BaseExceptionGroup as group:  # a task group around parallel tools wraps what they raise
-            raise _unwrap(group) from None
+        except BaseExceptionGroup as group:  # should a task group around parallel tools wrap it
+            unwrapped = _unwrap(group)
+            if unwrapped is group:
+                raise
+            raise unwrapped from None
         finally:
             self._providers.pop(id(session), None)
             await providers.aclose()
@@ -307,17 +321,14 @@ async def _drain(ctx: Any, events: Any) -> None:
 
 
 def _unwrap(group: BaseExceptionGroup) -> BaseException:
-    """``Suspended`` first (the run must end as suspended), else the single error, else the group."""
+    """A pending approval inside a task group's exception group, so the run ends as suspended."""
     suspended, _ = group.split(Suspended)
-    if suspended is not None:
-        return _first(suspended)
-    return _first(group) if len(group.exceptions) == 1 else group
-
-
-def _first(group: BaseException) -> BaseException:
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
+    if suspended is None:
+        return group
+    found: BaseException = suspended
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found
 
 
 def _jsonable(value: Any) -> Any:

@@ -222,6 +222,14 @@ async def test_byo_import_path_is_routed_through_the_proxy(fake, store, fresh_by
     assert again.output == result.output and again.model_replayed == 2 and fake.live_calls() == 2
 
 
+async def test_byo_without_durability_is_not_routed(fake, store, fresh_byo_module, monkeypatch):
+    """``durable=False``: no run, no proxy; the user's model goes where its own settings say."""
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url("openai"))
+    result = await run_agent("weather: direct", agent="lc_byo_agents:agent", durable=False, store=store)
+    assert result.status == "succeeded" and result.output == "Done: The weather in Paris is sunny."
+    assert fake.live_calls() == 2 and not (Path(store) / "journal").exists()
+
+
 async def test_byo_factory_and_own_checkpointer(fake, store, fresh_byo_module):
     made = await run_agent("weather: factory", agent="lc_byo_agents:make_agent", **common(fake, store, "byo-factory"))
     assert made.status == "succeeded" and made.model_live == 2

@@ -34,7 +34,7 @@ from langchain.agents.middleware import ToolErrorMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import StructuredTool
 from langchain_openai import ChatOpenAI
-from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
+from tether.agent import Adapter, AgentSession, AgentSpec, Tool, current_run, tool_error_text
 from tether.errors import ConfigError, ToolError
 
 from .memory import MessageHistory
@@ -137,8 +137,9 @@ class LangChainAdapter(Adapter):
 
     def load(self, import_path: str) -> Any:
         """Import the user's agent (calling it if it is a factory function) with the OpenAI base
-        URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed."""
-        with routed_env():
+        URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed. Without a run
+        (``durable=False``) nothing is routed: the models go straight to their provider."""
+        with routed_env() if current_run() is not None else contextlib.nullcontext():
             agent = super().load(import_path)
             if inspect.isfunction(agent) or inspect.ismethod(agent):
                 agent = agent()

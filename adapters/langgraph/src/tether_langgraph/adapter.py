@@ -36,7 +36,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.pregel import Pregel
-from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
+from tether.agent import Adapter, AgentSession, AgentSpec, Tool, current_run, tool_error_text
 from tether.errors import ConfigError, ToolError
 
 from .memory import TetherCheckpointer
@@ -166,8 +166,9 @@ class LangGraphAdapter(Adapter):
 
     def load(self, import_path: str) -> Any:
         """Import the user's graph (calling it if it is a factory function) with the OpenAI base
-        URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed."""
-        with routed_env():
+        URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed. Without a run
+        (``durable=False``) nothing is routed: the models go straight to their provider."""
+        with routed_env() if current_run() is not None else contextlib.nullcontext():
             graph = super().load(import_path)
             if inspect.isfunction(graph) or inspect.ismethod(graph):
                 graph = graph()

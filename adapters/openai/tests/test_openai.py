@@ -194,13 +194,14 @@ async def test_streamed_run_records_streams_and_replays(fake, store):
     assert fake.live_calls() == calls and again.model_replayed == 3 and again.output == first.output
 
 
-async def test_retryable_tool_error_fails_the_attempt_and_the_retry_runs_it(fake, store):
+@pytest.mark.parametrize("stream", [False, True])
+async def test_retryable_tool_error_fails_the_attempt_and_the_retry_runs_it(fake, store, stream):
     flaky_fails[0] = True
     with pytest.raises(Flaky):  # the original exception, not the SDK's UserError wrapper
-        await run_agent("flaky: go", model=MODEL, tools=[flaky], run_id="f", **common(fake, store))
+        await run_agent("flaky: go", model=MODEL, tools=[flaky], run_id="f", stream=stream, **common(fake, store))
     assert records(store, "f", "tool") == []  # not recorded: the next attempt runs it again
     flaky_fails[0] = False
-    done = await run_agent("flaky: go", model=MODEL, tools=[flaky], run_id="f", **common(fake, store))
+    done = await run_agent("flaky: go", model=MODEL, tools=[flaky], run_id="f", stream=stream, **common(fake, store))
     assert done.output == "Flaky said: flaky ok"
     assert (done.model_replayed, done.model_live) == (1, 1)
     assert executions == [("flaky", {"x": "1"})] * 2
@@ -349,6 +350,19 @@ async def test_byo_on_chat_completions_is_journaled_too(fake, store):
     assert first.output == "Weather agent: The weather in Paris is sunny." and first.model_live == 3
     assert {r.request["path"] for r in records(store, "cc")} == {"/v1/chat/completions"}
     assert fake.live_calls("openai-chat") == 3
+
+
+async def test_concurrent_runs_of_one_own_client_agent_each_journal_their_turns(fake, store, monkeypatch):
+    import asyncio
+
+    monkeypatch.setenv("BYO_OPENAI_BASE_URL", fake.url + "/openai/v1")
+    from byo_agents import own_client_agent
+
+    agent = own_client_agent()
+    original = agent.model._client
+    a, b = await asyncio.gather(*(run_agent("own: weather", agent=agent, run_id=f"c{i}", **common(fake, store)) for i in range(2)))
+    assert (a.model_live, b.model_live) == (2, 2) and len(records(store, "c0")) == len(records(store, "c1")) == 2
+    assert agent.model._client is original
 
 
 def test_agent_graph_finds_handoffs_and_sub_agents():

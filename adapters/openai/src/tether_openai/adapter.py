@@ -22,8 +22,8 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
@@ -161,7 +161,7 @@ class OpenAIAgentsAdapter(Adapter):
         if session.max_turns:
             kwargs["max_turns"] = session.max_turns
         try:
-            with _routed_models(agent):
+            async with _routed_models(agent):
                 if session.stream:
                     streamed = Runner.run_streamed(agent, prompt, **kwargs)
                     async for _ in streamed.stream_events():
@@ -221,8 +221,8 @@ def agent_graph(root: Any) -> list[Any]:
     return list(seen.values())
 
 
-@contextmanager
-def _routed_models(root: Any) -> Iterator[None]:
+@asynccontextmanager
+async def _routed_models(root: Any) -> AsyncIterator[None]:
     """Put a seam transport under each model instance that brought its own OpenAI client.
 
     The replacement client follows the *current* run (a context variable), so concurrent runs of
@@ -253,13 +253,17 @@ def _routed_models(root: Any) -> Iterator[None]:
     try:
         yield
     finally:
+        released = []
         with _swap_lock:
             for model in models:
                 entry = _swapped[id(model)]
                 entry[2] -= 1
                 if entry[2] == 0:
+                    released.append(model._client)
                     model._client = entry[1]
                     del _swapped[id(model)]
+        for client in released:
+            await client.close()
 
 
 def _follow_run_http_client() -> Any:

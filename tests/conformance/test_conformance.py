@@ -21,7 +21,7 @@ def test_kill_after_turn_k_resumes_without_repeating(runner, fake, k):
     again, the answer is the one an uninterrupted run gives."""
     reference = runner("multi", "reference")
     assert reference["status"] == "succeeded" and reference["model_live"] == TURNS["multi"]
-    calls_before = fake.live_calls()
+    calls_before, reference_tools = fake.live_calls(), len(runner.executions())
     runner("multi", f"killed-{k}", kill_after_turn=k, expect_killed=True)
     assert fake.live_calls() - calls_before == k
     tools_after_kill = runner.executions()
@@ -31,7 +31,8 @@ def test_kill_after_turn_k_resumes_without_repeating(runner, fake, k):
     assert fake.live_calls() - calls_before == TURNS["multi"]  # each turn paid exactly once
     assert retry["output"] == reference["output"]
     executed = runner.executions()[len(tools_after_kill) :]
-    done_before = {json.dumps(e["arguments"], sort_keys=True) + e["tool"] for e in tools_after_kill}
+    done_before = {json.dumps(e["arguments"], sort_keys=True) + e["tool"] for e in tools_after_kill[reference_tools:]}
+    assert len(executed) + len(tools_after_kill) - reference_tools == 2  # each tool ran once in all
     assert all(json.dumps(e["arguments"], sort_keys=True) + e["tool"] not in done_before for e in executed)
     assert retry["attempt"] == 2
 

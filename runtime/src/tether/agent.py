@@ -36,6 +36,7 @@ from .run import Run, StepEvent, current_run
 from .stores import Store, open_store
 from .tools import ToolSpec, call_tool, call_tool_sync
 from .wire.providers import API_KEY_ENV
+from .wire.providers import upstreams as resolve_upstreams
 
 # -- tools ------------------------------------------------------------------------------------
 
@@ -180,6 +181,8 @@ class AgentSession:
     new_items: list[Any] = field(default_factory=list)
     max_turns: int | None = None
     stream: bool = False
+    #: Upstream base URL per provider (``run_agent(upstreams=)`` over the defaults).
+    upstreams: dict[str, str] = field(default_factory=dict)
 
     @property
     def durable(self) -> bool:
@@ -187,10 +190,7 @@ class AgentSession:
 
     def upstream(self, provider: str | None = None) -> str:
         """Base URL (origin + prefix, no version segment) for SDK clients using in-process transports."""
-        from .wire.providers import upstreams
-
-        provider = provider or self.provider
-        return self.run.upstreams[provider] if self.run else upstreams()[provider]
+        return self.upstreams[provider or self.provider]
 
     def proxy_url(self, provider: str | None = None) -> str:
         """Base URL of the loopback proxy for this run (no version segment): for SDKs Tether
@@ -231,7 +231,8 @@ class Adapter(ABC):
         """The framework's idiomatic agent for a declarative spec, its model client pointed at the seam."""
 
     def load(self, import_path: str) -> Any:
-        """Bring your own: ``"package.module:attribute"`` (a factory function is called)."""
+        """Bring your own: ``"package.module:attribute"``. Adapters whose frameworks have
+        factories (callables returning agents) call them here."""
         module_name, _, attr = import_path.partition(":")
         if not attr:
             raise ConfigError(f"agent import path {import_path!r} must look like 'package.module:name'")
@@ -355,7 +356,7 @@ async def run_agent(
     scope = run_id or default_scope()
     run = Run(scope, the_store, upstreams=upstreams) if durable else None
     memory = Memory(the_store, namespace, memory_key) if memory_key else None
-    session = AgentSession(run, prov, memory, max_turns=max_turns, stream=stream)
+    session = AgentSession(run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams))
     if memory is not None:
         session.history = await asyncio.to_thread(memory.load, writer=scope)
     progress = ProgressWriter(run) if run else None

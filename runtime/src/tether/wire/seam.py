@@ -40,11 +40,19 @@ HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connect
 
 
 def classify(status: int) -> str:
-    """``success``, ``terminal`` (recorded, replayed as the same error) or ``recoverable``."""
+    """``success``, ``terminal`` (recorded, replayed as the same error), ``recoverable`` or
+    ``credentials``.
+
+    401/403 say nothing about the request, only about the key it carried: they are passed
+    through unrecorded (like a recoverable failure, though the SDK will not retry them), so a run
+    retried after its key was fixed calls the model instead of replaying the refusal.
+    """
     if 200 <= status < 300:
         return "success"
     if status in (408, 409, 429) or status >= 500:
         return "recoverable"
+    if status in (401, 403):
+        return "credentials"
     return "terminal"
 
 
@@ -162,7 +170,7 @@ class WireSeam:
         started = time.time()
         response = await self._send(request)
         headers = self._response_headers(response)
-        if classify(response.status_code) == "recoverable":
+        if classify(response.status_code) in ("recoverable", "credentials"):
             return WireResponse(response.status_code, self._passthrough_headers(response), self._drain(response))
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
         model = protocol.model(request.path, json.loads(request.body))

@@ -152,7 +152,21 @@ def test_400_is_recorded_and_replayed_as_the_same_error(attempt, provider, tmp_p
     assert record.outcome == "error" and record.response["status"] == 400 and record.attempt == 1
 
 
-@pytest.mark.parametrize("status", [401, 404, 422])
+@pytest.mark.parametrize("status", [401, 403])
+def test_credential_refusals_are_not_recorded(attempt, provider, tmp_path, status):
+    """A refused key says nothing about the request: the retry (key fixed) calls the model."""
+    provider.inject(Fault(f"status:{status}"))
+    run, client = attempt("t", "transport")
+    with pytest.raises(openai.APIStatusError) as failed:
+        ask(client, Q, False)
+    assert failed.value.status_code == status
+    assert model_records(str(tmp_path / "store"), "t") == []
+    run, client = attempt("t", "transport")
+    ask(client, Q, False)
+    assert len(provider.ledger) == 2 and run.counters.model_live == 1
+
+
+@pytest.mark.parametrize("status", [404, 422])
 def test_other_4xx_are_terminal(attempt, provider, tmp_path, status):
     provider.inject(Fault(f"status:{status}"))
     for _ in range(2):

@@ -256,6 +256,22 @@ async def test_byo_object_built_on_the_proxy_url(fake, store):
     assert len(memory_items(store, "obj")) == 4  # the same run scope commits its segment once
 
 
+async def test_byo_composed_runnable(fake, store):
+    """Two agents piped (``a | b``: b continues a's conversation), a runnable that is not a graph."""
+    def make(name):
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0)
+        return create_agent(model, tools=[langchain_tool(get_weather)], middleware=[tool_errors()], name=name)
+
+    pipeline = make("researcher") | make("writer")
+    result = await run_agent("weather: piped", agent=pipeline, memory_key="piped", **common(fake, store, "piped"))
+    assert result.status == "succeeded" and result.output == "Done: The weather in Paris is sunny, 21 C."
+    assert result.model_live == 3 and len(memory_items(store, "piped")) == 5  # prompt, a's 3 messages, b's answer
+    streamed = await run_agent("weather: piped", agent=pipeline, stream=True, **common(fake, store, "piped-stream"))
+    assert streamed.output == result.output and streamed.model_live == 3  # not a graph: invoked, not streamed
+    again = await run_agent("weather: piped", agent=pipeline, memory_key="piped", **common(fake, store, "piped"))
+    assert again.model_live == 0 and again.model_replayed == 3 and again.output == result.output
+
+
 async def test_byo_object_not_routed_is_refused_by_the_proxy_when_no_run_is_active(fake):
     """Outside a run, /r/active/ answers 409: a pre-built model never reaches a provider unrecorded."""
     model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0)

@@ -135,6 +135,13 @@ class LangChainAdapter(Adapter):
         self._built.add(agent)
         return agent
 
+    def _is_built(self, agent: Any) -> bool:
+        """True for an agent :meth:`build` made (its model already speaks to the seam)."""
+        try:
+            return agent in self._built
+        except TypeError:  # unhashable (a pydantic runnable): not one of ours
+            return False
+
     def load(self, import_path: str) -> Any:
         """Import the user's agent (calling it if it is a factory function) with the OpenAI base
         URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed. Without a run
@@ -148,7 +155,7 @@ class LangChainAdapter(Adapter):
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         if not hasattr(agent, "ainvoke"):
             raise ConfigError(f"tether-langchain runs LangChain agents (runnables taking {{'messages': [...]}}), not {type(agent).__name__}")
-        if session.durable and agent not in self._built:
+        if session.durable and not self._is_built(agent):
             session.proxy_url()  # register the run, so /r/active/ (see openai_base_url) reaches its seam
         history = MessageHistory(session) if session.memory is not None else None
         before = history.committed if history is not None else []

@@ -164,6 +164,13 @@ class LangGraphAdapter(Adapter):
         self._built.add(graph)
         return graph
 
+    def _is_built(self, agent: Any) -> bool:
+        """True for an agent :meth:`build` made (its model already speaks to the seam)."""
+        try:
+            return agent in self._built
+        except TypeError:  # unhashable (a pydantic runnable): not one of ours
+            return False
+
     def load(self, import_path: str) -> Any:
         """Import the user's graph (calling it if it is a factory function) with the OpenAI base
         URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed. Without a run
@@ -177,7 +184,7 @@ class LangGraphAdapter(Adapter):
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         if not isinstance(agent, Pregel):
             raise ConfigError(f"tether-langgraph runs compiled LangGraph graphs, not {type(agent).__name__}: compile() it first")
-        if session.durable and agent not in self._built:
+        if session.durable and not self._is_built(agent):
             session.proxy_url()  # register the run, so /r/active/ (see openai_base_url) reaches its seam
         graph, saver, config = _with_memory(agent, session)
         if session.max_turns:

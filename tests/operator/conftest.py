@@ -75,13 +75,13 @@ def operator_kubeconfig(kube: ControlPlane, tether_release: Release, tmp_path_fa
 class Operator:
     """`python -m tether_operator` as a child process; restartable, killable."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, **env: str) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, namespaces: tuple[str, ...], **env: str) -> None:
         self.workdir = workdir
         self.store_url = f"file://{workdir}/store"
         self.env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
-            "TETHER_NAMESPACES": ",".join(SERVED),
+            "TETHER_NAMESPACES": ",".join(namespaces),
             "TETHER_STORE_URL": self.store_url,
             "TETHER_WORKDIR": str(workdir / "executions"),
             "TETHER_RECHECK_SECONDS": "0.5",
@@ -140,7 +140,8 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
-    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"))
+    # op-a only: the end-to-end tests run their own operator (with an agent environment) on op-b.
+    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"), (SERVED[0],))
     op.start()
     yield op
     op.stop()

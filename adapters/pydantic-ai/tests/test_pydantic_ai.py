@@ -326,3 +326,9 @@ async def test_websocket_transport_is_refused_not_bypassed(fake, opts):
     with pytest.raises(ConfigError, match="websocket"):
         await run_agent("hi", agent=agent, **opts("ws"))
     assert fake.live_calls() == 0
+
+
+async def test_not_durable_still_goes_to_the_given_upstream(fake, opts):
+    result = await run_agent("weather please", model="gpt-4o-mini", tools=[get_weather], durable=False, **opts("nd"))
+    assert result.status == "succeeded" and fake.live_calls() == 2
+    assert not (Path(opts.store) / "journal").exists()

@@ -5,7 +5,8 @@ through the in-process transport or the loopback proxy, chosen per attempt): thr
 four tool calls (``get_weather`` and ``lookup`` sleep a little; ``flaky`` fails and its error is
 recorded), against a fake provider with 20 ms latency. Each trial kills 1-3 attempts — at a seeded
 random time, or with ``--kill-after-step N`` (SIGKILL from inside, right after step N was
-recorded) — then runs attempts until one completes. A tenth of the trials journal to S3.
+recorded), or a moment (0-4 ms) after a tool's side effect — then runs attempts until one
+completes. A tenth of the trials journal to S3.
 
 Attempts are real processes killed with SIGKILL. To keep 50 trials fast, each worker keeps a
 *zygote*: a Python process that imported everything once and forks one child per attempt; the
@@ -33,8 +34,9 @@ idempotency key exists for: the re-execution carries the same key). Every logged
 record, and the run's four tool steps all have one.
 
 Model turns. Each process makes its model calls one at a time (``max_retries=0``), and a live
-answer is written to the journal before the SDK sees it. So the live calls of a process (fake
-provider ledger entries inside its lifetime window) are, in order, the calls whose records it
+answer is written to the journal before the SDK sees it. So the live calls of a process (the ledger
+of the fake provider that attempt alone talks to: a request a killed attempt left in flight is
+answered after it died, so time windows would not do) are, in order, the calls whose records it
 wrote, plus at most one in flight when it was killed: ``live(Pj) == written(Pj) + {0, or 1 if
 killed}``. Summed: total live calls ≤ model records + killed attempts. Pairing the k-th live call
 of Pj with the k-th record it wrote (checked by time: the call lies inside the record's timing)
@@ -96,10 +98,19 @@ ZYGOTE = r"""
 import json, os, signal, sys, time, traceback
 import httpx, openai, openai.resources.chat, openai.types.chat, aiohttp, boto3
 from tether.testing import chat_loop
-import tether.wire.proxy, tether.wire.transport, tether.stores.s3
+import tether.wire.proxy, tether.wire.transport, tether.stores.s3, tether.wire.seam
+tether.wire.seam._tls_context()  # the CA bundle, loaded once before forking (as a long-lived process would)
 print("READY", flush=True)
+import contextlib, io, threading
 for line in sys.stdin:
     job = json.loads(line)
+    if job.get("warm"):
+        # One run in the zygote itself, so the SDK's lazy imports and first-call set-up happen
+        # once, not in every child. It must leave no thread behind: fork copies only this one.
+        with contextlib.redirect_stdout(io.StringIO()):
+            chat_loop.main(job["argv"])
+        print(json.dumps({"threads": threading.active_count()}), flush=True)
+        continue
     t0 = time.time()
     pid = os.fork()
     if pid == 0:
@@ -115,15 +126,20 @@ for line in sys.stdin:
             sys.stdout.flush(); sys.stderr.flush()
             os._exit(code)
     kill_at = job.get("kill_after_s")
+    # Or: kill a moment after the n-th new line of the tool log, i.e. just after a side effect.
+    log, nth, delay = job.get("tool_log"), job.get("kill_after_execution"), job.get("delay", 0.0)
+    lines_before = open(log).read().count("\n") if log and os.path.exists(log) else 0
     killed = False
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
+        if nth and os.path.exists(log) and open(log).read().count("\n") >= lines_before + nth:
+            kill_at, nth = time.time() - t0 + delay, None
         if kill_at is not None and time.time() - t0 >= kill_at:
             os.kill(pid, signal.SIGKILL)
             killed, kill_at = True, None
-        time.sleep(0.001)
+        time.sleep(0.0005)
     signaled = os.WIFSIGNALED(status)
     print(json.dumps({"pid": pid, "t0": t0, "t1": time.time(), "killed_by_timer": killed,
                       "signal": os.WTERMSIG(status) if signaled else 0,
@@ -143,9 +159,14 @@ class Zygote:
         )
         assert self.proc.stdout.readline().strip() == "READY"
 
-    def attempt(self, argv: list[str], workdir: Path, n: int, env: dict, kill_after_s: float | None = None) -> dict:
+    def warm(self, argv: list[str]) -> None:
+        self.proc.stdin.write(json.dumps({"warm": True, "argv": argv}) + "\n")
+        self.proc.stdin.flush()
+        assert json.loads(self.proc.stdout.readline()) == {"threads": 1}, "the warm-up left a thread running"
+
+    def attempt(self, argv: list[str], workdir: Path, n: int, env: dict, kill_after_s: float | None = None, **kill: object) -> dict:
         out, err = workdir / f"attempt{n}.out", workdir / f"attempt{n}.err"
-        job = {"argv": argv, "env": env, "stdout": str(out), "stderr": str(err), "kill_after_s": kill_after_s}
+        job = {"argv": argv, "env": env, "stdout": str(out), "stderr": str(err), "kill_after_s": kill_after_s, **kill}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         result = json.loads(self.proc.stdout.readline())
@@ -185,31 +206,42 @@ def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expe
     tool_log = workdir / "tools.jsonl"
     processes: list[dict] = []
     markers_before: list[str] = []
-    with FakeProvider(SCRIPT, latency=LATENCY) as provider:
-        upstream = provider.url + "/openai"
+    # One fake provider per attempt: a request a killed attempt left in flight is still answered
+    # (and written to a ledger) after its sender died; its own provider's ledger keeps it apart.
+    providers: list[FakeProvider] = []
+    try:
         for n in range(kills + 12):  # planned kills, then attempts until one completes
             via = rng.choice(["transport", "proxy"])
-            step, kill_s = 0, None
+            step, kill_s, side_effect = 0, None, {}
             if n < kills:
-                if rng.random() < 0.5:
+                mode = rng.choice(["step", "timer", "side-effect"])
+                if mode == "step":
                     step = rng.randint(1, STEPS)
-                else:
+                elif mode == "timer":
                     kill_s = rng.uniform(0.0, durations[backend])
-            argv = _argv(store, scope, upstream, stream=stream, via=via, kill_after_step=step)
-            p = zygote.attempt(argv, workdir, n, {"TETHER_TOOL_LOG": str(tool_log)}, kill_s)
-            p.update(plan={"via": via, "kill_after_step": step, "kill_after_s": kill_s})
+                else:  # a moment after the k-th tool execution of this attempt: inside the side effect → record window
+                    side_effect = {"tool_log": str(tool_log), "kill_after_execution": rng.randint(1, TOOL_CALLS), "delay": rng.uniform(0.0, 0.004)}
+            providers.append(FakeProvider(SCRIPT, latency=LATENCY).start())
+            argv = _argv(store, scope, providers[-1].url + "/openai", stream=stream, via=via, kill_after_step=step)
+            p = zygote.attempt(argv, workdir, n, {"TETHER_TOOL_LOG": str(tool_log)}, kill_s, **side_effect)
+            p.update(plan={"via": via, "kill_after_step": step, "kill_after_s": kill_s, **side_effect})
             _, markers = _records(store, scope)
             p["claimed"] = [int(m.rsplit("/", 1)[1]) for m in markers if m not in markers_before]
             markers_before = markers
             processes.append(p)
             if not p["killed"]:
                 break
-        ledger = provider.ledger.snapshot()
+        time.sleep(LATENCY + 0.1)  # requests orphaned by the last kill reach their ledger
+        for p, provider in zip(processes, providers):
+            p["ledger"] = provider.ledger.snapshot()
+    finally:
+        for provider in providers:
+            provider.stop()
     blobs, _ = _records(store, scope)
     executions = [json.loads(line) for line in tool_log.read_text().splitlines()] if tool_log.exists() else []
     return {
         "seed": seed, "backend": backend, "stream": stream, "scope": scope, "expected": expected,
-        "processes": processes, "ledger": ledger, "blobs": blobs, "executions": executions,
+        "processes": processes, "blobs": blobs, "executions": executions,
     }
 
 
@@ -259,22 +291,21 @@ def check(t: dict) -> None:
         assert all(n == 1 for n in where.values()), f"tool step {key} ran twice in one attempt: {runs_of[key]}"
 
     # Model turns: live calls per process = records it wrote (+1 in flight when killed).
-    ledger = t["ledger"]
-    assert all(e.live for e in ledger), "a call failed though no fault was injected"
+    assert all(e.live for p in procs for e in p["ledger"]), "a call failed though no fault was injected"
     model_records = [r for r in records.values() if r.kind == "model"]
     recorded_sha: dict[str, int] = {}
     for i, p in enumerate(procs):
-        live = sorted((e for e in ledger if p["t0"] <= e.time <= p["t1"]), key=lambda e: e.time)
+        live = sorted(p["ledger"], key=lambda e: e.time)
         wrote = sorted((r for r in model_records if writer_of[r.attempt] == i), key=lambda r: r.started_at)
         slack = 1 if p["killed"] else 0
         assert len(wrote) <= len(live) <= len(wrote) + slack, f"process {i}: {len(live)} live calls, {len(wrote)} records"
         for e, r in zip(live, wrote):
             assert r.started_at - 0.05 <= e.time <= r.started_at + r.duration_ms / 1000 + 0.05, "live call and record out of step"
             recorded_sha[e.body_sha256] = i
-    assert len(ledger) <= len(model_records) + sum(p["killed"] for p in procs)
+    assert sum(len(p["ledger"]) for p in procs) <= len(model_records) + sum(p["killed"] for p in procs)
     for i, p in enumerate(procs):
-        for e in ledger:
-            if p["t0"] <= e.time <= p["t1"] and e.body_sha256 in recorded_sha:
+        for e in p["ledger"]:
+            if e.body_sha256 in recorded_sha:
                 assert i <= recorded_sha[e.body_sha256], f"process {i} called the model for a turn recorded by process {recorded_sha[e.body_sha256]}"
 
 
@@ -285,9 +316,13 @@ def trials(tmp_path_factory, s3_endpoint):
     zygotes: list[Zygote] = []
     local = threading.local()
 
+    warmer = FakeProvider(SCRIPT).start()
+
     def zygote() -> Zygote:
         if not hasattr(local, "z"):
             local.z = Zygote()
+            for stream in (False, True):
+                local.z.warm(_argv(str(base / "warm"), f"warm-{id(local.z)}-{stream}", warmer.url + "/openai", stream=stream, via="transport"))
             zygotes.append(local.z)
         return local.z
 
@@ -315,6 +350,7 @@ def trials(tmp_path_factory, s3_endpoint):
             ]
             yield [f.result() for f in futures]
     finally:
+        warmer.stop()
         for z in zygotes:
             z.close()
 
@@ -336,6 +372,16 @@ def test_trials_cover_the_interesting_cases(trials):
     assert any(p["plan"]["kill_after_step"] == STEPS for p in procs), "no kill between the last record and the answer"
     assert any(p["plan"]["kill_after_s"] is not None and p["killed"] for p in procs)
     assert {t["backend"] for t in trials} == {"local", "s3"} and {t["stream"] for t in trials} == {True, False}
+    assert any(p["plan"].get("kill_after_execution") and p["killed_by_timer"] for p in procs)
+    reexecuted = sum(len(t["executions"]) - len({x["key"] for x in t["executions"]}) for t in trials)
+    unrecorded = sum(len(p["ledger"]) for t in trials for p in t["processes"]) - MODEL_TURNS * len(trials)
+    print(
+        f"\n{len(procs)} attempts, {sum(p['killed'] for p in procs)} killed "
+        f"({sum(p['plan']['kill_after_step'] > 0 for p in procs)} after a step, {sum(p['killed_by_timer'] for p in procs)} by the timer, "
+        f"{sum(bool(p['plan'].get('kill_after_execution')) and p['killed_by_timer'] for p in procs)} of them just after a tool's side effect); "
+        f"{unrecorded} live model calls lost to a kill and re-made; {reexecuted} tool executions lost to a kill "
+        f"between side effect and record and re-run under the same key"
+    )
     # Some retry replayed tools and model turns recorded by an earlier process.
     finals = [json.loads(t["processes"][-1]["stdout"].strip().splitlines()[-1]) for t in trials]
     assert any(f["model_replayed"] and f["tool_replayed"] for f in finals)

@@ -242,19 +242,23 @@ class RunLoop:
     async def follow(self, ex: ExecutionStatus, stopped: Any) -> None:
         failures = ex.failures
         while not stopped:
-            waiter = getattr(self.executor, "wait", None)
-            if waiter is not None:
-                await waiter(self.exec_name, self.settings.timing.poll_seconds)
-            else:
-                await asyncio.sleep(self.settings.timing.poll_seconds)
+            await self.executor.wait(self.exec_name, self.settings.timing.poll_seconds)
             current = await self.executor.status(self.exec_name)
             if current is None:  # aborted under us (deletion): the finalizer takes it from here
                 return
             ex = current
             progress = await self._progress()
-            requests = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (
+            listed = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (
                 progress and progress.approvals) else []
+            if ex.state is ExecutionState.SUSPENDED and listed is None:
+                continue  # the store did not answer; look again rather than guess
+            requests = listed or []
             if ex.state is ExecutionState.SUSPENDED:
+                if not requests:  # exit 3 with nothing to decide: resuming would loop forever
+                    self._failed(Reason.FAILED, "the runtime suspended without an approval request")
+                    await self.publish(urgent=True)
+                    await self.executor.abort(self.exec_name)
+                    return
                 requests = await self._settle(requests)
                 if not any(r.get("decision") is None for r in requests):
                     await self.executor.resume(self.exec_name)
@@ -265,9 +269,7 @@ class RunLoop:
             changed = self._mirror(ex, progress, requests)
             await self.publish(urgent=changed or ex.state.finished)
             if ex.state.finished:
-                forget = getattr(self.executor, "forget", None)
-                if forget:
-                    forget(self.exec_name)
+                self.executor.forget(self.exec_name)
                 return
 
     # ------------------------------------------------------------------------------ pieces
@@ -280,12 +282,13 @@ class RunLoop:
             self.logger.warning("cannot read progress of %s: %s", self.uid, exc)
             return None
 
-    async def _approvals(self) -> list[dict[str, Any]]:
+    async def _approvals(self) -> list[dict[str, Any]] | None:
+        """The run's approval requests with decisions; None if the store cannot say (retry)."""
         try:
             return await asyncio.to_thread(tether_approvals.list_approvals, self.store, self.uid)
         except Exception as exc:
             self.logger.warning("cannot list approvals of %s: %s", self.uid, exc)
-            return []
+            return None
 
     async def _decide(self, request: dict[str, Any], approved: bool, by: str, reason: str | None) -> None:
         try:

@@ -16,6 +16,7 @@ business: the runtime writes it to the store and the operator reads it from ther
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -92,6 +93,13 @@ class Executor(ABC):
 
     @abstractmethod
     async def resume(self, name: str) -> None: ...
+
+    async def wait(self, name: str, timeout: float) -> None:
+        """Return when the execution may have changed, at the latest after `timeout` seconds."""
+        await asyncio.sleep(timeout)
+
+    def forget(self, name: str) -> None:
+        """Drop a finished execution from memory (the AgentRun's status now holds it)."""
 
     def executions(self) -> list[ExecutionStatus]:
         """The executions this executor currently holds (for metrics)."""

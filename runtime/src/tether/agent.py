@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .errors import ConfigError, Suspended, ToolError
+from .errors import ConfigError, LimitExceeded, Suspended, ToolError
 from .memory import Memory
 from .progress import ProgressWriter
 from .run import Run, StepEvent, current_run
@@ -336,6 +336,7 @@ async def run_agent(
     namespace: str = "default",
     upstreams: dict[str, str] | None = None,
     max_turns: int | None = None,
+    max_cost_usd: float | None = None,
     stream: bool = False,
     report: bool | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
@@ -354,7 +355,7 @@ async def run_agent(
     prov = provider or prov
     the_store = open_store(store) if store is not None else default_store()
     scope = run_id or default_scope()
-    run = Run(scope, the_store, upstreams=upstreams) if durable else None
+    run = Run(scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd) if durable else None
     memory = Memory(the_store, namespace, memory_key) if memory_key else None
     session = AgentSession(run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams))
     if memory is not None:
@@ -379,9 +380,12 @@ async def run_agent(
     except Suspended as s:
         result.status, result.pending_approval = "suspended", s.approval_id
     except Exception as e:
-        result.error = f"{type(e).__name__}: {e}"
+        limit = run.limit_exceeded if run is not None else None
+        result.error = limit or f"{type(e).__name__}: {e}"
         if progress:
             progress.publish("Failed", error=result.error)
+        if limit:
+            raise LimitExceeded(limit) from e
         raise
     finally:
         if run is not None:

@@ -22,7 +22,7 @@ import flyte
 
 from .agent import Tool, load_adapter, run_agent
 from .api import AgentToolSpec, ExecRequest
-from .errors import ConfigError, RecoverableStepError, StoreUnavailable
+from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreUnavailable
 
 EXIT_SUCCEEDED, EXIT_RECOVERABLE, EXIT_TERMINAL, EXIT_SUSPENDED = 0, 1, 2, 3
 
@@ -53,21 +53,25 @@ def _upstream(base_url: str) -> str:
 
 
 def classify_exception(e: BaseException) -> int:
-    """Exit code for an exception that ended an attempt: recoverable if anything in its chain
-    is a transport-level or store failure or a retryable HTTP status, else terminal."""
-    seen = set()
+    """Exit code for an exception that ended an attempt. SDKs wrap what the seam raised (e.g.
+    an ``APIConnectionError`` around a refused cost limit), so the whole chain is read: a limit or
+    bad input anywhere makes it terminal; else a transport-level or store failure or a retryable
+    HTTP status makes it recoverable; anything else is terminal."""
+    chain, seen = [], set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, ConfigError):
-            return EXIT_TERMINAL
-        if isinstance(e, (RecoverableStepError, StoreUnavailable, ConnectionError, TimeoutError)):
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if any(isinstance(x, (ConfigError, LimitExceeded)) for x in chain):
+        return EXIT_TERMINAL
+    for x in chain:
+        if isinstance(x, (RecoverableStepError, StoreUnavailable, ConnectionError, TimeoutError)):
             return EXIT_RECOVERABLE
-        status = getattr(e, "status_code", None) or getattr(e, "code", None)
+        status = getattr(x, "status_code", None) or getattr(x, "code", None)
         if isinstance(status, int) and (status in (408, 409, 429) or status >= 500):
             return EXIT_RECOVERABLE
-        if type(e).__name__ in ("APIConnectionError", "APITimeoutError", "ConnectError", "ReadError", "RemoteProtocolError"):
+        if type(x).__name__ in ("APIConnectionError", "APITimeoutError", "ConnectError", "ReadError", "RemoteProtocolError"):
             return EXIT_RECOVERABLE
-        e = e.__cause__ or e.__context__
     return EXIT_TERMINAL
 
 
@@ -96,6 +100,7 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
             namespace=request.namespace,
             upstreams={provider: _upstream(spec.model.base_url)} if spec.model.base_url else None,
             max_turns=spec.limits.max_turns if spec.limits else None,
+            max_cost_usd=spec.limits.max_cost_usd if spec.limits else None,
             on_step=on_step,
         )
     except Exception as e:  # noqa: BLE001 - every failure becomes an outcome the executor reads

@@ -2,6 +2,7 @@
 
     TetherError
     ├── ConfigError            bad input or settings; fix it, retrying will not help
+    ├── LimitExceeded          a run limit (max cost) was reached; terminal, not retried
     ├── StoreError             a store operation failed for good (e.g. access denied)
     │   └── StoreUnavailable   transient store failure after bounded retries: the step is
     │                          recoverable, the next attempt runs it again
@@ -24,6 +25,10 @@ class TetherError(Exception):
 
 class ConfigError(TetherError):
     """Invalid input or settings."""
+
+
+class LimitExceeded(TetherError):
+    """A run limit was reached (``limits.maxCostUSD``); the run fails terminally."""
 
 
 class StoreError(TetherError):

@@ -65,8 +65,15 @@ class Run:
         *,
         upstreams: dict[str, str] | None = None,
         prices: PriceTable | None = None,
+        max_cost_usd: float | None = None,
     ) -> None:
+        #: The attempt starts here: replay time counts the store and journal load too.
+        self.started_at = time.time()
         self.scope = scope
+        #: Live model spend at which further live turns are refused (replays are free and go on).
+        self.max_cost_usd = max_cost_usd
+        #: Set when a limit refused a live turn: the reason the run failed.
+        self.limit_exceeded: str | None = None
         self.store = open_store(store)
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()
@@ -74,7 +81,6 @@ class Run:
         self.accounting = Accounting()
         self.events: list[StepEvent] = []
         self.listeners: list[Callable[[StepEvent], None]] = []
-        self.started_at = time.time()
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None
         from .wire.seam import WireSeam  # the seam reports back here

@@ -1,8 +1,10 @@
 """``tether approve RUN ID --yes|--no [--reason TEXT] [--by NAME]``: decide a pending approval.
 
-RUN is the run id (an AgentRun's uid, or the name ``tether run`` used). The decision is written
-to the store; the next attempt of the run replays to the approval and goes on. For AgentRuns on
-Kubernetes the operator does this when you annotate the AgentRun (see the operator's README).
+RUN is either a run id (the name ``tether run`` used, or an AgentRun's uid) — the decision is
+written to the store directly — or ``NAMESPACE/NAME`` of an AgentRun on Kubernetes: then the
+AgentRun is annotated (``tether.dev/approve`` or ``tether.dev/decline``, with ``decided-by`` and
+``reason``) through the current kubeconfig, and the operator records the decision and resumes
+the run. Either way the next attempt replays to the approval and goes on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--by", default=None)
     p.add_argument("--store", default=None)
     args = p.parse_args(argv)
+    by = args.by or getpass.getuser()
+    if "/" in args.run:
+        if args.id is None or not (args.yes or args.no):
+            print("tether approve NAMESPACE/NAME ID needs --yes or --no (pending approvals: kubectl get ar NAME -o yaml)", file=sys.stderr)
+            return 2
+        return _annotate(args.run, args.id, args.yes, by, args.reason)
     store = open_store(args.store)
     if args.id is None or not (args.yes or args.no):
         for a in list_approvals(store, args.run):
@@ -34,9 +42,32 @@ def main(argv: list[str]) -> int:
             print(f"{a['id']}  {state:<9} {a['tool']}: {a['prompt']}")
         return 0
     try:
-        decide(store, args.run, args.id, args.yes, by=args.by or getpass.getuser(), reason=args.reason)
+        decide(store, args.run, args.id, args.yes, by=by, reason=args.reason)
     except ConfigError as e:
         print(f"tether approve: {e}", file=sys.stderr)
         return 2
     print(f"{'approved' if args.yes else 'declined'} {args.id} of run {args.run}; run it again to continue")
+    return 0
+
+
+def _annotate(run: str, approval_id: str, approved: bool, by: str, reason: str | None) -> int:
+    """Ask the operator to decide, through the AgentRun's annotations."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        print("tether approve NAMESPACE/NAME needs the kubernetes package (pip install kubernetes)", file=sys.stderr)
+        return 2
+    namespace, _, name = run.partition("/")
+    annotations = {f"tether.dev/{'approve' if approved else 'decline'}": approval_id, "tether.dev/decided-by": by}
+    if reason:
+        annotations["tether.dev/reason"] = reason
+    config.load_kube_config()
+    try:
+        client.CustomObjectsApi().patch_namespaced_custom_object(
+            "tether.dev", "v1alpha1", namespace, "agentruns", name, {"metadata": {"annotations": annotations}}
+        )
+    except client.ApiException as e:
+        print(f"tether approve: cannot annotate AgentRun {run}: {e.status} {e.reason}", file=sys.stderr)
+        return 2
+    print(f"asked the operator to {'approve' if approved else 'decline'} {approval_id} of AgentRun {run}")
     return 0

@@ -129,7 +129,17 @@ class WireSeam:
         if record is not None:
             self.run.model_step(record, replayed=True)
             return WireResponse(record.response["status"], record.response["headers"], _once(record.body), replayed=True)
+        limit = self.run.max_cost_usd
+        if limit is not None and self.run.accounting.live_cost_usd >= limit:
+            return self._refuse(f"tether: run {self.run.scope} reached its cost limit of ${limit:.2f} (spent ${self.run.accounting.live_cost_usd:.4f} live)")
         return await self._live(protocol, request, key, canonical)
+
+    def _refuse(self, message: str) -> WireResponse:
+        """Answer for the provider with 402: every SDK raises it as a non-retryable status error,
+        so the framework stops; the run notes why. Nothing is recorded or sent upstream."""
+        self.run.limit_exceeded = message
+        body = json.dumps({"error": {"message": message, "type": "tether_limit_exceeded", "code": "limit_exceeded"}}).encode()
+        return WireResponse(402, [("content-type", "application/json")], _once(body))
 
     @staticmethod
     def _canonical(protocol: WireProtocol, request: WireRequest) -> dict | None:

@@ -68,7 +68,10 @@ until [[ "$(field steps.modelLive)" =~ ^[1-9] ]]; do
   sleep 2
 done
 log "killing the runtime process of $OBJ mid-run"
-k exec -n "$NS" "deploy/$RELEASE" -- sh -c 'pkill -9 -f "tether exec" || kill -9 $(pgrep -f "tether exec")'
+# python:3.11-slim has no pkill: find the process by its command line.
+k exec -n "$NS" "deploy/$RELEASE" -- python -c 'import os
+for p in filter(str.isdigit, os.listdir("/proc")):
+    if b"tether\0exec" in open(f"/proc/{p}/cmdline", "rb").read(): os.kill(int(p), 9)'
 
 # Wait for the run to finish, then require that the status reports replayed steps.
 until [[ "$(field phase)" =~ ^(Succeeded|Failed)$ ]]; do

@@ -133,6 +133,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         client = AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key=key, http_client=http, max_retries=0)
     with run.activate():
         answer = await chat_loop(client, args.model, args.question, DEMO_TOOLS, stream=args.stream)
+    await client.close()  # its connections belong to this event loop: close them before it ends
     await run.aclose()
     c = run.counters
     return {

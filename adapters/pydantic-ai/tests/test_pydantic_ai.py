@@ -133,6 +133,7 @@ async def test_declarative_run_records_turns_and_tools_then_replays(fake, opts):
     ("model", "protocol"),
     [
         ("openai:gpt-4o-mini", "openai-responses"),
+        ("openai-chat:gpt-4o-mini", "openai-chat"),
         ("anthropic:claude-sonnet-4-5", "anthropic"),
         ("google:gemini-2.5-flash", "gemini"),
         ("gemini-2.5-flash", "gemini"),

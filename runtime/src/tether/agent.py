@@ -166,6 +166,9 @@ class AgentSpec:
     tools: list[Tool] = field(default_factory=list)
     name: str = "agent"
     max_turns: int | None = None
+    #: The model as the caller wrote it (``"openai-chat:gpt-4o-mini"``), for frameworks whose
+    #: prefixes say more than the provider does.
+    model_id: str = ""
 
 
 @dataclass
@@ -368,7 +371,7 @@ async def run_agent(
     try:
         with run.activate() if run else _null():
             if agent is None:
-                the_agent = adapter.build(AgentSpec(model_name, prov, instructions, tool_objs, max_turns=max_turns), session)
+                the_agent = adapter.build(AgentSpec(model_name, prov, instructions, tool_objs, max_turns=max_turns, model_id=model or ""), session)
             else:
                 the_agent = adapter.load(agent) if isinstance(agent, str) else agent
             result.output = await adapter.run(the_agent, prompt, session)

@@ -273,7 +273,9 @@ class PydanticAIAdapter(Adapter):
         prefix = MODEL_PREFIX.get(spec.provider)
         if prefix is None:
             raise ConfigError(f"no Pydantic AI model for provider {spec.provider!r}")
-        model = route_model(f"{prefix}:{spec.model}", self._providers_for(session))
+        # The model id as the user wrote it keeps pydantic-ai's own prefixes (openai-chat: vs openai:).
+        model_id = spec.model_id if ":" in spec.model_id else f"{prefix}:{spec.model}"
+        model = route_model(model_id, self._providers_for(session))
         return Agent(
             model,
             name=spec.name,

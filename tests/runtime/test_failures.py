@@ -345,3 +345,34 @@ def test_s3_outage_during_a_live_step_is_recoverable_and_drops_nothing(attempt, 
         assert run.counters.model_replayed == 2 and provider.live_calls() == 3
     finally:
         gate.shut() if gate._listener and gate._listener.fileno() != -1 else None
+
+
+def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tmp_path):
+    """Past PACK_AFTER loose records a load writes a pack; the next load reads the pack instead
+    of one object per record, and a corrupt pack entry falls back to the loose record."""
+    from tether.journal import PACK_AFTER, Journal, Record
+    from tether.stores import LocalStore
+
+    class CountingStore(LocalStore):
+        gets = 0
+
+        def get(self, key):
+            type(self).gets += 1
+            return super().get(key)
+
+    store = CountingStore(tmp_path)
+    first = Journal(store, "p").load()
+    for i in range(PACK_AFTER + 2):
+        first.append(Record("tool", f"fp{i}", 1, "ok", {"i": i}, body=b'"x"'))
+    CountingStore.gets = 0
+    second = Journal(store, "p").load()  # reads loose records, writes a pack
+    assert len(second.records) == PACK_AFTER + 2 and CountingStore.gets == PACK_AFTER + 2
+    [pack] = [k for k in store.list("journal/p/packs/")]
+    CountingStore.gets = 0
+    third = Journal(store, "p").load()
+    assert len(third.records) == PACK_AFTER + 2 and CountingStore.gets == 1  # the pack alone
+    data = bytearray(store.get(pack))
+    data[20] ^= 0xFF  # break the first packed record's checksum
+    store.put(pack, bytes(data))
+    fourth = Journal(store, "p").load()
+    assert len(fourth.records) == PACK_AFTER + 2 and fourth.counters.corrupt == 0

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .canonical import sha256_hex
+from .errors import StoreError
 from .stores import Store
 
 Kind = Literal["model", "tool"]
@@ -24,6 +25,8 @@ Outcome = Literal["ok", "error"]
 StepKey = tuple[str, str, int]
 
 _SUM_LEN = 64
+#: Loose records read one by one at load that make the load write a pack for the next attempt.
+PACK_AFTER = 8
 
 
 @dataclass
@@ -105,22 +108,54 @@ class Journal:
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
-        """Read every record once and claim the next attempt number."""
+        """Read every record once (the newest pack, then loose records it lacks, in parallel)
+        and claim the next attempt number."""
         keys = self.store.list(self.prefix)
         attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
-        blobs = self.store.get_many(k for k in keys if k.endswith(".rec"))
-        for name, data in blobs.items():
-            record = Record.decode(data)
-            if record is None:
-                self.counters.corrupt += 1
-                self._corrupt_keys.add(self._key_of(name))
-                continue
-            self.records[record.key] = record
-            self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+        packs = sorted(k for k in keys if k.startswith(self.prefix + "packs/"))
+        packed = self._read_pack(packs[-1]) if packs else set()
+        loose = [k for k in keys if k.endswith(".rec") and k not in packed]
+        for name, data in self.store.get_many(loose).items():
+            self._add(name, data)
         self.attempt = len(attempts) + 1
         while not self.store.create(f"{self.prefix}attempts/{self.attempt:05d}", str(time.time()).encode()):
             self.attempt += 1  # another process claimed it first
+        if len(loose) >= PACK_AFTER:
+            self._write_pack()
         return self
+
+    def _add(self, name: str, data: bytes) -> bool:
+        record = Record.decode(data)
+        if record is None:
+            self.counters.corrupt += 1
+            self._corrupt_keys.add(self._key_of(name))
+            return False
+        self.records[record.key] = record
+        self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+        return True
+
+    def _read_pack(self, name: str) -> set[str]:
+        """Records of a pack, by object key; a corrupt entry is skipped (its loose record is read)."""
+        data, packed, i = self.store.get(name) or b"", set(), 0
+        while i + 8 <= len(data):
+            size = int.from_bytes(data[i : i + 8], "big")
+            record = Record.decode(data[i + 8 : i + 8 + size])
+            i += 8 + size
+            if record is not None and record.key not in self.records:
+                self.records[record.key] = record
+                self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+                packed.add(self._object_key(record.key))
+        return packed
+
+    def _write_pack(self) -> None:
+        """Pack every record into one object, so the next attempt loads with one read instead of
+        one per step (what makes replay from S3 cheap). Loose records stay the source of truth:
+        a pack is only a copy, and failing to write one changes nothing."""
+        blob = b"".join(len(d).to_bytes(8, "big") + d for d in (r.encode() for r in self.records.values()))
+        try:
+            self.store.create(f"{self.prefix}packs/{self.attempt:05d}.pack", blob)
+        except StoreError:
+            pass
 
     def _object_key(self, key: StepKey) -> str:
         kind, fp, occ = key

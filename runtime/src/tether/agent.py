@@ -185,7 +185,7 @@ class AgentSession:
     max_turns: int | None = None
     stream: bool = False
     #: Upstream base URL per provider (``run_agent(upstreams=)`` over the defaults).
-    upstreams: dict[str, str] = field(default_factory=dict)
+    upstreams: dict[str, str] = field(default_factory=lambda: resolve_upstreams())
 
     @property
     def durable(self) -> bool:

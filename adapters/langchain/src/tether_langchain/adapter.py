@@ -21,79 +21,20 @@ The agent's own loop runs (``ainvoke``, or ``astream`` with ``stream=True``); Te
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import os
 import uuid
-import weakref
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.tools import StructuredTool
-from langchain_openai import ChatOpenAI
-from tether.agent import Adapter, AgentSession, AgentSpec, Tool, current_run, tool_error_text
+from langchain_core.messages import HumanMessage
+from tether.agent import AgentSession, AgentSpec, tool_error_text
 from tether.errors import ConfigError, ToolError
 
+# LangChain agents are LangGraph graphs: the model client, tool wrapping and proxy routing are
+# tether-langgraph's, shared rather than copied.
+from tether_langgraph.adapter import LangGraphAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
+
 from .memory import MessageHistory
-
-#: Environment variables the OpenAI SDK (``OPENAI_BASE_URL``) and ``ChatOpenAI``
-#: (``OPENAI_API_BASE``, read first) take their base URL from.
-BASE_URL_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
-
-
-def openai_base_url() -> str:
-    """The base URL (with ``/v1``) for a ``ChatOpenAI`` built before its run exists: the
-    process's loopback proxy, which sends each request to the one run active at that time."""
-    from tether.wire.proxy import shared_proxy
-
-    return shared_proxy().active_url("openai") + "/v1"
-
-
-@contextlib.contextmanager
-def routed_env() -> Iterator[str]:
-    """Point ``OPENAI_BASE_URL``/``OPENAI_API_BASE`` at :func:`openai_base_url` for the block,
-    then restore both exactly as they were."""
-    url = openai_base_url()
-    saved = {name: os.environ.get(name) for name in BASE_URL_ENV}
-    os.environ.update({name: url for name in BASE_URL_ENV})
-    try:
-        yield url
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def chat_model(model: str, session: AgentSession, **kwargs: Any) -> ChatOpenAI:
-    """A ``ChatOpenAI`` speaking Chat Completions through the session's wire seam."""
-    if session.provider != "openai":
-        raise ConfigError(
-            f"tether-langchain builds ChatOpenAI models (provider 'openai'), not {session.provider!r}: "
-            "bring your own agent for other providers"
-        )
-    options: dict[str, Any] = dict(
-        model=model,
-        base_url=session.upstream() + "/v1",
-        http_async_client=session.http_client(),
-        http_client=session.http_client(sync=True),
-        # With our own client ChatOpenAI leaves stream usage off; usage is what cost is read from.
-        stream_usage=True,
-        streaming=session.stream,
-    )
-    if (key := session.api_key()) is not None:
-        options["api_key"] = key
-    return ChatOpenAI(**{**options, **kwargs})
-
-
-def langchain_tool(t: Tool) -> StructuredTool:
-    """A Tether tool as a LangChain tool: LangChain builds the schema from the tool's own
-    signature and docstring; every call goes through the tool seam."""
-    return StructuredTool.from_function(coroutine=t.as_function(errors="raise"), name=t.name, description=t.description)
 
 
 def _on_tool_error(exc: Exception, request: Any) -> str | None:
@@ -107,22 +48,14 @@ def tool_errors() -> ToolErrorMiddleware:
     return ToolErrorMiddleware(on_error=_on_tool_error)
 
 
-def answer_text(messages: Sequence[BaseMessage]) -> str:
-    """The final answer: the text of the last AI message."""
-    for message in reversed(messages):
-        if isinstance(message, AIMessage):
-            return message.text
-    return ""
+class LangChainAdapter(LangGraphAdapter):
+    """``create_agent`` agents; memory is the message history (:class:`MessageHistory`).
 
-
-class LangChainAdapter(Adapter):
-    """``create_agent`` agents; memory is the message history (:class:`MessageHistory`)."""
+    A LangChain agent is a LangGraph graph, so loading (with proxy routing) and telling built
+    agents from brought ones are the LangGraph adapter's; building and running differ."""
 
     framework = "langchain"
     default_provider = "openai"
-
-    def __init__(self) -> None:
-        self._built: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Any:
         agent = create_agent(
@@ -133,23 +66,6 @@ class LangChainAdapter(Adapter):
             name=spec.name,
         )
         self._built.add(agent)
-        return agent
-
-    def _is_built(self, agent: Any) -> bool:
-        """True for an agent :meth:`build` made (its model already speaks to the seam)."""
-        try:
-            return agent in self._built
-        except TypeError:  # unhashable (a pydantic runnable): not one of ours
-            return False
-
-    def load(self, import_path: str) -> Any:
-        """Import the user's agent (calling it if it is a factory function) with the OpenAI base
-        URL pointing at the proxy, so a ``ChatOpenAI`` built on the way is routed. Without a run
-        (``durable=False``) nothing is routed: the models go straight to their provider."""
-        with routed_env() if current_run() is not None else contextlib.nullcontext():
-            agent = super().load(import_path)
-            if inspect.isfunction(agent) or inspect.ismethod(agent):
-                agent = agent()
         return agent
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:

@@ -75,8 +75,8 @@ def chat_model(model: str, session: AgentSession, **kwargs: Any) -> ChatOpenAI:
     """A ``ChatOpenAI`` speaking Chat Completions through the session's wire seam."""
     if session.provider != "openai":
         raise ConfigError(
-            f"tether-langgraph builds ChatOpenAI models (provider 'openai'), not {session.provider!r}: "
-            "bring your own graph for other providers"
+            f"Tether's LangChain/LangGraph adapters build ChatOpenAI models (provider 'openai'), not "
+            f"{session.provider!r}: bring your own agent or graph for other providers"
         )
     options: dict[str, Any] = dict(
         model=model,

@@ -23,6 +23,7 @@ import importlib
 import inspect
 import itertools
 import os
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -272,6 +273,8 @@ class AgentResult:
     events: list[StepEvent] = field(default_factory=list)
     pending_approval: str | None = None
     error: str | None = None
+    #: Time from the attempt's start to its first live step (or its end): what replay took.
+    replay_ms: float = 0.0
 
     @property
     def suspended(self) -> bool:
@@ -424,6 +427,7 @@ def _fill(result: AgentResult, run: Run) -> None:
     result.usage_live, result.usage_replayed = a.live.to_dict(), a.replayed.to_dict()
     result.cost_usd, result.saved_usd = a.live_cost_usd, a.saved_usd
     result.events = list(run.events)
+    result.replay_ms = 1000 * (run.replay_s if run.replay_s is not None else time.time() - run.started_at)
 
 
 def _wants_report(report: bool | None) -> bool:

@@ -117,33 +117,40 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
         tool_replayed=result.tool_replayed,
         cost_usd=result.cost_usd,
         saved_usd=result.saved_usd,
+        replay_ms=round(result.replay_ms, 2),
         exit_code=EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED,
     )
     return outcome
 
 
 def step_printer(stream=sys.stdout) -> Callable:
-    """Progress lines as steps complete; ``$TETHER_KILL_AFTER_STEP`` SIGKILLs the process after
-    that many steps (to watch a crash and a resume happen)."""
+    """Progress lines as steps complete (``stream=None``: silent); ``$TETHER_KILL_AFTER_STEP``
+    SIGKILLs the process after that many steps (to watch a crash and a resume happen)."""
     kill_after = int(os.environ.get("TETHER_KILL_AFTER_STEP") or 0)
 
     def on_step(e) -> None:
-        mode = "replayed" if e.replayed else "live    "
-        what = f"turn  {e.name}" if e.kind == "model" else f"tool  {e.name}"
-        tokens = f"{e.usage.total:>6} tok" if e.kind == "model" else " " * 10
-        cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
-        err = "  (error)" if e.outcome == "error" else ""
-        print(f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}", file=stream, flush=True)
+        if stream is not None:
+            _print_step(e, stream)
         if kill_after and e.index >= kill_after:
-            print(f"  ** killing the agent process after step {e.index} (--kill-after) **", file=stream, flush=True)
+            if stream is not None:
+                print(f"  ** killing the agent process after step {e.index} (--kill-after) **", file=stream, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
     return on_step
+
+
+def _print_step(e, stream) -> None:
+    mode = "replayed" if e.replayed else "live    "
+    what = f"turn  {e.name}" if e.kind == "model" else f"tool  {e.name}"
+    tokens = f"{e.usage.total:>6} tok" if e.kind == "model" else " " * 10
+    cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
+    err = "  (error)" if e.outcome == "error" else ""
+    print(f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}", file=stream, flush=True)
 
 
 @env.task
 async def agent_run(request: str, store: str) -> str:
     """Run one attempt of an AgentRun (JSON exec request) against ``store``; JSON outcome."""
     show = os.environ.get("TETHER_PROGRESS") == "1"
-    outcome = await execute(ExecRequest.model_validate_json(request), store, step_printer() if show else None)
+    outcome = await execute(ExecRequest.model_validate_json(request), store, step_printer(sys.stdout if show else None))
     return json.dumps(outcome)

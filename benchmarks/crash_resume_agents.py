@@ -1,0 +1,108 @@
+"""Crash-resume through the OpenAI Agents SDK adapter: the reference scenario as an AgentRun.
+
+    python benchmarks/crash_resume_agents.py [--scale 1.0]
+
+``tether exec`` (a Flyte local execution of the runtime task, as the operator's local executor
+starts it) runs an ``agents.Agent`` against the fake provider: turn 1 asks for both tools
+(5.1 s and 16.6 s × scale; the SDK runs them in parallel), turn 2 answers. The first attempt is
+SIGKILLed right after step 4 (model, tool, tool, model) was recorded — both tools finished, the
+answer not yet returned — and the same command runs again.
+
+Figures: live model calls and tool executions on the retry (goal 0 and 0), wall time of each
+attempt process, the runtime's replay time inside the retry (attempt start → end, no live step),
+and retry / first attempt. A retry is a new process that imports Flyte and the Agents SDK before
+Tether does anything: that floor is measured too (the same process importing the same modules and
+exiting) and the ratio without it printed beside. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = {
+    "conversations": [
+        {
+            "match": "",
+            "turns": [
+                {"tool_calls": [{"name": "get-weather", "arguments": {"city": "Paris"}}, {"name": "lookup", "arguments": {"topic": "Paris museums"}}]},
+                {"text": "Sunny in Paris; its museums are well documented."},
+            ],
+        }
+    ]
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--scale", type=float, default=1.0)
+    args = p.parse_args()
+    sys.path.insert(0, str(ROOT / "runtime" / "src"))
+    from tether.testing.fake_provider import FakeProvider
+    from tether.testing.script import Script
+
+    work = Path(tempfile.mkdtemp(prefix="tether-bench-"))
+    tool_log = work / "tools.jsonl"
+    tool_log.touch()
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        request = {
+            "runId": "bench-agents",
+            "namespace": "default",
+            "name": "bench",
+            "spec": {
+                "framework": "openai",
+                "model": {"name": "gpt-4o-mini", "provider": "openai", "baseURL": fake.base_url("openai")},
+                "input": "What is the weather in Paris, and what do we know about its museums?",
+                "tools": ["get-weather", "lookup"],
+            },
+            "tools": {
+                "get-weather": {"description": "Current weather in a city.", "implementation": "reference_tools:get_weather", "cache": "off"},
+                "lookup": {"description": "Look a topic up.", "implementation": "reference_tools:lookup", "cache": "off"},
+            },
+        }
+        (work / "request.json").write_text(json.dumps(request))
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks"), "TETHER_TOOL_LOG": str(tool_log), "TETHER_BENCH_SCALE": str(args.scale), "OPENAI_API_KEY": "sk-bench", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+        cmd = [sys.executable, "-m", "tether", "exec", str(work / "request.json"), "--store", str(work / "store")]
+
+        def attempt(extra: dict) -> tuple[float, subprocess.CompletedProcess]:
+            started = time.perf_counter()
+            done = subprocess.run(cmd, env={**env, **extra}, capture_output=True, text=True)
+            return time.perf_counter() - started, done
+
+        first_s, first = attempt({"TETHER_KILL_AFTER_STEP": "4"})
+        assert first.returncode == -9, first.stderr[-2000:]
+        calls_before, tools_before = fake.live_calls(), len(tool_log.read_text().splitlines())
+        retry_s, retry = attempt({})
+        assert retry.returncode == 0, retry.stderr[-2000:]
+        outcome = json.loads(retry.stdout.strip().splitlines()[-1])
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import flyte, agents, tether.entrypoint, tether_openai"], env=env, check=True)
+        floor_s = time.perf_counter() - started
+    figures = {
+        "live_model_calls_on_retry": fake.live_calls() - calls_before,
+        "tool_reexecutions": len(tool_log.read_text().splitlines()) - tools_before,
+        "first_attempt_s": round(first_s, 3),
+        "retry_s": round(retry_s, 3),
+        "replay_ms": outcome["replay_ms"],
+        "ratio": round(retry_s / first_s, 5),
+        "process_floor_s": round(floor_s, 3),
+        "ratio_above_floor": round(max(retry_s - floor_s, 0) / first_s, 5),
+        "model_replayed": outcome["model_replayed"],
+        "tool_replayed": outcome["tool_replayed"],
+        "scale": args.scale,
+    }
+    print(f"first attempt {first_s:.2f} s (killed after step 4), retry {retry_s:.2f} s: 1/{first_s / retry_s:.0f}")
+    print(f"retry: {figures['live_model_calls_on_retry']} live model calls, {figures['tool_reexecutions']} tool re-executions, {outcome['model_replayed']} turns + {outcome['tool_replayed']} tools replayed in {outcome['replay_ms']:.1f} ms")
+    print(f"process floor (python + flyte + agents SDK imports) {floor_s:.2f} s; retry above it: {max(retry_s - floor_s, 0):.2f} s = 1/{first_s / max(retry_s - floor_s, 1e-3):.0f} of the first attempt")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -7,7 +7,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import COMMON_DROPPED_KEYS, Usage, WireProtocol, drop_keys, sort_by_name, sse_data
+from .base import (
+    COMMON_DROPPED_KEYS,
+    Usage,
+    WireProtocol,
+    drop_keys,
+    get_path,
+    kept_headers,
+    kept_query,
+    positive_int,
+    route,
+    sort_by_name,
+    sse_data,
+)
 
 # Body keys that never change the answer (on top of COMMON_DROPPED_KEYS: `metadata` carries the
 # end-user id; user, safety_identifier, prompt_cache_key, store do not exist here but cost nothing).
@@ -30,37 +42,17 @@ DROPPED_QUERY: frozenset[str] = frozenset()
 _TURN = re.compile(r"(^|/)v1/messages$")
 
 
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _route(path: str) -> str:
-    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-
-
 def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    kept = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in KEPT_HEADERS}
+    kept = kept_headers(headers, KEPT_HEADERS)
     if "anthropic-beta" in kept:  # a comma-separated set: order and repeats mean nothing
         kept["anthropic-beta"] = ",".join(sorted({b.strip() for b in kept["anthropic-beta"].split(",") if b.strip()}))
     return kept
 
 
-def _query(query: Mapping[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (query or {}).items() if k not in DROPPED_QUERY}
-
-
 def _tool_name(tool: Any) -> str:
     # Client tools {"name", "input_schema"}, server tools {"type": "web_search_...", "name"},
     # MCP servers {"type": "url", "name", "url"}.
-    name = _get(tool, "name")
+    name = get_path(tool, "name")
     return name if isinstance(name, str) else ""
 
 
@@ -79,10 +71,10 @@ def _body(body: Any) -> dict:
 def _usage(usage: Any) -> Usage:
     # input_tokens excludes cache reads and writes; output_tokens includes thinking.
     return Usage(
-        input_tokens=_int(_get(usage, "input_tokens")),
-        output_tokens=_int(_get(usage, "output_tokens")),
-        cached_input_tokens=_int(_get(usage, "cache_read_input_tokens")),
-        cache_write_tokens=_int(_get(usage, "cache_creation_input_tokens")),
+        input_tokens=positive_int(get_path(usage, "input_tokens")),
+        output_tokens=positive_int(get_path(usage, "output_tokens")),
+        cached_input_tokens=positive_int(get_path(usage, "cache_read_input_tokens")),
+        cache_write_tokens=positive_int(get_path(usage, "cache_creation_input_tokens")),
     )
 
 
@@ -92,8 +84,8 @@ def _stream_usage(body: bytes) -> Usage:
     # So: the last non-null value of each field wins.
     merged: dict[str, Any] = {}
     for event in sse_data(body):
-        kind = _get(event, "type")
-        usage = _get(event, "message", "usage") if kind == "message_start" else _get(event, "usage")
+        kind = get_path(event, "type")
+        usage = get_path(event, "message", "usage") if kind == "message_start" else get_path(event, "usage")
         if kind in ("message_start", "message_delta") and isinstance(usage, dict):
             merged.update((k, v) for k, v in usage.items() if v is not None)
     return _usage(merged)
@@ -104,22 +96,22 @@ class Anthropic(WireProtocol):
     provider = "anthropic"
 
     def is_model_turn(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and bool(_TURN.search(_route(path)))
+        return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": _query(query), "headers": _headers(headers), "body": _body(body)}
+        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": _headers(headers), "body": _body(body)}
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        return _get(body, "stream") is True
+        return get_path(body, "stream") is True
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
-            return _stream_usage(body) if streamed else _usage(_get(json.loads(body), "usage"))
+            return _stream_usage(body) if streamed else _usage(get_path(json.loads(body), "usage"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
 
     def model(self, path: str, body: Any) -> str:
-        model = _get(body, "model")
+        model = get_path(body, "model")
         return model if isinstance(model, str) else ""
 
 

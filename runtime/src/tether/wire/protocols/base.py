@@ -108,3 +108,32 @@ def sort_by_name(tools: Any, name_of=lambda t: t.get("name") or t.get("function"
     if not isinstance(tools, list):
         return tools
     return sorted(tools, key=lambda t: (name_of(t) if isinstance(t, dict) else "", json.dumps(t, sort_keys=True)))
+
+
+def get_path(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...``, or ``None`` as soon as a level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def positive_int(value: Any) -> int:
+    """A token count as reported, or 0 for anything that is not a positive int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def route(path: str) -> str:
+    """The path without query, fragment (the Mistral SDK appends ``#stream``) or trailing slash."""
+    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+
+
+def kept_headers(headers: Mapping[str, str] | None, kept: frozenset[str]) -> dict[str, str]:
+    """Only the headers that change the answer, names lower-cased."""
+    return {k.lower(): v for k, v in (headers or {}).items() if k.lower() in kept}
+
+
+def kept_query(query: Mapping[str, str] | None, dropped: frozenset[str]) -> dict[str, str]:
+    """The query without its credential parameters."""
+    return {k: v for k, v in (query or {}).items() if k not in dropped}

@@ -10,7 +10,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import COMMON_DROPPED_KEYS, Usage, WireProtocol, drop_keys, sort_by_name, sse_data
+from .base import (
+    COMMON_DROPPED_KEYS,
+    Usage,
+    WireProtocol,
+    drop_keys,
+    get_path,
+    kept_headers,
+    kept_query,
+    positive_int,
+    route,
+    sort_by_name,
+    sse_data,
+)
 
 # Body keys that never change the answer (on top of COMMON_DROPPED_KEYS, which Gemini does not use).
 DROPPED_KEYS = COMMON_DROPPED_KEYS | {
@@ -29,39 +41,15 @@ DROPPED_QUERY = frozenset({"key", "access_token"})
 _TURN = re.compile(r"(^|/)(?:models|tunedModels)/([^/:]+):(generateContent|streamGenerateContent)$")
 
 
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _route(path: str) -> str:
-    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-
-
-def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    return {k.lower(): v for k, v in (headers or {}).items() if k.lower() in KEPT_HEADERS}
-
-
-def _query(query: Mapping[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (query or {}).items() if k not in DROPPED_QUERY}
-
-
 def _declarations(tool: Any) -> Any:
-    return _get(tool, "functionDeclarations") or _get(tool, "function_declarations")
+    return get_path(tool, "functionDeclarations") or get_path(tool, "function_declarations")
 
 
 def _tool_name(tool: Any) -> str:
     # A function declaration {"name": ...}; a tool object {"functionDeclarations": [...]} is named
     # by its first (sorted) declaration; {"googleSearch": {}} and the like sort by their JSON.
     decls = _declarations(tool)
-    name = _get(tool, "name") or (_tool_name(decls[0]) if isinstance(decls, list) and decls else "")
+    name = get_path(tool, "name") or (_tool_name(decls[0]) if isinstance(decls, list) and decls else "")
     return name if isinstance(name, str) else ""
 
 
@@ -71,7 +59,7 @@ def _tools(tools: Any) -> Any:
     sorted_inside = []
     for tool in tools:
         for key in ("functionDeclarations", "function_declarations"):  # JSON API accepts both
-            if isinstance(_get(tool, key), list):
+            if isinstance(get_path(tool, key), list):
                 tool = {**tool, key: sort_by_name(tool[key], _tool_name)}
         sorted_inside.append(tool)
     return sort_by_name(sorted_inside, _tool_name)
@@ -89,11 +77,11 @@ def _body(body: Any) -> dict:
 def _usage(usage: Any) -> Usage:
     # promptTokenCount includes cachedContentTokenCount; tool-use prompt tokens (e.g. search results
     # fed back in) are input on top of it. Thoughts are billed as output, apart from candidates.
-    cached = _int(_get(usage, "cachedContentTokenCount"))
-    prompt = _int(_get(usage, "promptTokenCount")) + _int(_get(usage, "toolUsePromptTokenCount"))
+    cached = positive_int(get_path(usage, "cachedContentTokenCount"))
+    prompt = positive_int(get_path(usage, "promptTokenCount")) + positive_int(get_path(usage, "toolUsePromptTokenCount"))
     return Usage(
         input_tokens=max(0, prompt - cached),
-        output_tokens=_int(_get(usage, "candidatesTokenCount")) + _int(_get(usage, "thoughtsTokenCount")),
+        output_tokens=positive_int(get_path(usage, "candidatesTokenCount")) + positive_int(get_path(usage, "thoughtsTokenCount")),
         cached_input_tokens=cached,
     )
 
@@ -101,7 +89,7 @@ def _usage(usage: Any) -> Usage:
 def _stream_usage(body: bytes) -> Usage:
     # alt=sse gives SSE events, no alt a JSON array of chunks; the last usageMetadata is complete.
     events = json.loads(body) if body.lstrip().startswith(b"[") else sse_data(body)
-    found = [_get(event, "usageMetadata") for event in events]
+    found = [get_path(event, "usageMetadata") for event in events]
     found = [usage for usage in found if isinstance(usage, dict)]
     return _usage(found[-1]) if found else Usage()
 
@@ -111,25 +99,25 @@ class Gemini(WireProtocol):
     provider = "gemini"
 
     def is_model_turn(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and bool(_TURN.search(_route(path)))
+        return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": _query(query), "headers": _headers(headers), "body": _body(body)}
+        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body)}
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        match = _TURN.search(_route(path))
+        match = _TURN.search(route(path))
         return bool(match) and match.group(3) == "streamGenerateContent"
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
             # The seam says "streamed" only for SSE; without alt=sse a stream is a JSON array.
             chunked = streamed or body.lstrip().startswith(b"[")
-            return _stream_usage(body) if chunked else _usage(_get(json.loads(body), "usageMetadata"))
+            return _stream_usage(body) if chunked else _usage(get_path(json.loads(body), "usageMetadata"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
 
     def model(self, path: str, body: Any) -> str:
-        match = _TURN.search(_route(path))
+        match = _TURN.search(route(path))
         return match.group(2) if match else ""
 
 

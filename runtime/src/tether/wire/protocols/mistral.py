@@ -12,7 +12,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import COMMON_DROPPED_KEYS, Usage, WireProtocol, drop_keys, sort_by_name, sse_data
+from .base import (
+    COMMON_DROPPED_KEYS,
+    Usage,
+    WireProtocol,
+    drop_keys,
+    get_path,
+    kept_headers,
+    kept_query,
+    positive_int,
+    route,
+    sort_by_name,
+    sse_data,
+)
 
 # Body keys that never change the answer (on top of COMMON_DROPPED_KEYS: user, metadata,
 # safety_identifier, prompt_cache_key, store — who asks and what is kept, not what is asked).
@@ -35,35 +47,10 @@ _CHAT_TURN = re.compile(r"(^|/)(chat|agents|fim)/completions$")
 _CONVERSATION_TURN = re.compile(r"(^|/)conversations(/[^/]+(/restart)?)?$")
 
 
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _route(path: str) -> str:
-    # The Mistral SDK appends `#stream` to streaming operation paths; a fragment never matters.
-    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-
-
-def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    return {k.lower(): v for k, v in (headers or {}).items() if k.lower() in KEPT_HEADERS}
-
-
-def _query(query: Mapping[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (query or {}).items() if k not in DROPPED_QUERY}
-
-
 def _tool_name(tool: Any) -> str:
     # Chat: {"type": "function", "function": {"name": ...}}; conversations' function tools the same,
     # built-in ones ({"type": "web_search"}) have no name and sort by their JSON.
-    name = _get(tool, "function", "name") or _get(tool, "name")
+    name = get_path(tool, "function", "name") or get_path(tool, "name")
     return name if isinstance(name, str) else ""
 
 
@@ -78,17 +65,17 @@ def _body(body: Any, dropped: frozenset[str]) -> dict:
 
 def _usage(usage: Any) -> Usage:
     # prompt_tokens includes prompt_tokens_details.cached_tokens (prompt caching bills them at 10%).
-    cached = _int(_get(usage, "prompt_tokens_details", "cached_tokens"))
+    cached = positive_int(get_path(usage, "prompt_tokens_details", "cached_tokens"))
     return Usage(
-        input_tokens=max(0, _int(_get(usage, "prompt_tokens")) - cached),
-        output_tokens=_int(_get(usage, "completion_tokens")),
+        input_tokens=max(0, positive_int(get_path(usage, "prompt_tokens")) - cached),
+        output_tokens=positive_int(get_path(usage, "completion_tokens")),
         cached_input_tokens=cached,
     )
 
 
 def _stream_usage(body: bytes) -> Usage:
     # Chat: the final chunk carries `usage`; conversations: the conversation.response.done event.
-    found = [event["usage"] for event in sse_data(body) if isinstance(_get(event, "usage"), dict)]
+    found = [event["usage"] for event in sse_data(body) if isinstance(get_path(event, "usage"), dict)]
     return _usage(found[-1]) if found else Usage()
 
 
@@ -101,22 +88,22 @@ class Mistral(WireProtocol):
         self._dropped = dropped
 
     def is_model_turn(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and bool(self._turn.search(_route(path)))
+        return method.upper() == "POST" and bool(self._turn.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": _query(query), "headers": _headers(headers), "body": _body(body, self._dropped)}
+        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body, self._dropped)}
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        return _get(body, "stream") is True
+        return get_path(body, "stream") is True
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
-            return _stream_usage(body) if streamed else _usage(_get(json.loads(body), "usage"))
+            return _stream_usage(body) if streamed else _usage(get_path(json.loads(body), "usage"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
 
     def model(self, path: str, body: Any) -> str:
-        model = _get(body, "model")  # agents and conversation appends name no model: ""
+        model = get_path(body, "model")  # agents and conversation appends name no model: ""
         return model if isinstance(model, str) else ""
 
 

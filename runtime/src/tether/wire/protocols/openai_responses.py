@@ -7,7 +7,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import COMMON_DROPPED_KEYS, Usage, WireProtocol, drop_keys, sort_by_name, sse_data
+from .base import (
+    COMMON_DROPPED_KEYS,
+    Usage,
+    WireProtocol,
+    drop_keys,
+    get_path,
+    kept_headers,
+    kept_query,
+    positive_int,
+    route,
+    sort_by_name,
+    sse_data,
+)
 
 # Body keys that never change the answer (on top of COMMON_DROPPED_KEYS: user, metadata,
 # safety_identifier, prompt_cache_key, store — who asks and what is kept, not what is asked).
@@ -36,41 +48,17 @@ DROPPED_QUERY = frozenset({"api-key", "api_key"})
 _TURN = re.compile(r"(^|/)responses(/compact)?$")
 
 
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _route(path: str) -> str:
-    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-
-
-def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    return {k.lower(): v for k, v in (headers or {}).items() if k.lower() in KEPT_HEADERS}
-
-
-def _query(query: Mapping[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (query or {}).items() if k not in DROPPED_QUERY}
-
-
 def _tool_name(tool: Any) -> str:
     # {"type": "function", "name": ...}; MCP tools are named by `server_label`; built-in tools
     # (web_search, file_search...) have no name and sort by their JSON.
-    name = _get(tool, "name") or _get(tool, "server_label")
+    name = get_path(tool, "name") or get_path(tool, "server_label")
     return name if isinstance(name, str) else ""
 
 
 def _tools(tools: Any) -> Any:
     if not isinstance(tools, list):
         return tools
-    tools = [drop_keys(t, MCP_SECRET_KEYS) if _get(t, "type") == "mcp" else t for t in tools]
+    tools = [drop_keys(t, MCP_SECRET_KEYS) if get_path(t, "type") == "mcp" else t for t in tools]
     return sort_by_name(tools, _tool_name)
 
 
@@ -85,17 +73,17 @@ def _body(body: Any) -> dict:
 
 def _usage(usage: Any) -> Usage:
     # input_tokens includes the cached ones; output_tokens includes reasoning tokens.
-    cached = _int(_get(usage, "input_tokens_details", "cached_tokens"))
+    cached = positive_int(get_path(usage, "input_tokens_details", "cached_tokens"))
     return Usage(
-        input_tokens=max(0, _int(_get(usage, "input_tokens")) - cached),
-        output_tokens=_int(_get(usage, "output_tokens")),
+        input_tokens=max(0, positive_int(get_path(usage, "input_tokens")) - cached),
+        output_tokens=positive_int(get_path(usage, "output_tokens")),
         cached_input_tokens=cached,
     )
 
 
 def _stream_usage(body: bytes) -> Usage:
     # The terminal event (response.completed, or .incomplete/.failed) carries response.usage.
-    found = [_get(event, "response", "usage") for event in sse_data(body)]
+    found = [get_path(event, "response", "usage") for event in sse_data(body)]
     found = [usage for usage in found if isinstance(usage, dict)]
     return _usage(found[-1]) if found else Usage()
 
@@ -105,22 +93,22 @@ class OpenAIResponses(WireProtocol):
     provider = "openai"
 
     def is_model_turn(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and bool(_TURN.search(_route(path)))
+        return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": _query(query), "headers": _headers(headers), "body": _body(body)}
+        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body)}
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        return _get(body, "stream") is True
+        return get_path(body, "stream") is True
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
-            return _stream_usage(body) if streamed else _usage(_get(json.loads(body), "usage"))
+            return _stream_usage(body) if streamed else _usage(get_path(json.loads(body), "usage"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
 
     def model(self, path: str, body: Any) -> str:
-        model = _get(body, "model")
+        model = get_path(body, "model")
         return model if isinstance(model, str) else ""
 
 

@@ -7,7 +7,7 @@ To add a protocol, copy the closest module (each has the same shape: ``DROPPED_K
 headers and query parameters cannot change the answer (a comment for each saying why), how tool
 names nest, where usage lives in a JSON body and in a stream — export ``PROTOCOL`` and
 ``PROTOCOLS``, add the instances to ``ALL`` below, and add realistic rows to
-``tests/runtime/test_protocols.py``. ``find`` returns the first match, so list the more specific
+``tests/core/test_protocols.py``. ``find`` returns the first match, so list the more specific
 protocol of a provider first when two could claim the same path.
 """
 

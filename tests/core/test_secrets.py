@@ -18,7 +18,7 @@ from tether.run import Run
 from tether.testing import FakeProvider
 from tether.wire.proxy import shared_proxy
 from tether.wire.transport import AsyncWireTransport
-from tests.runtime import sdk_exchange
+from tests.core import sdk_exchange
 from tests.support.s3 import read_all_bytes
 
 KEY = sdk_exchange.KEY

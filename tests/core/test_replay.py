@@ -26,7 +26,7 @@ import pytest
 from tether.journal import Record
 from tether.stores import open_store
 from tether.testing import FakeProvider
-from tests.runtime.sdk_exchange import EXCHANGES
+from tests.core.sdk_exchange import EXCHANGES
 from tests.support.s3 import new_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ async def mistral_conversations(http, base, stream):
     ``append_stream``); the shared program only runs the non-streamed calls."""
     from mistralai.client import Mistral
 
-    from tests.runtime.sdk_exchange import KEY, PARAMS, QUESTION
+    from tests.core.sdk_exchange import KEY, PARAMS, QUESTION
 
     if not stream:
         return await EXCHANGES["mistral-conversations"](http, base, stream)
@@ -67,8 +67,8 @@ async def mistral_conversations(http, base, stream):
 # scope, origin]; prints one JSON line per exchange (the result, or the error it raised).
 DRIVER = r"""
 import asyncio, json, sys, traceback
-from tests.runtime import sdk_exchange
-from tests.runtime.test_replay import mistral_conversations
+from tests.core import sdk_exchange
+from tests.core.test_replay import mistral_conversations
 exchanges = {**sdk_exchange.EXCHANGES, "mistral-conversations": mistral_conversations}
 sdk_exchange.EXCHANGES = exchanges  # main() looks the exchange up by name at call time
 for protocol, stream, via, store, scope, origin in json.loads(sys.argv[1]):

@@ -1,6 +1,6 @@
 """A two-turn tool exchange through one real provider SDK, run as its own process by the tests.
 
-    python tests/runtime/sdk_exchange.py PROTOCOL STREAM(0|1) VIA(proxy|transport) STORE SCOPE FAKE_ORIGIN
+    python tests/core/sdk_exchange.py PROTOCOL STREAM(0|1) VIA(proxy|transport) STORE SCOPE FAKE_ORIGIN
 
 Turn 1 asks a question, the fake provider answers with a tool call; turn 2 sends the tool result
 back and gets the text. Every response byte the SDK received is hashed (a tap transport sits

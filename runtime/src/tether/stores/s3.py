@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,6 +17,19 @@ except ImportError as e:  # pragma: no cover - depends on the install
 # Client errors that mean "the server is struggling, try again": botocore's standard retry mode
 # already retried them with backoff before we see them.
 _TRANSIENT_CODES = {"500", "502", "503", "504", "SlowDown", "Throttling", "RequestTimeout", "InternalError", "ServiceUnavailable"}
+
+
+@functools.lru_cache(maxsize=16)
+def _client(endpoint_url: str | None, region: str, max_attempts: int, connect_timeout: float, read_timeout: float, pool: int):
+    """One boto3 client per endpoint and settings, shared by every store of the process: making
+    one costs tens of milliseconds (every attempt opens its store), and clients are thread-safe."""
+    config = Config(
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_pool_connections=pool,
+    )
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
 
 
 class S3Store(Store):
@@ -46,13 +60,7 @@ class S3Store(Store):
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}" + (f"?endpoint_url={endpoint_url}" if endpoint_url else "")
         self.parallelism = parallelism
-        config = Config(
-            retries={"max_attempts": max_attempts, "mode": "standard"},
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_pool_connections=parallelism,
-        )
-        self.client = boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1", config=config)
+        self.client = _client(endpoint_url, region or "us-east-1", max_attempts, connect_timeout, read_timeout, parallelism)
 
     def _key(self, key: str) -> str:
         return self.prefix + key

@@ -101,18 +101,11 @@ class Anthropic(WireProtocol):
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
         return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": _headers(headers), "body": _body(body)}
 
-    def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        return get_path(body, "stream") is True
-
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
             return _stream_usage(body) if streamed else _usage(get_path(json.loads(body), "usage"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
-
-    def model(self, path: str, body: Any) -> str:
-        model = get_path(body, "model")
-        return model if isinstance(model, str) else ""
 
 
 PROTOCOL = Anthropic()

@@ -71,9 +71,9 @@ class WireProtocol(ABC):
         understand: the seam then passes the request through unrecorded.
         """
 
-    @abstractmethod
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        """True when the response will be an event stream (SSE)."""
+        """True when the response will be an event stream (SSE). Default: the body's ``stream``."""
+        return get_path(body, "stream") is True
 
     @abstractmethod
     def usage(self, body: bytes, streamed: bool) -> Usage:
@@ -82,9 +82,10 @@ class WireProtocol(ABC):
         Never raises: an unreadable body gives ``Usage()``.
         """
 
-    @abstractmethod
     def model(self, path: str, body: Any) -> str:
-        """The model name asked for (for the price table); ``""`` if unknown."""
+        """The model name asked for (for the price table); ``""`` if unknown. Default: the body's ``model``."""
+        model = get_path(body, "model")
+        return model if isinstance(model, str) else ""
 
 
 def sse_data(body: bytes) -> Iterator[Any]:

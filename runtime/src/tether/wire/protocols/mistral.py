@@ -93,18 +93,11 @@ class Mistral(WireProtocol):
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
         return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body, self._dropped)}
 
-    def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        return get_path(body, "stream") is True
-
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:
             return _stream_usage(body) if streamed else _usage(get_path(json.loads(body), "usage"))
         except Exception:  # never raise: usage is bookkeeping, the response itself is fine
             return Usage()
-
-    def model(self, path: str, body: Any) -> str:
-        model = get_path(body, "model")  # agents and conversation appends name no model: ""
-        return model if isinstance(model, str) else ""
 
 
 CHAT = Mistral("mistral-chat", _CHAT_TURN, CHAT_DROPPED_KEYS)

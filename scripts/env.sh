@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Make (or reuse) the virtual environment for one test group and print its path.
-#   scripts/env.sh core        -> ~/.cache/tether/venvs/core-<hash of envs/core.txt>
-# The hash of the pinned lock file is the cache key: a changed pin builds a new env,
-# an unchanged one is reused in well under a second.
+#   scripts/env.sh core        -> ~/.cache/tether/venvs/core-<hash of envs/core.txt + checkout path>
+# The key is the pinned lock file and the checkout: a changed pin builds a new env, an unchanged
+# one is reused in well under a second, and two clones never re-point each other's editable
+# installs (each has its own venv; uv's cache makes the second one seconds).
 set -euo pipefail
 name=${1:?usage: scripts/env.sh ENV_NAME}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,7 +11,7 @@ lock="$root/envs/$name.txt"
 [ -f "$lock" ] || { echo "no lock file $lock" >&2; exit 2; }
 cache=${TETHER_CACHE:-$HOME/.cache/tether}
 command -v uv >/dev/null 2>&1 || python3 -m pip install -q "uv==0.9.30" >&2
-key=$(cat "$lock" "$root/scripts/env.sh" | sha256sum | cut -c1-12)
+key=$( (cat "$lock" "$root/scripts/env.sh"; echo "$root") | sha256sum | cut -c1-12)
 venv="$cache/venvs/$name-$key"
 mkdir -p "$cache/venvs"
 exec 9>"$venv.lock"
@@ -21,10 +22,5 @@ if [ ! -f "$venv/.complete" ]; then
   # Editable installs point at this checkout; paths in the lock are relative to the repo root.
   (cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q -r "$lock" >&2)
   touch "$venv/.complete"
-fi
-# Editable installs must point at *this* checkout (CI clones elsewhere): re-link when it moved.
-if [ "$(cat "$venv/.root" 2>/dev/null)" != "$root" ]; then
-  (cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q --no-deps $(grep -E '^-e ' "$lock" | tr '\n' ' ') >&2)
-  echo "$root" >"$venv/.root"
 fi
 echo "$venv"

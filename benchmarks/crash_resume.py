@@ -38,7 +38,12 @@ SCRIPT = {
         {
             "match": "Paris",
             "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "lookup", "arguments": {"topic": "Paris museums"}}]},
+                {
+                    "tool_calls": [
+                        {"name": "get_weather", "arguments": {"city": "Paris"}},
+                        {"name": "lookup", "arguments": {"topic": "Paris museums"}},
+                    ]
+                },
                 {"text": "Sunny in Paris, 21 °C; its museums are well documented."},
             ],
         }
@@ -84,7 +89,9 @@ def in_process_retries(store_url: str, scope: str, upstream: str, via: str, answ
 
         return wrapper
 
-    ns = argparse.Namespace(store=store_url, scope=scope, upstream=upstream, question=QUESTION, model="gpt-4o-mini", stream=False, via=via, kill_after_step=0)
+    ns = argparse.Namespace(
+        store=store_url, scope=scope, upstream=upstream, question=QUESTION, model="gpt-4o-mini", stream=False, via=via, kill_after_step=0
+    )
     asyncio.run(chat_loop.main_async(ns))  # warm-up: the SDK's first call imports more of it
     patches = [(run_module.Run, "__init__", timed_sync), (WireSeam, "handle", timed_async), (chat_loop, "call_tool", timed_async)]
     originals = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
@@ -126,8 +133,19 @@ def main() -> int:
 
     with FakeProvider(SCRIPT, latency=args.latency) as provider:
         base = [
-            sys.executable, "-m", "tether.testing.chat_loop", "--store", store_url, "--scope", scope,
-            "--upstream", provider.url + "/openai", "--question", QUESTION, "--via", args.via,
+            sys.executable,
+            "-m",
+            "tether.testing.chat_loop",
+            "--store",
+            store_url,
+            "--scope",
+            scope,
+            "--upstream",
+            provider.url + "/openai",
+            "--question",
+            QUESTION,
+            "--via",
+            args.via,
         ]
         for name, secs in sleeps.items():
             base += ["--tool-sleep", f"{name}={secs}"]
@@ -183,9 +201,13 @@ def main() -> int:
     print(f"  first attempt (killed):        {first_s:8.3f} s")
     print(f"  retry (whole process):         {retry_s:8.3f} s   live model calls {live_on_retry}, tool re-executions {reexecutions}")
     print(f"    of which Tether replaying:   {out['replay_ms']:8.2f} ms  (runtime start → finish, in the retry)")
-    print(f"    process floor:               {floor_imports_s:8.3f} s   (python + import openai + tether; bare python {floor_python_s:.3f} s)")
+    print(
+        f"    process floor:               {floor_imports_s:8.3f} s   (python + import openai + tether; bare python {floor_python_s:.3f} s)"
+    )
     print(f"  retry in a started process:    {warm_ms:8.2f} ms  (of which in Tether: {tether_ms:.2f} ms; the rest is the SDK)")
-    print(f"  ratio retry / first attempt:   1/{first_s / retry_s:.0f}   (replay alone: 1/{first_s * 1000 / max(out['replay_ms'], 1e-3):.0f}; goal 1/400)")
+    print(
+        f"  ratio retry / first attempt:   1/{first_s / retry_s:.0f}   (replay alone: 1/{first_s * 1000 / max(out['replay_ms'], 1e-3):.0f}; goal 1/400)"
+    )
     print(json.dumps(figures))
     return 0
 

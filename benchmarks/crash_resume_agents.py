@@ -32,7 +32,12 @@ SCRIPT = {
         {
             "match": "",
             "turns": [
-                {"tool_calls": [{"name": "get-weather", "arguments": {"city": "Paris"}}, {"name": "lookup", "arguments": {"topic": "Paris museums"}}]},
+                {
+                    "tool_calls": [
+                        {"name": "get-weather", "arguments": {"city": "Paris"}},
+                        {"name": "lookup", "arguments": {"topic": "Paris museums"}},
+                    ]
+                },
                 {"text": "Sunny in Paris; its museums are well documented."},
             ],
         }
@@ -63,12 +68,23 @@ def main() -> None:
                 "tools": ["get-weather", "lookup"],
             },
             "tools": {
-                "get-weather": {"description": "Current weather in a city.", "implementation": "reference_tools:get_weather", "cache": "off"},
+                "get-weather": {
+                    "description": "Current weather in a city.",
+                    "implementation": "reference_tools:get_weather",
+                    "cache": "off",
+                },
                 "lookup": {"description": "Look a topic up.", "implementation": "reference_tools:lookup", "cache": "off"},
             },
         }
         (work / "request.json").write_text(json.dumps(request))
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks"), "TETHER_TOOL_LOG": str(tool_log), "TETHER_BENCH_SCALE": str(args.scale), "OPENAI_API_KEY": "sk-bench", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "benchmarks"),
+            "TETHER_TOOL_LOG": str(tool_log),
+            "TETHER_BENCH_SCALE": str(args.scale),
+            "OPENAI_API_KEY": "sk-bench",
+            "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        }
         cmd = [sys.executable, "-m", "tether", "exec", str(work / "request.json"), "--store", str(work / "store")]
 
         def attempt(extra: dict) -> tuple[float, subprocess.CompletedProcess]:
@@ -99,8 +115,12 @@ def main() -> None:
         "scale": args.scale,
     }
     print(f"first attempt {first_s:.2f} s (killed after step 4), retry {retry_s:.2f} s: 1/{first_s / retry_s:.0f}")
-    print(f"retry: {figures['live_model_calls_on_retry']} live model calls, {figures['tool_reexecutions']} tool re-executions, {outcome['model_replayed']} turns + {outcome['tool_replayed']} tools replayed in {outcome['replay_ms']:.1f} ms")
-    print(f"process floor (python + flyte + agents SDK imports) {floor_s:.2f} s; retry above it: {max(retry_s - floor_s, 0):.2f} s = 1/{first_s / max(retry_s - floor_s, 1e-3):.0f} of the first attempt")
+    print(
+        f"retry: {figures['live_model_calls_on_retry']} live model calls, {figures['tool_reexecutions']} tool re-executions, {outcome['model_replayed']} turns + {outcome['tool_replayed']} tools replayed in {outcome['replay_ms']:.1f} ms"
+    )
+    print(
+        f"process floor (python + flyte + agents SDK imports) {floor_s:.2f} s; retry above it: {max(retry_s - floor_s, 0):.2f} s = 1/{first_s / max(retry_s - floor_s, 1e-3):.0f} of the first attempt"
+    )
     print(json.dumps(figures))
 
 

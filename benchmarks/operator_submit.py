@@ -55,7 +55,9 @@ def manifest(name: str, waiting: bool) -> dict:
     if waiting:
         model["apiKeySecretRef"] = {"name": "never-created", "key": "OPENAI_API_KEY"}
     return {
-        "apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
+        "apiVersion": "tether.dev/v1alpha1",
+        "kind": "AgentRun",
+        "metadata": {"name": name},
         "spec": {"framework": "openai", "model": model, "input": "hello", "retries": 0},
     }
 
@@ -76,15 +78,21 @@ def main() -> int:
         cp.kubectl("wait", "--for=condition=Established", "crd/agentruns.tether.dev")
         cp.kubectl("create", "namespace", NS)
         env = {
-            **os.environ, "KUBECONFIG": str(cp.kubeconfig), "TETHER_NAMESPACES": NS,
-            "TETHER_STORE_URL": f"file://{work}/store", "TETHER_WORKDIR": str(work / "executions"),
-            "TETHER_CONCURRENCY": "1", "TETHER_HEALTH_PORT": str(free_port()),
+            **os.environ,
+            "KUBECONFIG": str(cp.kubeconfig),
+            "TETHER_NAMESPACES": NS,
+            "TETHER_STORE_URL": f"file://{work}/store",
+            "TETHER_WORKDIR": str(work / "executions"),
+            "TETHER_CONCURRENCY": "1",
+            "TETHER_HEALTH_PORT": str(free_port()),
             "TETHER_METRICS_PORT": str(metrics_port := free_port()),
-            "TETHER_RECHECK_SECONDS": "30", "TETHER_MAX_RECHECK_SECONDS": "120",
+            "TETHER_RECHECK_SECONDS": "30",
+            "TETHER_MAX_RECHECK_SECONDS": "120",
         }
         log = (work / "operator.log").open("wb")
-        operator = subprocess.Popen([sys.executable, "-m", "tether_operator"], env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "tether_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         while "Initial authentication has finished" not in (work / "operator.log").read_text():
             if operator.poll() is not None:
                 raise SystemExit((work / "operator.log").read_text())
@@ -100,8 +108,7 @@ def main() -> int:
         def watch() -> None:
             w = kubernetes.watch.Watch()
             try:
-                for event in w.stream(api.list_namespaced_custom_object, "tether.dev", "v1alpha1", NS,
-                                      "agentruns", timeout_seconds=3600):
+                for event in w.stream(api.list_namespaced_custom_object, "tether.dev", "v1alpha1", NS, "agentruns", timeout_seconds=3600):
                     obj = event["object"]
                     name = obj["metadata"]["name"]
                     if (obj.get("status") or {}).get("execution", {}).get("name") and name not in submitted:
@@ -127,10 +134,14 @@ def main() -> int:
 
         t0 = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(
-                lambda i: api.create_namespaced_custom_object(
-                    "tether.dev", "v1alpha1", NS, "agentruns", manifest(f"waiting-{i:04d}", True)),
-                range(args.total - args.runs)))
+            list(
+                pool.map(
+                    lambda i: api.create_namespaced_custom_object(
+                        "tether.dev", "v1alpha1", NS, "agentruns", manifest(f"waiting-{i:04d}", True)
+                    ),
+                    range(args.total - args.runs),
+                )
+            )
         create_seconds = time.perf_counter() - t0
 
         # Wait until the operator has looked at every run (observedGeneration set).
@@ -147,8 +158,9 @@ def main() -> int:
         import urllib.request
 
         metrics_text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
-        patches = next(float(line.split()[1]) for line in metrics_text.splitlines()
-                       if line.startswith("tether_operator_status_patches_total "))
+        patches = next(
+            float(line.split()[1]) for line in metrics_text.splitlines() if line.startswith("tether_operator_status_patches_total ")
+        )
 
         lat_ms = sorted(x * 1000 for x in latencies)
         p = lambda q: lat_ms[min(len(lat_ms) - 1, int(round(q * (len(lat_ms) - 1))))]  # noqa: E731
@@ -169,13 +181,19 @@ def main() -> int:
             "status_patches_total": int(patches),
             "cpus": os.cpu_count(),
         }
-        print(f"apply -> submitted over {len(lat_ms)} runs: p50 {result['submit_p50_ms']} ms, "
-              f"p95 {result['submit_p95_ms']} ms, max {result['submit_max_ms']} ms")
-        print(f"operator RSS: idle {result['rss_mib_idle']} MiB, after {args.runs} runs "
-              f"{result['rss_mib_after_timed_runs']} MiB, with {args.total} AgentRuns "
-              f"{result['rss_mib_with_all_runs']} MiB (peak {result['rss_mib_peak']} MiB)")
-        print(f"{n}/{args.total} runs looked at {result['seconds_to_look_at_all']} s after the bulk "
-              f"create began; {result['status_patches_total']} status patches in all")
+        print(
+            f"apply -> submitted over {len(lat_ms)} runs: p50 {result['submit_p50_ms']} ms, "
+            f"p95 {result['submit_p95_ms']} ms, max {result['submit_max_ms']} ms"
+        )
+        print(
+            f"operator RSS: idle {result['rss_mib_idle']} MiB, after {args.runs} runs "
+            f"{result['rss_mib_after_timed_runs']} MiB, with {args.total} AgentRuns "
+            f"{result['rss_mib_with_all_runs']} MiB (peak {result['rss_mib_peak']} MiB)"
+        )
+        print(
+            f"{n}/{args.total} runs looked at {result['seconds_to_look_at_all']} s after the bulk "
+            f"create began; {result['status_patches_total']} status patches in all"
+        )
         print(json.dumps(result))
         return 0
     finally:

@@ -38,11 +38,16 @@ from tether.wire.proxy import shared_proxy  # noqa: E402
 from tether.wire.transport import AsyncWireTransport  # noqa: E402
 
 MODEL = "gpt-4o-mini"
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+]
 
 
 def messages(tag: str, i: int) -> list[dict]:
-    return [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": f"[{tag}] question {i}: what is the weather like?"}]
+    return [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": f"[{tag}] question {i}: what is the weather like?"},
+    ]
 
 
 async def call(client: AsyncOpenAI, tag: str, i: int, stream: bool) -> float:
@@ -63,7 +68,10 @@ async def measure(provider: FakeProvider, store, calls: int, stream: bool) -> di
     clients = {
         "direct": AsyncOpenAI(base_url=upstream + "/v1", api_key="sk-bench", max_retries=0),
         "transport": AsyncOpenAI(
-            base_url=upstream + "/v1", api_key="sk-bench", max_retries=0, http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run))
+            base_url=upstream + "/v1",
+            api_key="sk-bench",
+            max_retries=0,
+            http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
         ),
         "proxy": AsyncOpenAI(base_url=shared_proxy().base_url(run, "openai") + "/v1", api_key="sk-bench", max_retries=0),
     }
@@ -119,11 +127,15 @@ def main() -> int:
             "plain": asyncio.run(measure(provider, store, args.calls, False)),
             "stream": asyncio.run(measure(provider, store, args.calls, True)),
         }
-    print(f"live turn with {args.latency * 1000:.0f} ms provider latency, {figures['store']} store, one record write {write_ms:.2f} ms (median)")
+    print(
+        f"live turn with {args.latency * 1000:.0f} ms provider latency, {figures['store']} store, one record write {write_ms:.2f} ms (median)"
+    )
     print(f"  {'':<8}{'direct ms':>10}{'transport ms':>14}{'ratio':>8}{'proxy ms':>10}{'ratio':>8}")
     for variant in ("plain", "stream"):
         f = figures[variant]
-        print(f"  {variant:<8}{f['direct_ms']:>10.2f}{f['transport_ms']:>14.2f}{f['transport_ratio']:>8.3f}{f['proxy_ms']:>10.2f}{f['proxy_ratio']:>8.3f}")
+        print(
+            f"  {variant:<8}{f['direct_ms']:>10.2f}{f['transport_ms']:>14.2f}{f['transport_ratio']:>8.3f}{f['proxy_ms']:>10.2f}{f['proxy_ratio']:>8.3f}"
+        )
     met = all(figures[v][f"{w}_ratio"] <= 1.02 for v in ("plain", "stream") for w in ("transport", "proxy"))
     print(f"  goal ratio <= 1.02: {'met' if met else 'MISSED'}")
     figures["goal_met"] = met

@@ -152,10 +152,17 @@ async def main_async(args: argparse.Namespace, stores: dict[str, str], provider:
             if not clients:  # the floors answer with the recorded bytes of one step
                 st = open_store(store)
                 body = Record.decode(st.get(st.list(f"journal/{scope}/model/")[0])).body
-                canned = httpx.MockTransport(lambda request: httpx.Response(200, headers={"content-type": "application/json"}, content=body))
+                canned = httpx.MockTransport(
+                    lambda request: httpx.Response(200, headers={"content-type": "application/json"}, content=body)
+                )
                 server = CannedServer(body)
                 clients = {
-                    "transport": AsyncOpenAI(base_url="http://canned.invalid/v1", api_key="sk-bench", max_retries=0, http_client=httpx.AsyncClient(transport=canned)),
+                    "transport": AsyncOpenAI(
+                        base_url="http://canned.invalid/v1",
+                        api_key="sk-bench",
+                        max_retries=0,
+                        http_client=httpx.AsyncClient(transport=canned),
+                    ),
                     "proxy": AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="sk-bench", max_retries=0),
                 }
                 for client in clients.values():
@@ -222,10 +229,14 @@ def main() -> int:
 
     floor = figures["floor"]
     print("replay cost per step, as the openai SDK sees it (call made -> ChatCompletion returned), ms")
-    print(f"  floor, same call and bytes, made right after each replayed step: in-process canned transport {floor['inprocess']['median_ms']:.3f}, bare loopback server {floor['loopback']['median_ms']:.3f} (medians)")
+    print(
+        f"  floor, same call and bytes, made right after each replayed step: in-process canned transport {floor['inprocess']['median_ms']:.3f}, bare loopback server {floor['loopback']['median_ms']:.3f} (medians)"
+    )
     if "s3_get_round_trip_ms" in floor:
         print(f"  one S3 GET round trip to the server on loopback: {floor['s3_get_round_trip_ms']:.2f} ms (median)")
-    print(f"  {'store':<6}{'steps':>6}  {'load':>9} {'load/step':>10}  {'transport med':>13} {'amortised':>10} {'floor':>7} {'over':>7}  {'proxy med':>10} {'amortised':>10} {'floor':>7} {'over':>7}")
+    print(
+        f"  {'store':<6}{'steps':>6}  {'load':>9} {'load/step':>10}  {'transport med':>13} {'amortised':>10} {'floor':>7} {'over':>7}  {'proxy med':>10} {'amortised':>10} {'floor':>7} {'over':>7}"
+    )
     goals = {"local": 0.5, "s3": 5.0}
     met: dict[str, bool] = {}
     for backend in (b for b in ("local", "s3") if b in figures):

@@ -54,9 +54,32 @@ class Runner:
         self.tool_log.touch()
 
     def __call__(self, scenario: str, run_id: str, *, kill_after_turn: int = 0, expect_killed: bool = False, **extra) -> dict | None:
-        args = {"kit": self.kit_path, "scenario": scenario, "run_id": run_id, "store": self.store, "origin": self.fake.url, "kill_after_turn": kill_after_turn, **extra}
-        env = {**os.environ, "TETHER_TOOL_LOG": str(self.tool_log), "OPENAI_API_KEY": "sk-conformance", "ANTHROPIC_API_KEY": "sk-conformance", "GEMINI_API_KEY": "conformance", "MISTRAL_API_KEY": "conformance", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-        proc = subprocess.run([sys.executable, "-m", "tests.conformance.driver", json.dumps(args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        args = {
+            "kit": self.kit_path,
+            "scenario": scenario,
+            "run_id": run_id,
+            "store": self.store,
+            "origin": self.fake.url,
+            "kill_after_turn": kill_after_turn,
+            **extra,
+        }
+        env = {
+            **os.environ,
+            "TETHER_TOOL_LOG": str(self.tool_log),
+            "OPENAI_API_KEY": "sk-conformance",
+            "ANTHROPIC_API_KEY": "sk-conformance",
+            "GEMINI_API_KEY": "conformance",
+            "MISTRAL_API_KEY": "conformance",
+            "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.conformance.driver", json.dumps(args)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         if expect_killed:
             assert proc.returncode == -9, f"expected SIGKILL, got {proc.returncode}: {proc.stderr[-3000:]}"
             return None

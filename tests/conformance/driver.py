@@ -66,7 +66,9 @@ async def run_scenario(args: dict, tools: list) -> dict:
         agent = kit.multi_agent(tools)
         result = await run_agent(adapter, getattr(kit, "MULTI_PROMPT", PROMPTS["delegate"]), agent=agent, **common)
     else:
-        result = await run_agent(adapter, PROMPTS[scenario], tools=tools, model=kit.MODEL, instructions="You are a helpful assistant.", **common)
+        result = await run_agent(
+            adapter, PROMPTS[scenario], tools=tools, model=kit.MODEL, instructions="You are a helpful assistant.", **common
+        )
     return {
         "output": result.output,
         "status": result.status,

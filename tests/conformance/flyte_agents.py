@@ -18,7 +18,12 @@ async def get_weather(city: str) -> str:
     """Get the current weather in a city."""
     if path := os.environ.get("TETHER_TOOL_LOG"):
         with open(path, "a") as f:
-            f.write(json.dumps({"tool": "get_weather", "arguments": {"city": city}, "pid": os.getpid(), "flyte_action": flyte.ctx().action.name}) + "\n")
+            f.write(
+                json.dumps(
+                    {"tool": "get_weather", "arguments": {"city": city}, "pid": os.getpid(), "flyte_action": flyte.ctx().action.name}
+                )
+                + "\n"
+            )
     return f"The weather in {city} is sunny, 21 C."
 
 

@@ -16,7 +16,9 @@ from .conftest import ROOT
 
 def tether(*args: str, store, check: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.run([sys.executable, "-m", "tether", *args, "--store", str(store)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tether", *args, "--store", str(store)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert not check or proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

@@ -14,9 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -43,21 +44,28 @@ class Release:
 
 
 @pytest.fixture(scope="session")
-def tether_release(kube: ControlPlane) -> Release:  # noqa: F811
+def tether_release(kube: ControlPlane) -> Release:
     for ns in (*SERVED, UNSERVED):
         kube.kubectl("create", "namespace", ns, check=False)
     kube.helm(
-        "upgrade", "--install", "tether", str(CHART), "-n", RELEASE_NS, "--create-namespace",
-        "--set", "watchNamespaces={" + ",".join(SERVED) + "}",
-        "--set", "gpuNodePools.A100.nodeSelector.gpu=a100",
+        "upgrade",
+        "--install",
+        "tether",
+        str(CHART),
+        "-n",
+        RELEASE_NS,
+        "--create-namespace",
+        "--set",
+        "watchNamespaces={" + ",".join(SERVED) + "}",
+        "--set",
+        "gpuNodePools.A100.nodeSelector.gpu=a100",
         "--wait=false",
     )
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
     return Release(RELEASE_NS, SA, SERVED, UNSERVED)
 
 
-def kubeconfig_with_token(kube: ControlPlane, token: str, path: Path) -> Path:  # noqa: F811
+def kubeconfig_with_token(kube: ControlPlane, token: str, path: Path) -> Path:
     cfg = json.loads(kube.kubeconfig.read_text())
     cfg["users"] = [{"name": "operator", "user": {"token": token}}]
     cfg["contexts"][0]["context"]["user"] = "operator"
@@ -67,7 +75,7 @@ def kubeconfig_with_token(kube: ControlPlane, token: str, path: Path) -> Path:  
 
 
 @pytest.fixture(scope="session")
-def operator_kubeconfig(kube: ControlPlane, tether_release: Release, tmp_path_factory) -> Path:  # noqa: F811
+def operator_kubeconfig(kube: ControlPlane, tether_release: Release, tmp_path_factory) -> Path:
     token = kube.kubectl("create", "token", SA, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
     return kubeconfig_with_token(kube, token, tmp_path_factory.mktemp("op") / "kubeconfig")
 
@@ -105,8 +113,11 @@ class Operator:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tether_operator"], env=self.env, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, "-m", "tether_operator"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + 30
         while "Initial authentication has finished" not in self.log.read_text():
@@ -132,10 +143,7 @@ class Operator:
                 self.kill()
 
     def logs(self) -> str:
-        return "\n".join(
-            (self.workdir / f"operator-{i}.log").read_text(errors="replace")
-            for i in range(1, self.starts + 1)
-        )
+        return "\n".join((self.workdir / f"operator-{i}.log").read_text(errors="replace") for i in range(1, self.starts + 1))
 
 
 @pytest.fixture(scope="session")
@@ -147,7 +155,7 @@ def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
     op.stop()
 
 
-def get(kube: ControlPlane, kind: str, ns: str, name: str) -> dict[str, Any]:  # noqa: F811
+def get(kube: ControlPlane, kind: str, ns: str, name: str) -> dict[str, Any]:
     return json.loads(kube.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout)
 
 

@@ -89,8 +89,13 @@ def test_oversized_input_and_bad_yaml() -> None:
 
 def test_progress_tolerates_nulls_and_unknown_keys() -> None:
     p = api.Progress.model_validate(
-        {"phase": "running", "attempt": 2, "steps": None, "newThing": 1,
-         "approvals": [{"id": "a1", "tool": "refund", "arguments": {"order": 42}}]}
+        {
+            "phase": "running",
+            "attempt": 2,
+            "steps": None,
+            "newThing": 1,
+            "approvals": [{"id": "a1", "tool": "refund", "arguments": {"order": 42}}],
+        }
     )
     assert p.steps.model_live == 0
     assert p.pending_approvals()[0].status().arguments == '{"order": 42}'

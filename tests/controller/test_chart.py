@@ -64,8 +64,11 @@ def test_deployment_is_hardened(helm: Path) -> None:
 def test_store_executor_and_gpu_pools_reach_the_operator(helm: Path) -> None:
     docs = render(
         helm,
-        "store.s3.bucket=runs", "store.s3.endpoint=http://minio:9000", "store.s3.region=eu-west-1",
-        "store.s3.credentialsSecret.name=s3-creds", "executor.concurrency=8",
+        "store.s3.bucket=runs",
+        "store.s3.endpoint=http://minio:9000",
+        "store.s3.region=eu-west-1",
+        "store.s3.credentialsSecret.name=s3-creds",
+        "executor.concurrency=8",
         "gpuNodePools.A100.nodeSelector.pool=a100",
         "gpuNodePools.A100.tolerations[0].key=nvidia.com/gpu",
         "gpuNodePools.A100.tolerations[0].operator=Exists",
@@ -109,9 +112,7 @@ def test_values_schema_rejects_mistakes(helm: Path, setting: str, complaint: str
 
 
 def _rules(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return sorted(
-        (g, r, v) for rule in doc["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
-    )
+    return sorted((g, r, v) for rule in doc["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"])
 
 
 def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
@@ -125,9 +126,7 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
         assert ("", "secrets", "get") in rules
         assert not [r for r in rules if r[1] == "secrets" and r[2] != "get"], "Secrets: get by name only"
         assert all(r[2] != "*" and r[1] != "*" and r[0] != "*" for r in rules)
-        assert {r[1] for r in rules} <= {
-            "agentruns", "agenttools", "agentruns/status", "agenttools/status", "secrets", "events"
-        }
+        assert {r[1] for r in rules} <= {"agentruns", "agenttools", "agentruns/status", "agenttools/status", "secrets", "events"}
     bindings = of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding")
     assert all(s["name"] == "tether" for b in bindings for s in b["subjects"])
     # Cluster-wide mode: one ClusterRole with the same namespaced rules.
@@ -178,8 +177,7 @@ def test_rbac_denies_everything_else(kube: ControlPlane, tether_release: Release
         assert not can(kube, tether_release, verb, "clusterroles.rbac.authorization.k8s.io")
         assert not can(kube, tether_release, verb, "agentruns.tether.dev")  # --all-namespaces
     for ns in tether_release.served:
-        for resource in ("pods", "deployments.apps", "configmaps", "roles.rbac.authorization.k8s.io",
-                         "serviceaccounts", "jobs.batch"):
+        for resource in ("pods", "deployments.apps", "configmaps", "roles.rbac.authorization.k8s.io", "serviceaccounts", "jobs.batch"):
             assert not can(kube, tether_release, "create", resource, ns), resource
         assert not can(kube, tether_release, "create", "agentruns.tether.dev", ns)
         assert not can(kube, tether_release, "delete", "agentruns.tether.dev", ns)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tether import api
 from tests.support.kube import ControlPlane
+from tether import api
 
 from .conftest import Release
 
@@ -65,27 +65,48 @@ MALFORMED = {
     "wrong framework": (edit(RUN, "spec.framework", "autogen"), 'Unsupported value: "autogen"'),
     "negative gpu count": (edit(RUN, "spec.resources.gpu.count", -1), "spec.resources.gpu.count: Invalid value: -1"),
     "gpu count without type": (edit(RUN, "spec.resources.gpu", {"count": 2}), "gpu.type is required when gpu.count > 0"),
-    "bad memory quantity": (edit(RUN, "spec.resources.memory", "2 GB"), "spec.resources.memory: Invalid value: \"2 GB\": must be a non-negative Kubernetes quantity"),
-    "negative cpu": (edit(RUN, "spec.resources.cpu", "-1"), "spec.resources.cpu: Invalid value: \"-1\": must be a non-negative"),
+    "bad memory quantity": (
+        edit(RUN, "spec.resources.memory", "2 GB"),
+        'spec.resources.memory: Invalid value: "2 GB": must be a non-negative Kubernetes quantity',
+    ),
+    "negative cpu": (edit(RUN, "spec.resources.cpu", "-1"), 'spec.resources.cpu: Invalid value: "-1": must be a non-negative'),
     "missing model": (edit(RUN, "spec.model", DELETE), "spec.model: Required value"),
     "missing input": (edit(RUN, "spec.input", DELETE), "spec.input: Required value"),
-    "empty model name": (edit(RUN, "spec.model.name", ""), "spec.model.name: Invalid value: \"\": spec.model.name in body should be at least 1 chars long"),
+    "empty model name": (
+        edit(RUN, "spec.model.name", ""),
+        'spec.model.name: Invalid value: "": spec.model.name in body should be at least 1 chars long',
+    ),
     "unknown field": (edit(RUN, "spec.colour", "blue"), 'unknown field "spec.colour"'),
     "unknown nested field": (edit(RUN, "spec.model.temperature", 0.2), 'unknown field "spec.model.temperature"'),
     "oversized input": (edit(RUN, "spec.input", "x" * (api.MAX_INPUT + 1)), "spec.input: Too long: may not be more than 32768"),
     "unknown provider": (edit(RUN, "spec.model.provider", "cohere"), 'spec.model.provider: Unsupported value: "cohere"'),
     "baseURL not http": (edit(RUN, "spec.model.baseURL", "ftp://models"), "spec.model.baseURL in body should match"),
-    "secret ref without key": (edit(RUN, "spec.model.apiKeySecretRef", {"name": "openai"}), "spec.model.apiKeySecretRef.key: Required value"),
-    "too many retries": (edit(RUN, "spec.retries", 99), "spec.retries: Invalid value: 99: spec.retries in body should be less than or equal to 20"),
-    "retries not a number": (edit(RUN, "spec.retries", "two"), 'spec.retries: Invalid value: "string": spec.retries in body must be of type integer'),
+    "secret ref without key": (
+        edit(RUN, "spec.model.apiKeySecretRef", {"name": "openai"}),
+        "spec.model.apiKeySecretRef.key: Required value",
+    ),
+    "too many retries": (
+        edit(RUN, "spec.retries", 99),
+        "spec.retries: Invalid value: 99: spec.retries in body should be less than or equal to 20",
+    ),
+    "retries not a number": (
+        edit(RUN, "spec.retries", "two"),
+        'spec.retries: Invalid value: "string": spec.retries in body must be of type integer',
+    ),
     "bad timeout": (edit(RUN, "spec.timeout", "soon"), "spec.timeout in body should match"),
     "negative cost limit": (edit(RUN, "spec.limits.maxCostUSD", -1), "spec.limits.maxCostUSD: Invalid value: -1"),
     "bad tool name": (edit(RUN, "spec.tools", ["Refund_Tool"]), "spec.tools[0] in body should match"),
     "duplicate tools": (edit(RUN, "spec.tools", ["refund", "refund"]), 'spec.tools[1]: Duplicate value: "refund"'),
     "agent not module:attr": (edit(RUN, "spec.agent", "my_agent"), "spec.agent in body should match"),
     "tool without implementation": (edit(TOOL, "spec.implementation", DELETE), "spec.implementation: Required value"),
-    "tool approval default": (edit(TOOL, "spec.approval.defaultAction", "maybe"), 'spec.approval.defaultAction: Unsupported value: "maybe"'),
-    "tool env name": (edit(TOOL, "spec.env", [{"name": "1BAD", "secretKeyRef": {"name": "s", "key": "k"}}]), "spec.env[0].name in body should match"),
+    "tool approval default": (
+        edit(TOOL, "spec.approval.defaultAction", "maybe"),
+        'spec.approval.defaultAction: Unsupported value: "maybe"',
+    ),
+    "tool env name": (
+        edit(TOOL, "spec.env", [{"name": "1BAD", "secretKeyRef": {"name": "s", "key": "k"}}]),
+        "spec.env[0].name in body should match",
+    ),
     "tool cache": (edit(TOOL, "spec.cache", "sometimes"), 'spec.cache: Unsupported value: "sometimes"'),
 }
 
@@ -119,8 +140,7 @@ def test_there_are_at_least_fifteen_cases() -> None:
 
 def test_defaults_and_kstatus_fields(kube: ControlPlane, tether_release: Release) -> None:
     ns = tether_release.unserved
-    doc = edit(edit(RUN, "metadata.name", "defaults"), "spec", {
-        "framework": "langgraph", "model": {"name": "m"}, "input": "hi"})
+    doc = edit(edit(RUN, "metadata.name", "defaults"), "spec", {"framework": "langgraph", "model": {"name": "m"}, "input": "hi"})
     assert apply(kube, ns, doc).returncode == 0
     obj = json.loads(kube.kubectl("get", "agentrun", "defaults", "-n", ns, "-o", "json").stdout)
     spec = obj["spec"]
@@ -132,8 +152,7 @@ def test_defaults_and_kstatus_fields(kube: ControlPlane, tether_release: Release
 def test_spec_is_immutable(kube: ControlPlane, tether_release: Release) -> None:
     ns = tether_release.unserved
     assert apply(kube, ns, edit(RUN, "metadata.name", "frozen")).returncode == 0
-    proc = kube.kubectl("patch", "agentrun", "frozen", "-n", ns, "--type=merge",
-                        "-p", '{"spec":{"input":"changed"}}', check=False)
+    proc = kube.kubectl("patch", "agentrun", "frozen", "-n", ns, "--type=merge", "-p", '{"spec":{"input":"changed"}}', check=False)
     assert proc.returncode != 0
     assert "spec is immutable: create a new AgentRun instead of changing this one" in proc.stderr
     # metadata stays editable: that is how approvals are given

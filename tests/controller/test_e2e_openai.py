@@ -21,15 +21,16 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.support.kube import ControlPlane
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
-from tests.support.kube import ControlPlane
 
 from .conftest import REPO, SERVED, Operator, Release, condition, get, wait_for
 
@@ -42,12 +43,16 @@ EXAMPLES = REPO / "examples" / "openai"
 def _agent_python() -> str:
     try:
         import agents  # noqa: F401
+
         import tether_openai  # noqa: F401
 
         return sys.executable
     except ImportError:
-        venv = subprocess.run([str(REPO / "scripts" / "env.sh"), "openai"], check=True,
-                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        venv = (
+            subprocess.run([str(REPO / "scripts" / "env.sh"), "openai"], check=True, capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         return f"{venv}/bin/python"
 
 
@@ -55,8 +60,7 @@ def _agent_python() -> str:
 def fake() -> Iterator[FakeProvider]:
     # One provider for the three examples: each script's conversation, matched on its input.
     conversations = []
-    for name, match in (("weather", "weather in Paris"), ("research", "durable execution"),
-                        ("refund", "refund it")):
+    for name, match in (("weather", "weather in Paris"), ("research", "durable execution"), ("refund", "refund it")):
         for conversation in yaml.safe_load((EXAMPLES / f"{name}.script.yaml").read_text())["conversations"]:
             conversations.append({**conversation, "match": match})
     with FakeProvider({"conversations": conversations}, latency=0.2) as provider:
@@ -64,12 +68,12 @@ def fake() -> Iterator[FakeProvider]:
 
 
 @pytest.fixture(scope="module")
-def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubeconfig: Path,
-                   tmp_path_factory) -> Iterator[Operator]:
-    kube.kubectl("create", "secret", "generic", "openai", "-n", NS,
-                 "--from-literal=api-key=fake-key-e2e-0123456789")
+def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
+    kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789")
     op = Operator(
-        operator_kubeconfig, tmp_path_factory.mktemp("agent-operator"), (NS,),
+        operator_kubeconfig,
+        tmp_path_factory.mktemp("agent-operator"),
+        (NS,),
         TETHER_EXEC_PYTHON=_agent_python(),
         PYTHONPATH=str(EXAMPLES),  # the AgentTools' implementations (example_tools:...)
         OPENAI_AGENTS_DISABLE_TRACING="1",
@@ -80,8 +84,7 @@ def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubecon
     op.stop()
 
 
-def apply_example(kube: ControlPlane, fake: FakeProvider, example: str, name: str | None = None,
-                  **spec: Any) -> str:
+def apply_example(kube: ControlPlane, fake: FakeProvider, example: str, name: str | None = None, **spec: Any) -> str:
     """Apply examples/openai/<example>.yaml pointed at the fake provider; returns the run name."""
     docs = list(yaml.safe_load_all((EXAMPLES / f"{example}.yaml").read_text()))
     run = next(d for d in docs if d["kind"] == "AgentRun")
@@ -93,8 +96,9 @@ def apply_example(kube: ControlPlane, fake: FakeProvider, example: str, name: st
 
 
 def wait_condition(kube: ControlPlane, name: str, cond: str, timeout: int = 180) -> dict[str, Any]:
-    proc = kube.kubectl("wait", "-n", NS, f"--for=condition={cond}", f"--timeout={timeout}s",
-                        f"agentrun/{name}", check=False, timeout=timeout + 10)
+    proc = kube.kubectl(
+        "wait", "-n", NS, f"--for=condition={cond}", f"--timeout={timeout}s", f"agentrun/{name}", check=False, timeout=timeout + 10
+    )
     obj = get(kube, "agentrun", NS, name)
     assert proc.returncode == 0, f"{name} never {cond}: {json.dumps(obj.get('status'), indent=1)}"
     return obj
@@ -109,8 +113,7 @@ def live_bodies(fake: FakeProvider, since: int = 0) -> list[str]:
     return [e.body_sha256 for e in fake.ledger.snapshot()[since:] if e.live]
 
 
-def test_apply_wait_succeeded_status_and_columns(kube: ControlPlane, fake: FakeProvider,
-                                                 agent_operator: Operator) -> None:
+def test_apply_wait_succeeded_status_and_columns(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     name = apply_example(kube, fake, "weather")
     obj = wait_condition(kube, name, "Succeeded")
     st = obj["status"]
@@ -127,8 +130,12 @@ def test_apply_wait_succeeded_status_and_columns(kube: ControlPlane, fake: FakeP
     row = kube.kubectl("get", "agentruns", name, "-n", NS).stdout.splitlines()
     assert row[0].split()[:6] == ["NAME", "PHASE", "FRAMEWORK", "MODEL", "TURNS", "COST"]
     assert row[1].split()[:5] == [name, "Succeeded", "openai", "gpt-4o-mini", f"{st['steps']['modelLive']}/0"]
-    reasons = {e["reason"] for e in json.loads(kube.kubectl(
-        "get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout)["items"]}
+    reasons = {
+        e["reason"]
+        for e in json.loads(
+            kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
+        )["items"]
+    }
     assert {"Accepted", "Submitted", "Running", "Succeeded"} <= reasons
     # the API key went to the runtime's environment only
     dump = kube.kubectl("get", "agentrun", name, "-n", NS, "-o", "yaml").stdout + agent_operator.logs()
@@ -136,12 +143,10 @@ def test_apply_wait_succeeded_status_and_columns(kube: ControlPlane, fake: FakeP
     assert "fake-key-e2e-0123456789" not in dump
 
 
-def test_runtime_killed_mid_run_replays(kube: ControlPlane, fake: FakeProvider,
-                                        agent_operator: Operator) -> None:
+def test_runtime_killed_mid_run_replays(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     start = len(fake.ledger)
     name = apply_example(kube, fake, "research", name="research-kill")
-    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("execution") and o,
-                   timeout=60, what="submitted")
+    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("execution") and o, timeout=60, what="submitted")
     # Two model turns answered: the second asked for read-source, which takes 1.5 s.
     wait_for(lambda: len(live_bodies(fake, start)) >= 2, timeout=120, what="two live turns")
     time.sleep(0.5)  # the turn is journaled, read-source is running
@@ -159,8 +164,12 @@ def test_runtime_killed_mid_run_replays(kube: ControlPlane, fake: FakeProvider,
     # No completed turn was called again: every live request body is distinct.
     assert not [b for b, n in Counter(after).items() if n > 1], "a completed turn was re-billed"
     assert set(before) <= set(after) and len(after) == len(before) + 1
-    reasons = [e["reason"] for e in json.loads(kube.kubectl(
-        "get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout)["items"]]
+    reasons = [
+        e["reason"]
+        for e in json.loads(
+            kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
+        )["items"]
+    ]
     assert "Retrying" in reasons
 
 
@@ -176,11 +185,14 @@ def _pending_approval(kube: ControlPlane, name: str) -> dict[str, Any]:
 def test_approval_by_annotation(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     name = apply_example(kube, fake, "refund", name="refund-yes")
     approval = _pending_approval(kube, name)
-    reasons = [e["reason"] for e in json.loads(kube.kubectl(
-        "get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout)["items"]]
+    reasons = [
+        e["reason"]
+        for e in json.loads(
+            kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
+        )["items"]
+    ]
     assert "AwaitingApproval" in reasons
-    kube.kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={approval['id']}",
-                 "tether.dev/decided-by=alice")
+    kube.kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={approval['id']}", "tether.dev/decided-by=alice")
     obj = wait_condition(kube, name, "Succeeded")
     (decided,) = obj["status"]["approvals"]
     assert (decided["decision"], decided["by"]) == ("approved", "alice")
@@ -191,17 +203,32 @@ def test_decline_with_tether_approve(kube: ControlPlane, fake: FakeProvider, age
     name = apply_example(kube, fake, "refund", name="refund-no")
     approval = _pending_approval(kube, name)
     uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
-    subprocess.run([sys.executable, "-m", "tether", "approve", uid, approval["id"], "--no",
-                    "--reason", "not eligible", "--by", "bob", "--store", agent_operator.store_url],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "approve",
+            uid,
+            approval["id"],
+            "--no",
+            "--reason",
+            "not eligible",
+            "--by",
+            "bob",
+            "--store",
+            agent_operator.store_url,
+        ],
+        check=True,
+        capture_output=True,
+    )
     obj = wait_condition(kube, name, "Succeeded")
     (decided,) = obj["status"]["approvals"]
     assert (decided["decision"], decided["by"], decided["reason"]) == ("declined", "bob", "not eligible")
     assert "Refunded" not in obj["status"]["result"]["output"]
 
 
-def test_approval_timeout_applies_the_default(kube: ControlPlane, fake: FakeProvider,
-                                              agent_operator: Operator) -> None:
+def test_approval_timeout_applies_the_default(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     docs = list(yaml.safe_load_all((EXAMPLES / "refund.yaml").read_text()))
     tool = next(d for d in docs if d["metadata"]["name"] == "issue-refund")
     tool["spec"]["approval"].update(timeout="2s", defaultAction="approve")
@@ -216,12 +243,10 @@ def test_approval_timeout_applies_the_default(kube: ControlPlane, fake: FakeProv
     assert (decided["decision"], decided["by"]) == ("approved", "timeout")
 
 
-def test_operator_restart_mid_run_one_execution(kube: ControlPlane, fake: FakeProvider,
-                                                agent_operator: Operator) -> None:
+def test_operator_restart_mid_run_one_execution(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     start = len(fake.ledger)
     name = apply_example(kube, fake, "research", name="research-restart")
-    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("execution") and o,
-                   timeout=60, what="submitted")
+    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("execution") and o, timeout=60, what="submitted")
     exec_name = obj["status"]["execution"]["name"]
     wait_for(lambda: len(live_bodies(fake, start)) >= 1, timeout=120, what="a live turn")
     time.sleep(0.5)  # search (1.5 s) is running
@@ -234,21 +259,21 @@ def test_operator_restart_mid_run_one_execution(kube: ControlPlane, fake: FakePr
     st = obj["status"]
     assert st["execution"]["name"] == exec_name
     assert st["attempts"] == 2
-    runs = [p.name for p in (agent_operator.workdir / "executions").iterdir()
-            if p.name == exec_name or (p / "request.json").exists() and
-            json.loads((p / "request.json").read_text())["name"] == name]
+    runs = [
+        p.name
+        for p in (agent_operator.workdir / "executions").iterdir()
+        if p.name == exec_name or ((p / "request.json").exists() and json.loads((p / "request.json").read_text())["name"] == name)
+    ]
     assert runs == [exec_name], "exactly one execution for the run"
     after = live_bodies(fake, start)
     assert not [b for b, n in Counter(after).items() if n > 1], "a completed turn was re-billed"
     assert st["steps"]["modelReplayed"] >= 1
 
 
-def test_deleting_a_running_run_kills_it(kube: ControlPlane, fake: FakeProvider,
-                                         agent_operator: Operator) -> None:
+def test_deleting_a_running_run_kills_it(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     start = len(fake.ledger)
     name = apply_example(kube, fake, "research", name="research-delete")
-    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("phase") == "Running" and o,
-                   timeout=60, what="running")
+    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("phase") == "Running" and o, timeout=60, what="running")
     pid = attempt_pid(agent_operator, obj)
     wait_for(lambda: len(live_bodies(fake, start)) >= 1, timeout=120, what="a live turn")
     kube.kubectl("delete", "agentrun", name, "-n", NS, "--timeout=60s")

@@ -12,6 +12,5 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
-    proc = subprocess.run([str(lint), "--no-cache", str(REPO / "operator" / ".importlinter")],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run([str(lint), "--no-cache", str(REPO / "operator" / ".importlinter")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

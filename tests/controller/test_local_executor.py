@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -38,12 +37,9 @@ sys.exit(int(code))
 
 
 def _submission(name: str = "t1", retries: int = 2, **kw) -> Submission:
-    spec = AgentRunSpec.model_validate(
-        {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi"}
-    )
+    spec = AgentRunSpec.model_validate({"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi"})
     request = ExecRequest(run_id="uid-" + name, namespace="ns", name=name, spec=spec)
-    return Submission(name=name, request=request, env={"OPENAI_API_KEY": "sk-secret"},
-                      retries=retries, **kw)
+    return Submission(name=name, request=request, env={"OPENAI_API_KEY": "sk-secret"}, retries=retries, **kw)
 
 
 @pytest.fixture
@@ -54,8 +50,13 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     def make(codes: str, concurrency: int = 4) -> LocalExecutor:
         monkeypatch.setenv("CODES", codes)
-        return LocalExecutor(f"file://{tmp_path}/store", tmp_path / "work", concurrency=concurrency,
-                             retry_backoff=0.01, command=[sys.executable, str(script)])
+        return LocalExecutor(
+            f"file://{tmp_path}/store",
+            tmp_path / "work",
+            concurrency=concurrency,
+            retry_backoff=0.01,
+            command=[sys.executable, str(script)],
+        )
 
     return make
 

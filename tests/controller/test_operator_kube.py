@@ -27,8 +27,7 @@ def run_manifest(name: str, **spec: Any) -> str:
         "retries": 0,
         **spec,
     }
-    return json.dumps({"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun",
-                       "metadata": {"name": name}, "spec": body})
+    return json.dumps({"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name}, "spec": body})
 
 
 def create(kube: ControlPlane, doc: str, ns: str = NS) -> None:
@@ -40,19 +39,21 @@ def reason_of(kube: ControlPlane, name: str, type_: str, ns: str = NS) -> str:
 
 
 def events_of(kube: ControlPlane, name: str, ns: str = NS) -> list[str]:
-    out = kube.kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}",
-                       "-o", "json").stdout
+    out = kube.kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
     return [e["reason"] for e in json.loads(out)["items"]]
 
 
 def test_missing_secret_and_unknown_tool_are_conditions_then_picked_up(
     kube: ControlPlane, tether_release: Release, operator: Operator
 ) -> None:
-    create(kube, run_manifest(
-        "waits", tools=["lookup"],
-        model={"name": "gpt-4.1", "baseURL": "http://127.0.0.1:9/v1",
-               "apiKeySecretRef": {"name": "llm-key", "key": "OPENAI_API_KEY"}},
-    ))
+    create(
+        kube,
+        run_manifest(
+            "waits",
+            tools=["lookup"],
+            model={"name": "gpt-4.1", "baseURL": "http://127.0.0.1:9/v1", "apiKeySecretRef": {"name": "llm-key", "key": "OPENAI_API_KEY"}},
+        ),
+    )
     wait_for(lambda: reason_of(kube, "waits", "Accepted") == "UnknownTool", what="UnknownTool")
     obj = get(kube, "agentrun", NS, "waits")
     accepted = condition(obj, "Accepted")
@@ -64,18 +65,37 @@ def test_missing_secret_and_unknown_tool_are_conditions_then_picked_up(
     assert condition(obj, "Stalled")["status"] == "False"
     assert obj["status"]["phase"] == "Pending" and obj["status"]["observedGeneration"] == 1
 
-    kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps({
-        "apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": "lookup"},
-        "spec": {"description": "Look an order up", "implementation": "shop.tools:lookup"}}))
+    kube.kubectl(
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "tether.dev/v1alpha1",
+                "kind": "AgentTool",
+                "metadata": {"name": "lookup"},
+                "spec": {"description": "Look an order up", "implementation": "shop.tools:lookup"},
+            }
+        ),
+    )
     wait_for(lambda: reason_of(kube, "waits", "Accepted") == "MissingSecret", what="MissingSecret")
     kube.kubectl("create", "secret", "generic", "llm-key", "-n", NS, "--from-literal=WRONG_KEY=x")
     wait_for(lambda: reason_of(kube, "waits", "Accepted") == "MissingSecretKey", what="MissingSecretKey")
     assert "has no key 'OPENAI_API_KEY'" in condition(get(kube, "agentrun", NS, "waits"), "Accepted")["message"]
-    kube.kubectl("patch", "secret", "llm-key", "-n", NS, "--type=merge",
-                 "-p", json.dumps({"stringData": {"OPENAI_API_KEY": "sk-test-not-for-status"}}))
+    kube.kubectl(
+        "patch",
+        "secret",
+        "llm-key",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"stringData": {"OPENAI_API_KEY": "sk-test-not-for-status"}}),
+    )
     kube.kubectl("wait", "-n", NS, "--for=condition=Accepted", "--timeout=30s", "agentrun/waits")
-    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, "waits"))["status"].get("execution") and o,
-                   what="execution")
+    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, "waits"))["status"].get("execution") and o, what="execution")
     assert obj["status"]["execution"]["executor"] == "local"
     assert obj["status"]["execution"]["name"].startswith("t")
     reasons = events_of(kube, "waits")
@@ -86,9 +106,7 @@ def test_missing_secret_and_unknown_tool_are_conditions_then_picked_up(
     assert "sk-test-not-for-status" not in everything
 
 
-def test_gpu_type_without_node_pool_is_a_terminal_condition(
-    kube: ControlPlane, tether_release: Release, operator: Operator
-) -> None:
+def test_gpu_type_without_node_pool_is_a_terminal_condition(kube: ControlPlane, tether_release: Release, operator: Operator) -> None:
     create(kube, run_manifest("h100", resources={"gpu": {"type": "H100", "count": 1}}))
     kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/h100")
     obj = get(kube, "agentrun", NS, "h100")
@@ -103,15 +121,27 @@ def test_gpu_type_without_node_pool_is_a_terminal_condition(
     kube.kubectl("wait", "-n", NS, "--for=condition=Accepted", "--timeout=30s", "agentrun/a100")
 
 
-def test_agenttool_ready_follows_its_secrets(
-    kube: ControlPlane, tether_release: Release, operator: Operator
-) -> None:
-    kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps({
-        "apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": "crm"},
-        "spec": {"description": "Talk to the CRM", "implementation": "shop.tools:crm",
-                 "env": [{"name": "CRM_TOKEN", "secretKeyRef": {"name": "crm", "key": "token"}}]}}))
-    wait_for(lambda: condition(get(kube, "agenttool", NS, "crm"), "Reconciling").get("status") == "True",
-             what="tool reconciling")
+def test_agenttool_ready_follows_its_secrets(kube: ControlPlane, tether_release: Release, operator: Operator) -> None:
+    kube.kubectl(
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "tether.dev/v1alpha1",
+                "kind": "AgentTool",
+                "metadata": {"name": "crm"},
+                "spec": {
+                    "description": "Talk to the CRM",
+                    "implementation": "shop.tools:crm",
+                    "env": [{"name": "CRM_TOKEN", "secretKeyRef": {"name": "crm", "key": "token"}}],
+                },
+            }
+        ),
+    )
+    wait_for(lambda: condition(get(kube, "agenttool", NS, "crm"), "Reconciling").get("status") == "True", what="tool reconciling")
     tool = get(kube, "agenttool", NS, "crm")
     assert condition(tool, "Ready")["status"] == "False"
     assert condition(tool, "Ready")["reason"] == "MissingSecret"
@@ -121,9 +151,7 @@ def test_agenttool_ready_follows_its_secrets(
     assert "t0k3n-crm" not in kube.kubectl("get", "events", "-n", NS, "-o", "json").stdout
 
 
-def test_deleting_a_waiting_run_is_not_blocked(
-    kube: ControlPlane, tether_release: Release, operator: Operator
-) -> None:
+def test_deleting_a_waiting_run_is_not_blocked(kube: ControlPlane, tether_release: Release, operator: Operator) -> None:
     create(kube, run_manifest("doomed", tools=["never-created"]))
     wait_for(lambda: reason_of(kube, "doomed", "Accepted") == "UnknownTool", what="UnknownTool")
     assert "tether.dev/abort-execution" in get(kube, "agentrun", NS, "doomed")["metadata"]["finalizers"]
@@ -131,9 +159,7 @@ def test_deleting_a_waiting_run_is_not_blocked(
     assert kube.kubectl("get", "agentrun", "doomed", "-n", NS, check=False).returncode != 0
 
 
-def test_unserved_namespace_is_left_alone(
-    kube: ControlPlane, tether_release: Release, operator: Operator
-) -> None:
+def test_unserved_namespace_is_left_alone(kube: ControlPlane, tether_release: Release, operator: Operator) -> None:
     create(kube, run_manifest("elsewhere"), ns=tether_release.unserved)
     create(kube, run_manifest("here-too"))  # a served one, as a clock
     kube.kubectl("wait", "-n", NS, "--for=condition=Accepted", "--timeout=30s", "agentrun/here-too")
@@ -142,9 +168,7 @@ def test_unserved_namespace_is_left_alone(
     assert not obj["metadata"].get("finalizers")
 
 
-def test_gitops_metadata_is_never_copied(
-    kube: ControlPlane, tether_release: Release, operator: Operator
-) -> None:
+def test_gitops_metadata_is_never_copied(kube: ControlPlane, tether_release: Release, operator: Operator) -> None:
     doc = json.loads(run_manifest("tracked"))
     doc["metadata"]["labels"] = {"app.kubernetes.io/instance": "shop", "kustomize.toolkit.fluxcd.io/name": "shop"}
     doc["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "shop:tether.dev/AgentRun:op-a/tracked"}
@@ -152,8 +176,9 @@ def test_gitops_metadata_is_never_copied(
     kube.kubectl("wait", "-n", NS, "--for=condition=Accepted", "--timeout=30s", "agentrun/tracked")
     # The local executor creates no Kubernetes objects; Events are the only thing the operator
     # writes, and they carry no labels or annotations of the run.
-    events = json.loads(kube.kubectl("get", "events", "-n", NS, "--field-selector",
-                                     "involvedObject.name=tracked", "-o", "json").stdout)["items"]
+    events = json.loads(kube.kubectl("get", "events", "-n", NS, "--field-selector", "involvedObject.name=tracked", "-o", "json").stdout)[
+        "items"
+    ]
     assert events
     for e in events:
         meta = e["metadata"]

@@ -30,11 +30,12 @@ def test_kstatus_never_reconciling_and_stalled_together() -> None:
 
 
 def test_gpu_pool_is_merged_into_placement() -> None:
-    pools = {"A100": {"nodeSelector": {"pool": "a100"},
-                      "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}
+    pools = {"A100": {"nodeSelector": {"pool": "a100"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}
     where = placement(
         Resources.model_validate({"gpu": {"type": "A100", "count": 1}}),
-        {"zone": "b"}, [Toleration(key="spot", operator="Exists")], pools,
+        {"zone": "b"},
+        [Toleration(key="spot", operator="Exists")],
+        pools,
     )
     assert where.node_selector == {"zone": "b", "pool": "a100"}
     assert [t["key"] for t in where.tolerations] == ["spot", "nvidia.com/gpu"]
@@ -43,9 +44,13 @@ def test_gpu_pool_is_merged_into_placement() -> None:
 
 def test_gitops_tracking_metadata_is_not_propagated() -> None:
     labels = {
-        "app.kubernetes.io/instance": "shop", "app.kubernetes.io/managed-by": "Helm",
-        "argocd.argoproj.io/instance": "shop", "kustomize.toolkit.fluxcd.io/name": "shop",
-        "helm.toolkit.fluxcd.io/name": "shop", "team": "payments", "app.kubernetes.io/name": "refunds",
+        "app.kubernetes.io/instance": "shop",
+        "app.kubernetes.io/managed-by": "Helm",
+        "argocd.argoproj.io/instance": "shop",
+        "kustomize.toolkit.fluxcd.io/name": "shop",
+        "helm.toolkit.fluxcd.io/name": "shop",
+        "team": "payments",
+        "app.kubernetes.io/name": "refunds",
     }
     assert propagated(labels) == {"team": "payments", "app.kubernetes.io/name": "refunds"}
     assert propagated({"argocd.argoproj.io/tracking-id": "x", "kubectl.kubernetes.io/last-applied-configuration": "{}"}) == {}

@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import json
 import sys
-
-import importlib
 
 from tether.run import Run
 from tether.wire.proxy import shared_proxy
 from tether.wire.transport import transports_for
 
 KEY = "sk-secret-DO-NOT-STORE-1234"
-PROVIDER = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": "anthropic", "gemini": "gemini", "mistral-chat": "mistral", "mistral-conversations": "mistral"}
+PROVIDER = {
+    "openai-chat": "openai",
+    "openai-responses": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+    "mistral-chat": "mistral",
+    "mistral-conversations": "mistral",
+}
 QUESTION = "What is the weather in Paris?"
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -59,12 +65,19 @@ async def openai_chat(http, base, stream):
     async def turn():
         if not stream:
             return (await client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=tools)).choices[0].message
-        async with client.chat.completions.stream(model="gpt-4o-mini", messages=messages, tools=tools, stream_options={"include_usage": True}) as s:
+        async with client.chat.completions.stream(
+            model="gpt-4o-mini", messages=messages, tools=tools, stream_options={"include_usage": True}
+        ) as s:
             return (await s.get_final_completion()).choices[0].message
 
     first = await turn()
     call = first.tool_calls[0]
-    messages.append({"role": "assistant", "tool_calls": [{"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}]})
+    messages.append(
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}],
+        }
+    )
     messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
     return (await turn()).content
 
@@ -84,7 +97,10 @@ async def openai_responses(http, base, stream):
 
     first = await turn()
     call = next(o for o in first.output if o.type == "function_call")
-    items += [{"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}, {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]
+    items += [
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]
     return (await turn()).output_text
 
 
@@ -103,7 +119,10 @@ async def anthropic(http, base, stream):
 
     first = await turn()
     use = next(b for b in first.content if b.type == "tool_use")
-    messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]},
+    ]
     return "".join(b.text for b in (await turn()).content if b.type == "text")
 
 
@@ -112,12 +131,17 @@ async def gemini(http, base, stream):
     from google.genai import types
 
     client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=base, httpx_async_client=http))
-    config = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="get_weather", parameters_json_schema=PARAMS)])], automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="get_weather", parameters_json_schema=PARAMS)])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
     contents: list = [types.Content(role="user", parts=[types.Part(text=QUESTION)])]
 
     async def turn():
         if not stream:
-            return (await client.aio.models.generate_content(model="gemini-2.5-flash", contents=contents, config=config)).candidates[0].content
+            return (
+                (await client.aio.models.generate_content(model="gemini-2.5-flash", contents=contents, config=config)).candidates[0].content
+            )
         parts = []
         async for chunk in await client.aio.models.generate_content_stream(model="gemini-2.5-flash", contents=contents, config=config):
             if chunk.candidates and chunk.candidates[0].content and chunk.candidates[0].content.parts:
@@ -126,7 +150,12 @@ async def gemini(http, base, stream):
 
     first = await turn()
     call = next(p.function_call for p in first.parts if p.function_call)
-    contents += [first, types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(name=call.name, response={"result": "sunny"}))])]
+    contents += [
+        first,
+        types.Content(
+            role="user", parts=[types.Part(function_response=types.FunctionResponse(name=call.name, response={"result": "sunny"}))]
+        ),
+    ]
     return "".join(p.text or "" for p in (await turn()).parts)
 
 
@@ -151,7 +180,14 @@ async def mistral_chat(http, base, stream):
     first = await turn()
     call = first.tool_calls[0]
     args = call.function.arguments if isinstance(call.function.arguments, str) else json.dumps(call.function.arguments)
-    messages += [{"role": "assistant", "content": "", "tool_calls": [{"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": args}}]}, {"role": "tool", "tool_call_id": call.id, "name": "get_weather", "content": "sunny"}]
+    messages += [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": args}}],
+        },
+        {"role": "tool", "tool_call_id": call.id, "name": "get_weather", "content": "sunny"},
+    ]
     return (await turn()).content
 
 
@@ -191,7 +227,15 @@ async def main(protocol: str, stream: bool, via: str, store: str, scope: str, or
         answer = await EXCHANGES[protocol](http, base, stream)
     await run.aclose()
     c = run.counters
-    return {"answer": answer, "digest": digest.hexdigest(), "model_live": c.model_live, "model_replayed": c.model_replayed, "attempt": run.attempt, "usage_live": run.accounting.live.total, "usage_replayed": run.accounting.replayed.total}
+    return {
+        "answer": answer,
+        "digest": digest.hexdigest(),
+        "model_live": c.model_live,
+        "model_replayed": c.model_replayed,
+        "attempt": run.attempt,
+        "usage_live": run.accounting.live.total,
+        "usage_replayed": run.accounting.replayed.total,
+    }
 
 
 if __name__ == "__main__":

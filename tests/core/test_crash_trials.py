@@ -64,11 +64,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.s3 import new_bucket
 from tether.canonical import sha256_hex
 from tether.journal import Record
 from tether.stores import open_store
 from tether.testing import FakeProvider
-from tests.support.s3 import new_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 50
@@ -79,8 +79,18 @@ SCRIPT = {
         {
             "match": "trip",
             "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "lookup", "arguments": {"topic": "trains"}}]},
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "flaky", "arguments": {"reason": "demo"}}]},
+                {
+                    "tool_calls": [
+                        {"name": "get_weather", "arguments": {"city": "Paris"}},
+                        {"name": "lookup", "arguments": {"topic": "trains"}},
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {"name": "get_weather", "arguments": {"city": "Rome"}},
+                        {"name": "flaky", "arguments": {"reason": "demo"}},
+                    ]
+                },
                 {"text": "Plan:", "text_from_tool_results": True},
             ],
         }
@@ -220,7 +230,11 @@ def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expe
                 elif mode == "timer":
                     kill_s = rng.uniform(0.0, durations[backend])
                 else:  # a moment after the k-th tool execution of this attempt: inside the side effect → record window
-                    side_effect = {"tool_log": str(tool_log), "kill_after_execution": rng.randint(1, TOOL_CALLS), "delay": rng.uniform(0.0, 0.004)}
+                    side_effect = {
+                        "tool_log": str(tool_log),
+                        "kill_after_execution": rng.randint(1, TOOL_CALLS),
+                        "delay": rng.uniform(0.0, 0.004),
+                    }
             providers.append(FakeProvider(SCRIPT, latency=LATENCY).start())
             argv = _argv(store, scope, providers[-1].url + "/openai", stream=stream, via=via, kill_after_step=step)
             p = zygote.attempt(argv, workdir, n, {"TETHER_TOOL_LOG": str(tool_log)}, kill_s, **side_effect)
@@ -240,8 +254,14 @@ def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expe
     blobs, _ = _records(store, scope)
     executions = [json.loads(line) for line in tool_log.read_text().splitlines()] if tool_log.exists() else []
     return {
-        "seed": seed, "backend": backend, "stream": stream, "scope": scope, "expected": expected,
-        "processes": processes, "blobs": blobs, "executions": executions,
+        "seed": seed,
+        "backend": backend,
+        "stream": stream,
+        "scope": scope,
+        "expected": expected,
+        "processes": processes,
+        "blobs": blobs,
+        "executions": executions,
     }
 
 
@@ -306,7 +326,9 @@ def check(t: dict) -> None:
     for i, p in enumerate(procs):
         for e in p["ledger"]:
             if e.body_sha256 in recorded_sha:
-                assert i <= recorded_sha[e.body_sha256], f"process {i} called the model for a turn recorded by process {recorded_sha[e.body_sha256]}"
+                assert i <= recorded_sha[e.body_sha256], (
+                    f"process {i} called the model for a turn recorded by process {recorded_sha[e.body_sha256]}"
+                )
 
 
 @pytest.fixture(scope="module")
@@ -322,14 +344,21 @@ def trials(tmp_path_factory, s3_endpoint):
         if not hasattr(local, "z"):
             local.z = Zygote()
             for stream in (False, True):
-                local.z.warm(_argv(str(base / "warm"), f"warm-{id(local.z)}-{stream}", warmer.url + "/openai", stream=stream, via="transport"))
+                local.z.warm(
+                    _argv(str(base / "warm"), f"warm-{id(local.z)}-{stream}", warmer.url + "/openai", stream=stream, via="transport")
+                )
             zygotes.append(local.z)
         return local.z
 
     try:
         # The reference: one uninterrupted run of the real command.
         with FakeProvider(SCRIPT, latency=LATENCY) as provider:
-            cmd = [sys.executable, "-m", "tether.testing.chat_loop", *_argv(stores["local"], "reference", provider.url + "/openai", stream=False, via="transport")]
+            cmd = [
+                sys.executable,
+                "-m",
+                "tether.testing.chat_loop",
+                *_argv(stores["local"], "reference", provider.url + "/openai", stream=False, via="transport"),
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
             assert done.returncode == 0, done.stderr
             reference = json.loads(done.stdout.strip().splitlines()[-1])
@@ -338,7 +367,9 @@ def trials(tmp_path_factory, s3_endpoint):
             # How long an uninterrupted forked attempt takes on each store: the range of kill times.
             durations = {}
             for backend, store in stores.items():
-                p = zygote().attempt(_argv(store, f"timing-{backend}", provider.url + "/openai", stream=False, via="transport"), base, 0, {})
+                p = zygote().attempt(
+                    _argv(store, f"timing-{backend}", provider.url + "/openai", stream=False, via="transport"), base, 0, {}
+                )
                 assert p["exit"] == 0, p["stderr"]
                 durations[backend] = (p["t1"] - p["t0"]) * 1.1
         expected = reference["answer"]

@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.s3 import free_port, new_bucket
 from tether.journal import Record
 from tether.run import Run
 from tether.stores import open_store
@@ -22,7 +23,6 @@ from tether.testing import FakeProvider, Fault
 from tether.wire.loop import run_on_wire_loop
 from tether.wire.proxy import shared_proxy
 from tether.wire.transport import WireTransport
-from tests.support.s3 import free_port, new_bucket
 
 KEY = "sk-test-failures"
 QUESTION = "What is the weather in Paris?"
@@ -32,7 +32,9 @@ SCRIPT = {
         {"match": "weather", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text": ANSWER}]}
     ]
 }
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+]
 
 
 @pytest.fixture
@@ -73,7 +75,12 @@ def turn2_messages(first, tool_result: str) -> list[dict]:
     call = first.choices[0].message.tool_calls[0]
     return [
         {"role": "user", "content": QUESTION},
-        {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}
+            ],
+        },
         {"role": "tool", "tool_call_id": call.id, "content": tool_result},
     ]
 

@@ -25,6 +25,7 @@ from google.genai import types as gtypes
 from mistralai.client import Mistral
 from mistralai.client import errors as mistral_errors
 from mistralai.client import models as mistral_models
+
 from tether.testing import FakeProvider, Fault, LedgerEntry, Script, fetch_ledger, inject_remote
 
 KEY = "test-key"
@@ -59,9 +60,7 @@ SCRIPT = {
         },
         {
             "match": "mixed",
-            "turns": [
-                {"text": "Let me look that up.", "tool_calls": [{"name": "lookup", "arguments": {"q": "mixed"}}]}
-            ],
+            "turns": [{"text": "Let me look that up.", "tool_calls": [{"name": "lookup", "arguments": {"q": "mixed"}}]}],
         },
     ]
 }
@@ -101,9 +100,7 @@ class OpenAIChatDriver:
 
     def __init__(self, p: FakeProvider):
         self.client = openai.OpenAI(base_url=p.base_url("openai"), api_key=KEY, max_retries=0)
-        self.tools = [
-            {"type": "function", "function": {"name": n, "parameters": SCHEMA}} for n in ("get_weather", "lookup")
-        ]
+        self.tools = [{"type": "function", "function": {"name": n, "parameters": SCHEMA}} for n in ("get_weather", "lookup")]
 
     def ask(self, question: str, stream: bool) -> Answer:
         return self._turn([{"role": "user", "content": question}], stream)
@@ -111,9 +108,7 @@ class OpenAIChatDriver:
     def answer(self, previous: Answer, outputs: list[str], stream: bool) -> Answer:
         messages, message = previous.state
         messages = messages + [message.model_dump(exclude_none=True)]
-        messages += [
-            {"role": "tool", "tool_call_id": c.id, "content": o} for c, o in zip(previous.calls, outputs, strict=True)
-        ]
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": o} for c, o in zip(previous.calls, outputs, strict=True)]
         return self._turn(messages, stream)
 
     def _turn(self, messages: list[dict[str, Any]], stream: bool) -> Answer:
@@ -139,19 +134,14 @@ class OpenAIResponsesDriver:
     def __init__(self, p: FakeProvider):
         self.events: list[str] = []  # event types of the last streamed turn
         self.client = openai.OpenAI(base_url=p.base_url("openai"), api_key=KEY, max_retries=0)
-        self.tools = [
-            {"type": "function", "name": n, "parameters": SCHEMA, "strict": False} for n in ("get_weather", "lookup")
-        ]
+        self.tools = [{"type": "function", "name": n, "parameters": SCHEMA, "strict": False} for n in ("get_weather", "lookup")]
 
     def ask(self, question: str, stream: bool) -> Answer:
         return self._turn([{"role": "user", "content": question}], None, stream)
 
     def answer(self, previous: Answer, outputs: list[str], stream: bool) -> Answer:
         items, response = previous.state
-        results = [
-            {"type": "function_call_output", "call_id": c.id, "output": o}
-            for c, o in zip(previous.calls, outputs, strict=True)
-        ]
+        results = [{"type": "function_call_output", "call_id": c.id, "output": o} for c, o in zip(previous.calls, outputs, strict=True)]
         if stream:
             return self._turn(results, response.id, stream)
         history = items + [i.model_dump(exclude_none=True) for i in response.output]
@@ -186,13 +176,8 @@ class AnthropicDriver:
     def answer(self, previous: Answer, outputs: list[str], stream: bool) -> Answer:
         messages, message = previous.state
         blocks = [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in previous.calls]
-        results = [
-            {"type": "tool_result", "tool_use_id": c.id, "content": o}
-            for c, o in zip(previous.calls, outputs, strict=True)
-        ]
-        return self._turn(
-            messages + [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}], stream
-        )
+        results = [{"type": "tool_result", "tool_use_id": c.id, "content": o} for c, o in zip(previous.calls, outputs, strict=True)]
+        return self._turn(messages + [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}], stream)
 
     def _turn(self, messages: list[dict[str, Any]], stream: bool) -> Answer:
         args = dict(model="claude-sonnet-4-5", max_tokens=256, messages=messages, tools=self.tools)
@@ -201,9 +186,7 @@ class AnthropicDriver:
                 message = s.get_final_message()
         else:
             message = self.client.messages.create(**args)
-        calls = [
-            Call(b.id, b.name, dict(b.input)) for b in message.content if isinstance(b, anthropic.types.ToolUseBlock)
-        ]
+        calls = [Call(b.id, b.name, dict(b.input)) for b in message.content if isinstance(b, anthropic.types.ToolUseBlock)]
         text = "".join(b.text for b in message.content if isinstance(b, anthropic.types.TextBlock)) or None
         assert message.stop_reason == ("tool_use" if calls else "end_turn")
         u = message.usage
@@ -218,9 +201,7 @@ class GeminiDriver:
     def __init__(self, p: FakeProvider):
         options = gtypes.HttpOptions(base_url=p.base_url("gemini"), api_version="v1beta")
         self.client = genai.Client(api_key=KEY, http_options=options)
-        declarations = [
-            gtypes.FunctionDeclaration(name=n, parameters_json_schema=SCHEMA) for n in ("get_weather", "lookup")
-        ]
+        declarations = [gtypes.FunctionDeclaration(name=n, parameters_json_schema=SCHEMA) for n in ("get_weather", "lookup")]
         self.config = gtypes.GenerateContentConfig(tools=[gtypes.Tool(function_declarations=declarations)])
 
     def ask(self, question: str, stream: bool) -> Answer:
@@ -236,15 +217,9 @@ class GeminiDriver:
 
     def _turn(self, contents: list[gtypes.Content], stream: bool) -> Answer:
         args = dict(model="gemini-2.5-flash", contents=contents, config=self.config)
-        chunks = (
-            list(self.client.models.generate_content_stream(**args))
-            if stream
-            else [self.client.models.generate_content(**args)]
-        )
+        chunks = list(self.client.models.generate_content_stream(**args)) if stream else [self.client.models.generate_content(**args)]
         parts = [p for c in chunks for p in c.candidates[0].content.parts or ()]
-        calls = [
-            Call(p.function_call.id, p.function_call.name, dict(p.function_call.args)) for p in parts if p.function_call
-        ]
+        calls = [Call(p.function_call.id, p.function_call.name, dict(p.function_call.args)) for p in parts if p.function_call]
         text = "".join(p.text for p in parts if p.text) or None
         u = chunks[-1].usage_metadata  # streamed: the last chunk carries the complete usage
         usage = Usage(u.prompt_token_count, u.candidates_token_count, u.cached_content_token_count or 0)
@@ -256,9 +231,7 @@ class MistralChatDriver:
 
     def __init__(self, p: FakeProvider):
         self.client = Mistral(api_key=KEY, server_url=p.base_url("mistral"))
-        self.tools = [
-            {"type": "function", "function": {"name": n, "parameters": SCHEMA}} for n in ("get_weather", "lookup")
-        ]
+        self.tools = [{"type": "function", "function": {"name": n, "parameters": SCHEMA}} for n in ("get_weather", "lookup")]
 
     def ask(self, question: str, stream: bool) -> Answer:
         return self._turn([{"role": "user", "content": question}], stream)
@@ -266,13 +239,11 @@ class MistralChatDriver:
     def answer(self, previous: Answer, outputs: list[str], stream: bool) -> Answer:
         messages = previous.state
         calls = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-            for c in previous.calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in previous.calls
         ]
         messages = messages + [{"role": "assistant", "content": "", "tool_calls": calls}]
         messages += [
-            {"role": "tool", "tool_call_id": c.id, "name": c.name, "content": o}
-            for c, o in zip(previous.calls, outputs, strict=True)
+            {"role": "tool", "tool_call_id": c.id, "name": c.name, "content": o} for c, o in zip(previous.calls, outputs, strict=True)
         ]
         return self._turn(messages, stream)
 
@@ -301,8 +272,7 @@ class MistralConversationsDriver:
     def __init__(self, p: FakeProvider):
         self.conversations = Mistral(api_key=KEY, server_url=p.base_url("mistral")).beta.conversations
         self.tools = [
-            {"type": "function", "function": {"name": n, "description": n, "parameters": SCHEMA}}
-            for n in ("get_weather", "lookup")
+            {"type": "function", "function": {"name": n, "description": n, "parameters": SCHEMA}} for n in ("get_weather", "lookup")
         ]
 
     def ask(self, question: str, stream: bool) -> Answer:
@@ -312,10 +282,7 @@ class MistralConversationsDriver:
         return self._from_response(self.conversations.start(**args))
 
     def answer(self, previous: Answer, outputs: list[str], stream: bool) -> Answer:
-        results = [
-            {"type": "function.result", "tool_call_id": c.id, "result": o}
-            for c, o in zip(previous.calls, outputs, strict=True)
-        ]
+        results = [{"type": "function.result", "tool_call_id": c.id, "result": o} for c, o in zip(previous.calls, outputs, strict=True)]
         args = dict(conversation_id=previous.state, inputs=results)
         if stream:
             return self._from_events(self.conversations.append_stream(**args), previous.state)
@@ -343,9 +310,7 @@ class MistralConversationsDriver:
         calls = [Call(i, name, json.loads(a)) for i, (name, a) in arguments.items()]
         text = "".join(d.content for d in data if isinstance(d, mistral_models.MessageOutputEvent)) or None
         u = data[-1].usage
-        return Answer(
-            calls, text, Usage(u.prompt_tokens, u.completion_tokens, 0), conversation_id or data[0].conversation_id
-        )
+        return Answer(calls, text, Usage(u.prompt_tokens, u.completion_tokens, 0), conversation_id or data[0].conversation_id)
 
 
 def _arguments(arguments: Any) -> dict[str, Any]:
@@ -486,21 +451,15 @@ def test_past_the_last_turn_the_last_turn_repeats(provider):
         {"role": "assistant", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "x"},
     ]
-    completion = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": WEATHER}] + tool_round * 3
-    )
+    completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": WEATHER}] + tool_round * 3)
     assert completion.choices[0].message.content == "It is sunny in Paris."
     assert provider.ledger[0].turn == 3
 
 
 def test_anthropic_beta_query_is_accepted(provider):
     # Older SDKs' beta clients (and Claude Code) add ?beta=true; anthropic 2.x no longer does.
-    client = anthropic.Anthropic(
-        base_url=provider.base_url("anthropic"), api_key=KEY, max_retries=0, default_query={"beta": "true"}
-    )
-    message = client.beta.messages.create(
-        model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": WEATHER}]
-    )
+    client = anthropic.Anthropic(base_url=provider.base_url("anthropic"), api_key=KEY, max_retries=0, default_query={"beta": "true"})
+    message = client.beta.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": WEATHER}])
     assert message.stop_reason == "tool_use"
     assert provider.ledger[0].query == ("beta",)
 
@@ -596,18 +555,14 @@ def test_reset_mid_stream_delivers_part_of_the_stream_first(provider):
     provider.inject(Fault("reset"))
     received = []
     with pytest.raises(openai.APIConnectionError):
-        for chunk in client.chat.completions.create(
-            model="m", stream=True, messages=[{"role": "user", "content": WEATHER}]
-        ):
+        for chunk in client.chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": WEATHER}]):
             received.append(chunk)
     assert received and received[0].choices[0].delta.role == "assistant"
     assert all(c.choices[0].finish_reason is None for c in received)
 
 
 def test_faults_apply_in_order_to_matching_calls_only(provider):
-    provider.inject(
-        Fault("status:500", times=2, match_protocol="anthropic"), Fault("status:429", match_protocol="openai")
-    )
+    provider.inject(Fault("status:500", times=2, match_protocol="anthropic"), Fault("status:429", match_protocol="openai"))
     chat = OpenAIChatDriver(provider)
     claude = AnthropicDriver(provider)
     with pytest.raises(openai.RateLimitError):
@@ -748,11 +703,7 @@ def test_openai_models_list(provider):
 
 def test_script_loads_from_yaml_and_json(tmp_path):
     (tmp_path / "s.yaml").write_text(
-        "conversations:\n"
-        "  - match: hi\n"
-        "    turns:\n"
-        "      - tool_calls: [{name: t, arguments: {a: 1}}]\n"
-        "      - text: bye\n"
+        "conversations:\n  - match: hi\n    turns:\n      - tool_calls: [{name: t, arguments: {a: 1}}]\n      - text: bye\n"
     )
     (tmp_path / "s.json").write_text(json.dumps(SCRIPT))
     script = Script.from_yaml(tmp_path / "s.yaml")

@@ -20,7 +20,12 @@ def test_cost_limit_refuses_the_next_live_turn_and_replays_stay_free(tmp_path):
     with FakeProvider(Script.text("hello")) as fake:
 
         async def ask(run: Run) -> str:
-            client = openai.AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key="k", http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)), max_retries=0)
+            client = openai.AsyncOpenAI(
+                base_url=run.upstreams["openai"] + "/v1",
+                api_key="k",
+                http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
+                max_retries=0,
+            )
             with run.activate():
                 r = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
                 return r.choices[0].message.content

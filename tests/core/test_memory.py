@@ -128,7 +128,7 @@ def test_two_concurrent_writers_both_land(store_url, head_exists):
     def writer(name: str) -> None:
         try:
             Memory(ReadThenMeet(store, meet_after_first_head_read), "ns", "k").commit(turn(name, name), writer=name)
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in ("run-1", "run-2")]

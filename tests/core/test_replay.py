@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.core.sdk_exchange import EXCHANGES
+from tests.support.s3 import new_bucket
 from tether.journal import Record
 from tether.stores import open_store
 from tether.testing import FakeProvider
-from tests.core.sdk_exchange import EXCHANGES
-from tests.support.s3 import new_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = "It is sunny in Paris."
@@ -39,6 +39,7 @@ SCRIPT = {
         }
     ]
 }
+
 
 async def mistral_conversations(http, base, stream):
     """``sdk_exchange``'s Mistral conversations exchange, streamed too (``start_stream`` /

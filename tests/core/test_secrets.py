@@ -14,18 +14,21 @@ import asyncio
 import httpx
 import pytest
 
+from tests.core import sdk_exchange
+from tests.support.s3 import read_all_bytes
 from tether.run import Run
 from tether.testing import FakeProvider
 from tether.wire.proxy import shared_proxy
 from tether.wire.transport import AsyncWireTransport
-from tests.core import sdk_exchange
-from tests.support.s3 import read_all_bytes
 
 KEY = sdk_exchange.KEY
 FRAGMENTS = (KEY.encode(), b"DO-NOT-STORE")
 SCRIPT = {
     "conversations": [
-        {"match": "weather", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text": "It is sunny in Paris."}]}
+        {
+            "match": "weather",
+            "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text": "It is sunny in Paris."}],
+        }
     ]
 }
 
@@ -82,17 +85,26 @@ def test_key_in_a_header_is_never_stored(provider, store_url, protocol, via):
 RAW = {
     # provider, path, query, headers, body, how the provider saw the key
     "anthropic-x-api-key": (
-        "anthropic", "/v1/messages", "", {"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+        "anthropic",
+        "/v1/messages",
+        "",
+        {"x-api-key": KEY, "anthropic-version": "2023-06-01"},
         {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "What is the weather in Paris?"}]},
         {"x-api-key": KEY},
     ),
     "gemini-query-key": (
-        "gemini", "/v1beta/models/gemini-2.5-flash:generateContent", f"key={KEY}", {},
+        "gemini",
+        "/v1beta/models/gemini-2.5-flash:generateContent",
+        f"key={KEY}",
+        {},
         {"contents": [{"role": "user", "parts": [{"text": "What is the weather in Paris?"}]}]},
         {"?key": KEY},
     ),
     "gemini-query-key-stream": (
-        "gemini", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", f"alt=sse&key={KEY}", {},
+        "gemini",
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+        f"alt=sse&key={KEY}",
+        {},
         {"contents": [{"role": "user", "parts": [{"text": "What is the weather in Paris?"}]}]},
         {"?key": KEY},
     ),

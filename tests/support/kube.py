@@ -36,8 +36,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_TOOLS = REPO_ROOT / "scripts" / "k8s-tools.sh"
@@ -58,10 +58,7 @@ class CommandError(subprocess.CalledProcessError):
     """A kubectl/helm call failed; str() includes its stdout and stderr."""
 
     def __str__(self) -> str:  # pragma: no cover - formatting only
-        return (
-            f"{super().__str__()}\n--- stdout ---\n{self.stdout or ''}"
-            f"\n--- stderr ---\n{self.stderr or ''}"
-        )
+        return f"{super().__str__()}\n--- stdout ---\n{self.stdout or ''}\n--- stderr ---\n{self.stderr or ''}"
 
 
 def ensure_k8s_tools() -> Path:
@@ -80,9 +77,7 @@ def ensure_k8s_tools() -> Path:
         text=True,
     )
     if proc.returncode != 0:
-        raise ControlPlaneError(
-            f"{K8S_TOOLS} failed (exit {proc.returncode}):\n{_tail_text(proc.stderr, 60)}"
-        )
+        raise ControlPlaneError(f"{K8S_TOOLS} failed (exit {proc.returncode}):\n{_tail_text(proc.stderr, 60)}")
     lines = proc.stdout.strip().splitlines()
     if not lines:
         raise ControlPlaneError(f"{K8S_TOOLS} printed no bin dir")
@@ -126,9 +121,9 @@ def _make_rsa_key(path: Path) -> None:
     openssl = shutil.which("openssl")
     if openssl:
         subprocess.run(
-            [openssl, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-             "-out", str(path)],
-            check=True, capture_output=True,
+            [openssl, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(path)],
+            check=True,
+            capture_output=True,
         )
         return
     try:  # fallback only when there is no openssl CLI
@@ -137,11 +132,13 @@ def _make_rsa_key(path: Path) -> None:
     except ImportError as e:  # pragma: no cover
         raise ControlPlaneError("need the openssl CLI or the cryptography package") from e
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    path.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ))
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
 
 
 def _kill_group(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
@@ -199,7 +196,7 @@ class ControlPlane:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         for name in ("kube-apiserver", "etcd", "kubectl"):
             if not os.access(self.bin_dir / name, os.X_OK):
                 raise ControlPlaneError(f"{self.bin_dir / name} is missing or not executable")
@@ -224,7 +221,7 @@ class ControlPlane:
             if fh is not None and not fh.closed:
                 fh.close()
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         if self.apiserver_proc is None:
             self.start()
         return self
@@ -247,27 +244,32 @@ class ControlPlane:
         env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
         return env
 
-    def _run(self, argv: list[str], check: bool, input: str | None,
-             kubeconfig: Path | None, timeout: float | None) -> subprocess.CompletedProcess:
+    def _run(
+        self, argv: list[str], check: bool, input: str | None, kubeconfig: Path | None, timeout: float | None
+    ) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            argv, input=input, capture_output=True, text=True,
-            env=self.env(kubeconfig), timeout=timeout,
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(kubeconfig),
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise CommandError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
-                kubeconfig: Path | None = None, timeout: float | None = 120
-                ) -> subprocess.CompletedProcess:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, kubeconfig: Path | None = None, timeout: float | None = 120
+    ) -> subprocess.CompletedProcess:
         """Run kubectl against this cluster (as the admin unless kubeconfig= is given)."""
         kc = kubeconfig or self.kubeconfig
         argv = [str(self.bin_dir / "kubectl"), f"--kubeconfig={kc}", *args]
         return self._run(argv, check, input, kc, timeout)
 
-    def helm(self, *args: str, check: bool = True, input: str | None = None,
-             kubeconfig: Path | None = None, timeout: float | None = 300
-             ) -> subprocess.CompletedProcess:
+    def helm(
+        self, *args: str, check: bool = True, input: str | None = None, kubeconfig: Path | None = None, timeout: float | None = 300
+    ) -> subprocess.CompletedProcess:
         kc = kubeconfig or self.kubeconfig
         argv = [str(self.bin_dir / "helm"), f"--kubeconfig={kc}", *args]
         return self._run(argv, check, input, kc, timeout)
@@ -280,8 +282,7 @@ class ControlPlane:
         self._write_kubeconfig(path, user)
         return path
 
-    def request(self, method: str, path: str, body: object | None = None,
-                token: str | None = None) -> tuple[int, object]:
+    def request(self, method: str, path: str, body: object | None = None, token: str | None = None) -> tuple[int, object]:
         """Raw HTTPS request; returns (status, parsed JSON or text)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
@@ -313,8 +314,12 @@ class ControlPlane:
     def _spawn(self, argv: list[str], log: Path) -> tuple[subprocess.Popen, object]:
         fh = open(log, "ab")
         proc = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=self.workdir, start_new_session=True,
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            start_new_session=True,
         )
         return proc, fh
 
@@ -412,17 +417,14 @@ class ControlPlane:
         last = "no response yet"
         checks = [
             ("readyz", "/readyz", lambda s, b: s == 200 and str(b).strip() == "ok"),
-            ("discovery", "/api/v1",
-             lambda s, b: s == 200 and any(r.get("name") == "namespaces"
-                                           for r in b.get("resources", []))),
+            ("discovery", "/api/v1", lambda s, b: s == 200 and any(r.get("name") == "namespaces" for r in b.get("resources", []))),
             ("default namespace", "/api/v1/namespaces/default", lambda s, b: s == 200),
         ]
         for name, path, ok in checks:
             while True:
                 assert self.apiserver_proc is not None
                 if self.apiserver_proc.poll() is not None:
-                    raise self._fail(
-                        f"kube-apiserver exited with code {self.apiserver_proc.returncode}")
+                    raise self._fail(f"kube-apiserver exited with code {self.apiserver_proc.returncode}")
                 try:
                     status, body = self.request("GET", path)
                     if ok(status, body):
@@ -431,16 +433,13 @@ class ControlPlane:
                 except (OSError, ValueError, AttributeError, ssl.SSLError) as e:
                     last = f"{name}: {e}"
                 if time.monotonic() > deadline:
-                    raise self._fail(
-                        f"kube-apiserver at {self.server} not ready within "
-                        f"{self.ready_timeout:.0f}s; last: {last}")
+                    raise self._fail(f"kube-apiserver at {self.server} not ready within {self.ready_timeout:.0f}s; last: {last}")
                 time.sleep(0.25)
 
     def _write_kubeconfig(self, path: Path, user: str) -> None:
         cluster: dict[str, object] = {"server": self.server}
         if self.ca_file.exists():
-            cluster["certificate-authority-data"] = base64.b64encode(
-                self.ca_file.read_bytes()).decode()
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca_file.read_bytes()).decode()
         else:  # pragma: no cover - the apiserver always writes it before ready
             cluster["insecure-skip-tls-verify"] = True
         cfg = {
@@ -448,8 +447,7 @@ class ControlPlane:
             "kind": "Config",
             "clusters": [{"name": "tether-test", "cluster": cluster}],
             "users": [{"name": user, "user": {"token": self.tokens[user]}}],
-            "contexts": [{"name": "tether-test",
-                          "context": {"cluster": "tether-test", "user": user}}],
+            "contexts": [{"name": "tether-test", "context": {"cluster": "tether-test", "user": user}}],
             "current-context": "tether-test",
         }
         path.write_text(json.dumps(cfg, indent=2))  # JSON is valid kubeconfig YAML

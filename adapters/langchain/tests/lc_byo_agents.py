@@ -21,7 +21,9 @@ def get_weather(city: str) -> str:
 
 
 def _agent(**kwargs):
-    return create_agent(ChatOpenAI(model="gpt-4o-mini", max_retries=0), tools=[langchain_tool(get_weather)], system_prompt="Be brief.", **kwargs)
+    return create_agent(
+        ChatOpenAI(model="gpt-4o-mini", max_retries=0), tools=[langchain_tool(get_weather)], system_prompt="Be brief.", **kwargs
+    )
 
 
 agent = _agent()

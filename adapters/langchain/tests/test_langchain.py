@@ -15,6 +15,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, messages_from_dict
 from langchain_openai import ChatOpenAI
 
+import tether_langchain
 from tether import tool
 from tether.agent import Tool
 from tether.errors import ConfigError
@@ -23,8 +24,6 @@ from tether.memory import Memory
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
-
-import tether_langchain
 from tether_langchain import langchain_tool, openai_base_url, run_agent, tool_errors
 
 # One event loop for the module: a user-built ChatOpenAI without its own client takes
@@ -50,7 +49,13 @@ SCRIPT = {
             ],
         },
         {"match": "memory:", "turns": [{"tool_calls": [{"name": "lookup", "arguments": {"topic": "Ada"}}]}, {"text": "Noted."}]},
-        {"match": "", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text_from_tool_results": True, "text": "Done:"}]},
+        {
+            "match": "",
+            "turns": [
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+                {"text_from_tool_results": True, "text": "Done:"},
+            ],
+        },
     ]
 }
 
@@ -258,6 +263,7 @@ async def test_byo_object_built_on_the_proxy_url(fake, store):
 
 async def test_byo_composed_runnable(fake, store):
     """Two agents piped (``a | b``: b continues a's conversation), a runnable that is not a graph."""
+
     def make(name):
         model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0)
         return create_agent(model, tools=[langchain_tool(get_weather)], middleware=[tool_errors()], name=name)

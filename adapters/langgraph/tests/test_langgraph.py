@@ -14,16 +14,15 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
+import tether_langgraph
 from tether import tool
+from tether.agent import AgentSession
 from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
-
-import tether_langgraph
 from tether_langgraph import TetherCheckpointer, agent_graph, langchain_tool, openai_base_url, run_agent
-from tether.agent import AgentSession
 
 # One event loop for the module: a user-built ChatOpenAI without its own client takes
 # langchain-openai's process-wide cached httpx client, whose connections belong to the loop that
@@ -48,7 +47,13 @@ SCRIPT = {
             ],
         },
         {"match": "memory:", "turns": [{"tool_calls": [{"name": "lookup", "arguments": {"topic": "Ada"}}]}, {"text": "Noted."}]},
-        {"match": "", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text_from_tool_results": True, "text": "Done:"}]},
+        {
+            "match": "",
+            "turns": [
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+                {"text_from_tool_results": True, "text": "Done:"},
+            ],
+        },
     ]
 }
 
@@ -196,7 +201,9 @@ async def test_a_crashed_attempt_commits_nothing_and_its_retry_commits_once(fake
         await run_agent(script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1"))
     assert _memory(store, "crash") == []
     flaky_state["fail"] = False
-    done = await run_agent(script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1"))
+    done = await run_agent(
+        script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1")
+    )
     assert done.status == "succeeded" and done.model_replayed == 1  # the first turn was not paid twice
     items = _memory(store, "crash")
     assert len(items) == 1 and json.dumps(items).count("remember Ada") == 1

@@ -29,5 +29,7 @@ def multi_agent(tools: list) -> object:
 
     from tether_openai import function_tool
 
-    weather = Agent(name="weather_agent", instructions="Answer weather questions with your tools.", model=MODEL, tools=[function_tool(t) for t in tools])
+    weather = Agent(
+        name="weather_agent", instructions="Answer weather questions with your tools.", model=MODEL, tools=[function_tool(t) for t in tools]
+    )
     return Agent(name="triage", instructions="Hand weather questions to the weather agent.", model=MODEL, handoffs=[weather])

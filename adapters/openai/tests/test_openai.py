@@ -146,7 +146,9 @@ def records(store: str, run_id: str, kind: str = "model") -> list[Record]:
 
 
 async def test_declarative_run_records_then_replays_without_upstream_calls(fake, store):
-    first = await run_agent("two: weather and facts", model=MODEL, tools=TOOLS, instructions="Be helpful.", run_id="r", **common(fake, store))
+    first = await run_agent(
+        "two: weather and facts", model=MODEL, tools=TOOLS, instructions="Be helpful.", run_id="r", **common(fake, store)
+    )
     assert first.status == "succeeded"
     assert first.output == "Answer: Paris has two million people."  # quotes the last tool result
     assert (first.model_live, first.tool_live) == (3, 2)
@@ -155,7 +157,9 @@ async def test_declarative_run_records_then_replays_without_upstream_calls(fake,
     assert [r.request["path"] for r in records(store, "r")] == ["/v1/responses"] * 3
     assert executions == [("get_weather", {"city": "Paris"}), ("lookup", {"topic": "Paris"})]
 
-    again = await run_agent("two: weather and facts", model=MODEL, tools=TOOLS, instructions="Be helpful.", run_id="r", **common(fake, store))
+    again = await run_agent(
+        "two: weather and facts", model=MODEL, tools=TOOLS, instructions="Be helpful.", run_id="r", **common(fake, store)
+    )
     assert again.output == first.output
     assert (again.model_live, again.model_replayed, again.tool_live, again.tool_replayed) == (0, 3, 0, 2)
     assert fake.live_calls() == 3 and len(executions) == 2
@@ -424,7 +428,15 @@ def test_kill_during_a_tool_then_resume_replays_finished_steps(tmp_path):
     tool_log = tmp_path / "tools.jsonl"
     tool_log.touch()
     with FakeProvider(Script.from_dict(BENCH)) as provider:
-        env = {**os.environ, "TOOL_LOG": str(tool_log), "STORE": str(tmp_path / "store"), "ORIGIN": provider.url, "SLOW_S": "60", "OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "TOOL_LOG": str(tool_log),
+            "STORE": str(tmp_path / "store"),
+            "ORIGIN": provider.url,
+            "SLOW_S": "60",
+            "OPENAI_API_KEY": "sk-test",
+            "PYTHONPATH": str(ROOT),
+        }
         child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
         while "slow" not in tool_log.read_text() and time.time() < deadline and child.poll() is None:

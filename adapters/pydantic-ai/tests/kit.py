@@ -1,6 +1,6 @@
 """The Pydantic AI kit for the shared conformance suite (tests/conformance).
 
-    TETHER_KIT=adapters/pydantic-ai/tests/kit.py python -m pytest tests/conformance
+TETHER_KIT=adapters/pydantic-ai/tests/kit.py python -m pytest tests/conformance
 """
 
 from __future__ import annotations

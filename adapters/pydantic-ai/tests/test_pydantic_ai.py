@@ -68,7 +68,13 @@ SCRIPT = {
             ],
         },
         {"match": "remember:", "turns": [{"text": "Noted, Ada."}]},
-        {"match": "broken:", "turns": [{"tool_calls": [{"name": "broken", "arguments": {"reason": "x"}}]}, {"text_from_tool_results": True, "text": "Tool said:"}]},
+        {
+            "match": "broken:",
+            "turns": [
+                {"tool_calls": [{"name": "broken", "arguments": {"reason": "x"}}]},
+                {"text_from_tool_results": True, "text": "Tool said:"},
+            ],
+        },
         {
             "match": "parallel:",
             "turns": [
@@ -76,8 +82,20 @@ SCRIPT = {
                 {"text_from_tool_results": True, "text": "Done:"},
             ],
         },
-        {"match": "delegate:", "turns": [{"tool_calls": [{"name": "ask_weather_agent", "arguments": {"question": "Weather in Paris?"}}]}, {"text_from_tool_results": True, "text": "Coordinator:"}]},
-        {"match": "", "turns": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, {"text_from_tool_results": True, "text": "Done:"}]},
+        {
+            "match": "delegate:",
+            "turns": [
+                {"tool_calls": [{"name": "ask_weather_agent", "arguments": {"question": "Weather in Paris?"}}]},
+                {"text_from_tool_results": True, "text": "Coordinator:"},
+            ],
+        },
+        {
+            "match": "",
+            "turns": [
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+                {"text_from_tool_results": True, "text": "Done:"},
+            ],
+        },
     ]
 }
 
@@ -244,7 +262,11 @@ async def test_byo_agent_object_is_routed_and_left_as_it_was(fake, opts):
 
 @pytest.mark.parametrize(
     ("path", "protocol"),
-    [("pai_byo_agents:agent", "openai-responses"), ("pai_byo_agents:chat_agent", "openai-chat"), ("pai_byo_agents:make_agent", "mistral-chat")],
+    [
+        ("pai_byo_agents:agent", "openai-responses"),
+        ("pai_byo_agents:chat_agent", "openai-chat"),
+        ("pai_byo_agents:make_agent", "mistral-chat"),
+    ],
 )
 async def test_byo_import_path(fake, opts, path, protocol):
     result = await run_agent("weather please", agent=path, **opts("i"))

@@ -5,7 +5,7 @@ Public surface: the executor seam (`Executor`, `LocalExecutor`, `Submission`, `e
 `python -m tether_operator`.
 """
 
-from .executors.base import Executor, ExecutionState, ExecutionStatus, Submission, execution_name
+from .executors.base import ExecutionState, ExecutionStatus, Executor, Submission, execution_name
 from .executors.local import LocalExecutor
 from .settings import Settings
 
@@ -17,6 +17,12 @@ def build_registry(settings: Settings):  # imported lazily: kopf costs a second 
 
 
 __all__ = [
-    "ExecutionState", "ExecutionStatus", "Executor", "LocalExecutor", "Settings", "Submission",
-    "build_registry", "execution_name",
+    "ExecutionState",
+    "ExecutionStatus",
+    "Executor",
+    "LocalExecutor",
+    "Settings",
+    "Submission",
+    "build_registry",
+    "execution_name",
 ]

@@ -1,12 +1,12 @@
 """`python -m tether_operator` / `tether-operator`: run the operator (settings from the environment).
 
-    TETHER_NAMESPACES      comma-separated namespaces to serve (empty: the whole cluster)
-    TETHER_STORE_URL       the store shared with the runtime (file:///dir or s3://bucket/prefix?...)
-    TETHER_EXECUTOR        local (default)
-    TETHER_CONCURRENCY     executions at once (local executor)
-    TETHER_WORKDIR         scratch directory for request files and attempt logs
-    TETHER_GPU_NODE_POOLS  JSON: GPU type -> {nodeSelector, tolerations}
-    TETHER_HEALTH_PORT     liveness endpoint port (default 8080; 0 disables)
+TETHER_NAMESPACES      comma-separated namespaces to serve (empty: the whole cluster)
+TETHER_STORE_URL       the store shared with the runtime (file:///dir or s3://bucket/prefix?...)
+TETHER_EXECUTOR        local (default)
+TETHER_CONCURRENCY     executions at once (local executor)
+TETHER_WORKDIR         scratch directory for request files and attempt logs
+TETHER_GPU_NODE_POOLS  JSON: GPU type -> {nodeSelector, tolerations}
+TETHER_HEALTH_PORT     liveness endpoint port (default 8080; 0 disables)
 """
 
 from __future__ import annotations

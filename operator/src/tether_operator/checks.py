@@ -38,12 +38,14 @@ def check_resources(resources: Resources | None, gpu_node_pools: dict, what: str
         return []
     if gpu.type not in gpu_node_pools:
         offered = ", ".join(sorted(gpu_node_pools)) or "none"
-        return [Problem(
-            Reason.INVALID_RESOURCES,
-            f"{what} asks for {gpu.count} x {gpu.type} GPU but no GPU node pool {gpu.type!r} is "
-            f"configured (chart value gpuNodePools; configured: {offered})",
-            terminal=True,
-        )]
+        return [
+            Problem(
+                Reason.INVALID_RESOURCES,
+                f"{what} asks for {gpu.count} x {gpu.type} GPU but no GPU node pool {gpu.type!r} is "
+                f"configured (chart value gpuNodePools; configured: {offered})",
+                terminal=True,
+            )
+        ]
     return []
 
 
@@ -52,9 +54,7 @@ async def _secret_value(namespace: str, name: str, key: str, what: str, env: dic
     if data is None:
         return Problem(Reason.MISSING_SECRET, f"Secret {namespace}/{name} ({what}) not found")
     if key not in data:
-        return Problem(
-            Reason.MISSING_SECRET_KEY, f"Secret {namespace}/{name} has no key {key!r} ({what})"
-        )
+        return Problem(Reason.MISSING_SECRET_KEY, f"Secret {namespace}/{name} has no key {key!r} ({what})")
     env[var] = data[key]
     return None
 
@@ -63,9 +63,7 @@ async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_po
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
     for item in spec.env or []:
         ref = item.secret_key_ref
-        problem = await _secret_value(
-            namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}", out.env, item.name
-        )
+        problem = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}", out.env, item.name)
         if problem:
             out.problems.append(problem)
     return out
@@ -76,9 +74,7 @@ async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) ->
     for name in spec.tools:
         obj = await kube.get_tool(namespace, name)
         if obj is None:
-            out.problems.append(
-                Problem(Reason.UNKNOWN_TOOL, f"AgentTool {namespace}/{name} not found")
-            )
+            out.problems.append(Problem(Reason.UNKNOWN_TOOL, f"AgentTool {namespace}/{name} not found"))
             continue
         try:
             tool = AgentToolSpec.model_validate(obj.get("spec") or {})

@@ -8,7 +8,7 @@ succeeded; Stalled=True on a terminal failure only, never together with Reconcil
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 # Types
@@ -46,7 +46,7 @@ class Reason:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def set_condition(

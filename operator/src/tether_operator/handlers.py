@@ -1,10 +1,10 @@
 """kopf handlers, registered on an explicit registry (importing this module registers nothing).
 
-    login              credentials from the in-cluster ServiceAccount or $KUBECONFIG
-    startup/cleanup    settings, store and executor in the memo; executor closed on exit
-    agentrun           daemon per unfinished AgentRun: runs.RunLoop (accept, submit, follow)
-    agentrun-abort     on delete (finalizer): abort the execution
-    agenttool-status   timer per AgentTool: Ready/Reconciling/Stalled
+login              credentials from the in-cluster ServiceAccount or $KUBECONFIG
+startup/cleanup    settings, store and executor in the memo; executor closed on exit
+agentrun           daemon per unfinished AgentRun: runs.RunLoop (accept, submit, follow)
+agentrun-abort     on delete (finalizer): abort the execution
+agenttool-status   timer per AgentTool: Ready/Reconciling/Stalled
 """
 
 from __future__ import annotations
@@ -57,9 +57,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         # Handler progress in annotations under our own prefix (status.kopf would be pruned by
         # the structural schema); single replica, so no peering objects are needed.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=GROUP, key="last-handled-configuration"
-        )
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
         settings.persistence.finalizer = f"{GROUP}/abort-execution"
         settings.peering.standalone = True
         settings.posting.level = logging.WARNING  # our own Events say what happened
@@ -68,8 +66,12 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         memo.store = open_store(memo.settings.store.url)
         if memo.settings.metrics_port:
             memo.metrics = await metrics.serve(memo.settings.metrics_port, memo.executor)
-        log.info("tether operator: executor=%s store=%s namespaces=%s", memo.executor.kind,
-                 memo.settings.store.url, ",".join(memo.settings.namespaces) or "(all)")
+        log.info(
+            "tether operator: executor=%s store=%s namespaces=%s",
+            memo.executor.kind,
+            memo.settings.store.url,
+            ",".join(memo.settings.namespaces) or "(all)",
+        )
 
     @kopf.on.cleanup(id="cleanup", registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -82,36 +84,45 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         await kube.close()
 
     @kopf.daemon(
-        GROUP, VERSION, "agentruns", id="agentrun", registry=registry, when=_unfinished,
-        cancellation_timeout=10.0, backoff=5.0,
+        GROUP,
+        VERSION,
+        "agentruns",
+        id="agentrun",
+        registry=registry,
+        when=_unfinished,
+        cancellation_timeout=10.0,
+        backoff=5.0,
     )
-    async def agentrun(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
-                       logger: logging.Logger, **_: Any) -> None:
-        loop = RunLoop(body=body, settings=memo.settings, executor=memo.executor, store=memo.store,
-                       logger=logger)
+    async def agentrun(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
+        loop = RunLoop(body=body, settings=memo.settings, executor=memo.executor, store=memo.store, logger=logger)
         await loop.run(stopped)
 
     @kopf.on.delete(GROUP, VERSION, "agentruns", id="agentrun-abort", registry=registry)
-    async def agentrun_abort(uid: str, status: kopf.Status, memo: kopf.Memo, logger: logging.Logger,
-                             **_: Any) -> None:
+    async def agentrun_abort(uid: str, status: kopf.Status, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
         if status.get("phase") in FINISHED:
             return
         await memo.executor.abort(execution_name(uid))
         logger.info("aborted execution %s", execution_name(uid))
 
     @kopf.timer(
-        GROUP, VERSION, "agenttools", id="agenttool-status", registry=registry,
+        GROUP,
+        VERSION,
+        "agenttools",
+        id="agenttool-status",
+        registry=registry,
         interval=settings.timing.tool_interval_seconds,
     )
-    async def agenttool_status(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
-                               **_: Any) -> None:
+    async def agenttool_status(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
         change = await reconcile_tool(
-            namespace, name, body.meta.get("generation", 1), dict(body.spec),
-            dict(body.get("status") or {}), memo.settings.gpu_node_pools,
+            namespace,
+            name,
+            body.meta.get("generation", 1),
+            dict(body.spec),
+            dict(body.get("status") or {}),
+            memo.settings.gpu_node_pools,
         )
         if change is not None:
             reason, message = change
-            kopf.event(body, type="Normal" if reason == "Valid" else "Warning", reason=reason,
-                       message=message[:1024])
+            kopf.event(body, type="Normal" if reason == "Valid" else "Warning", reason=reason, message=message[:1024])
 
     return registry

@@ -38,9 +38,7 @@ def configure() -> kubernetes.client.Configuration:
 def connection_info() -> kopf.ConnectionInfo:
     """The current credentials (re-read each time: in-cluster tokens rotate)."""
     config = configure()
-    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix(
-        "authorization"
-    )
+    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
     scheme, _, token = (header or "").rpartition(" ")
     return kopf.ConnectionInfo(
         server=config.host,
@@ -126,6 +124,8 @@ async def patch_status(plural: str, namespace: str, name: str, status: dict[str,
     """Merge-patch the status subresource (lists such as conditions are replaced whole).
     An object deleted meanwhile is fine: there is nothing left to report on."""
     await request(
-        "PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status",
-        {"status": status}, "application/merge-patch+json",
+        "PATCH",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status",
+        {"status": status},
+        "application/merge-patch+json",
     )

@@ -1,15 +1,16 @@
 """A few Prometheus metrics on `/metrics` (text format 0.0.4), without a client library.
 
-    tether_operator_submissions_total          executions submitted (first submission of a run)
-    tether_operator_submit_seconds_{sum,count} time spent in Executor.submit
-    tether_operator_status_patches_total       AgentRun status patches sent
-    tether_operator_executions{state=...}      executions the executor holds, by state
+tether_operator_submissions_total          executions submitted (first submission of a run)
+tether_operator_submit_seconds_{sum,count} time spent in Executor.submit
+tether_operator_status_patches_total       AgentRun status patches sent
+tether_operator_executions{state=...}      executions the executor holds, by state
 """
 
 from __future__ import annotations
 
 from collections import Counter as _Tally
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -34,8 +35,9 @@ class Summary:
         self.count += 1
 
     def render(self) -> str:
-        return (f"# HELP {self.name} {self.help}\n# TYPE {self.name} summary\n"
-                f"{self.name}_sum {self.sum:.6f}\n{self.name}_count {self.count}\n")
+        return (
+            f"# HELP {self.name} {self.help}\n# TYPE {self.name} summary\n{self.name}_sum {self.sum:.6f}\n{self.name}_count {self.count}\n"
+        )
 
 
 SUBMISSIONS = Counter("tether_operator_submissions_total", "Executions submitted.")
@@ -46,8 +48,7 @@ STATUS_PATCHES = Counter("tether_operator_status_patches_total", "AgentRun statu
 def render(states: Callable[[], list[str]] | None = None) -> str:
     text = "".join(m.render() for m in (SUBMISSIONS, SUBMIT_SECONDS, STATUS_PATCHES))
     if states is not None:
-        text += ("# HELP tether_operator_executions Executions held by the executor, by state.\n"
-                 "# TYPE tether_operator_executions gauge\n")
+        text += "# HELP tether_operator_executions Executions held by the executor, by state.\n# TYPE tether_operator_executions gauge\n"
         for state, n in sorted(_Tally(states()).items()):
             text += f'tether_operator_executions{{state="{state}"}} {n}\n'
     return text
@@ -60,8 +61,7 @@ async def serve(port: int, executor: Any) -> web.AppRunner:
         return [st.state.value for st in executor.executions()]
 
     async def handle(_: web.Request) -> web.Response:
-        return web.Response(text=render(states), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(text=render(states), content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
 
     app = web.Application()
     app.router.add_get("/metrics", handle)

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -63,9 +63,9 @@ def _iso(value: Any) -> str | None:
     if value in (None, ""):
         return None
     if isinstance(value, (int, float)):
-        value = datetime.fromtimestamp(value, timezone.utc)
+        value = datetime.fromtimestamp(value, UTC)
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return str(value)
 
 
@@ -111,9 +111,7 @@ class RunLoop:
         self.secrets: list[str] = []  # values to scrub from anything written
         self._sent: dict[str, Any] | None = None
         self._sent_at = 0.0
-        self._announced: set[str] = set(
-            a["id"] for a in self.status.get("approvals") or [] if a.get("id")
-        )
+        self._announced: set[str] = set(a["id"] for a in self.status.get("approvals") or [] if a.get("id"))
 
     # ------------------------------------------------------------------------------ status
 
@@ -127,9 +125,7 @@ class RunLoop:
         return list(self.status.get("conditions") or [])
 
     def _set(self, type_: str, value: bool, reason: str, message: str = "") -> None:
-        self.status["conditions"] = C.set_condition(
-            self._conditions(), type_, value, reason, self._scrub(message), self.generation
-        )
+        self.status["conditions"] = C.set_condition(self._conditions(), type_, value, reason, self._scrub(message), self.generation)
 
     def _kstatus(self, **kw: tuple[str, str]) -> None:
         kw = {k: (r, self._scrub(m)) for k, (r, m) in kw.items()}
@@ -148,8 +144,7 @@ class RunLoop:
         self._sent, self._sent_at = doc, time.monotonic()
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
-        kopf.event(self.body, type="Warning" if warning else "Normal", reason=reason,
-                   message=self._scrub(message)[:1024])
+        kopf.event(self.body, type="Warning" if warning else "Normal", reason=reason, message=self._scrub(message)[:1024])
 
     def _phase(self, phase: Phase) -> bool:
         """Set the phase; True if it changed (an urgent patch and an Event)."""
@@ -206,26 +201,25 @@ class RunLoop:
 
     async def submit(self, spec: AgentRunSpec) -> ExecutionStatus:
         first_time = not (self.status.get("execution") or {}).get("name")
-        request = ExecRequest(
-            run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools
-        )
-        where = placement(spec.resources, spec.node_selector, spec.tolerations,
-                          self.settings.gpu_node_pools)
+        request = ExecRequest(run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools)
+        where = placement(spec.resources, spec.node_selector, spec.tolerations, self.settings.gpu_node_pools)
         labels = propagated(self.body.meta.get("labels"))
         labels.update({"tether.dev/run": self.name, "tether.dev/run-uid": self.uid})
         started = time.monotonic()
-        ex = await self.executor.submit(Submission(
-            name=self.exec_name,
-            request=request,
-            env=self.env,
-            retries=spec.retries,
-            timeout_seconds=spec.timeout_seconds,
-            attempts=int(self.status.get("attempts") or 0),
-            suspended=self.status.get("phase") == Phase.AWAITING_APPROVAL.value,
-            node_selector=where.node_selector,
-            tolerations=where.tolerations,
-            labels=labels,
-        ))
+        ex = await self.executor.submit(
+            Submission(
+                name=self.exec_name,
+                request=request,
+                env=self.env,
+                retries=spec.retries,
+                timeout_seconds=spec.timeout_seconds,
+                attempts=int(self.status.get("attempts") or 0),
+                suspended=self.status.get("phase") == Phase.AWAITING_APPROVAL.value,
+                node_selector=where.node_selector,
+                tolerations=where.tolerations,
+                labels=labels,
+            )
+        )
         metrics.SUBMIT_SECONDS.observe(time.monotonic() - started)
         if first_time:
             metrics.SUBMISSIONS.inc()
@@ -248,8 +242,7 @@ class RunLoop:
                 return
             ex = current
             progress = await self._progress()
-            listed = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (
-                progress and progress.approvals) else []
+            listed = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (progress and progress.approvals) else []
             if ex.state is ExecutionState.SUSPENDED and listed is None:
                 continue  # the store did not answer; look again rather than guess
             requests = listed or []
@@ -292,11 +285,8 @@ class RunLoop:
 
     async def _decide(self, request: dict[str, Any], approved: bool, by: str, reason: str | None) -> None:
         try:
-            decision = await asyncio.to_thread(
-                tether_approvals.decide, self.store, self.uid, request["id"], approved, by, reason
-            )
-            request["decision"] = {"approved": approved, "by": by, "reason": reason,
-                                   "decided_at": decision.decided_at}
+            decision = await asyncio.to_thread(tether_approvals.decide, self.store, self.uid, request["id"], approved, by, reason)
+            request["decision"] = {"approved": approved, "by": by, "reason": reason, "decided_at": decision.decided_at}
         except Exception as exc:  # decided meanwhile (e.g. `tether approve`): theirs stands
             self.logger.info("approval %s not recorded: %s", request["id"], exc)
             return
@@ -319,10 +309,9 @@ class RunLoop:
             tool = self.tools.get(request.get("tool") or "")
             policy = tool.approval if tool else None
             requested = _epoch(request.get("requestedAt"))
-            if policy and policy.timeout and requested is not None:
-                if time.time() - requested >= parse_duration(policy.timeout):
-                    await self._decide(request, policy.default_action == "approve", "timeout",
-                                       f"no decision within {policy.timeout}")
+            expired = policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout)
+            if expired:
+                await self._decide(request, policy.default_action == "approve", "timeout", f"no decision within {policy.timeout}")
         return requests
 
     def _mirror(self, ex: ExecutionStatus, progress: Progress | None, requests: list[dict[str, Any]] | None) -> bool:
@@ -336,9 +325,11 @@ class RunLoop:
             s["usage"] = progress.usage.wire()
             if progress.result is not None:
                 text = progress.result if isinstance(progress.result, str) else json.dumps(progress.result, default=str)
-                s["result"] = {"output": self._scrub(text)[:RESULT_LIMIT],
-                               "truncated": progress.result_truncated or len(text) > RESULT_LIMIT,
-                               "ref": progress_key(self.uid)}
+                s["result"] = {
+                    "output": self._scrub(text)[:RESULT_LIMIT],
+                    "truncated": progress.result_truncated or len(text) > RESULT_LIMIT,
+                    "ref": progress_key(self.uid),
+                }
         if requests:
             s["approvals"] = [self._approval_status(r) for r in requests]
         pending = [r for r in requests or [] if r.get("decision") is None]
@@ -371,8 +362,7 @@ class RunLoop:
             for r in pending:
                 if r["id"] not in self._announced:
                     self._announced.add(r["id"])
-                    self.event(Reason.AWAITING_APPROVAL,
-                               f"approval {r['id']} for tool {r.get('tool')}: {r.get('prompt') or ''}")
+                    self.event(Reason.AWAITING_APPROVAL, f"approval {r['id']} for tool {r.get('tool')}: {r.get('prompt') or ''}")
             return changed
         if state is ExecutionState.RUNNING:
             changed = self._phase(Phase.RUNNING)
@@ -394,11 +384,14 @@ class RunLoop:
         d = r.get("decision") or {}
         args = r.get("arguments")
         return ApprovalStatus(
-            id=r["id"], tool=r.get("tool"), prompt=self._scrub(str(r.get("prompt") or "")) or None,
+            id=r["id"],
+            tool=r.get("tool"),
+            prompt=self._scrub(str(r.get("prompt") or "")) or None,
             arguments=None if args is None else self._scrub(json.dumps(args, sort_keys=True, default=str))[:1024],
             requested_at=_iso(r.get("requestedAt")),
             decision=None if not d else ("approved" if d.get("approved") else "declined"),
-            by=d.get("by") or None, decided_at=_iso(d.get("decided_at") or d.get("decidedAt")),
+            by=d.get("by") or None,
+            decided_at=_iso(d.get("decided_at") or d.get("decidedAt")),
             reason=d.get("reason"),
         ).wire()
 

@@ -18,7 +18,11 @@ def _essence(conditions: list[dict[str, Any]]) -> list[tuple]:
 
 
 async def reconcile_tool(
-    namespace: str, name: str, generation: int, spec: dict[str, Any], status: dict[str, Any],
+    namespace: str,
+    name: str,
+    generation: int,
+    spec: dict[str, Any],
+    status: dict[str, Any],
     gpu_node_pools: dict,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""

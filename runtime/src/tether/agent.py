@@ -289,7 +289,17 @@ def infer_provider(model: str, default: str = "openai") -> tuple[str, str]:
         provider = aliases.get(provider, provider)
         if provider in API_KEY_ENV:
             return provider, name
-    for prefix, provider in (("claude", "anthropic"), ("gemini", "gemini"), ("mistral", "mistral"), ("magistral", "mistral"), ("codestral", "mistral"), ("gpt", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai")):
+    for prefix, provider in (
+        ("claude", "anthropic"),
+        ("gemini", "gemini"),
+        ("mistral", "mistral"),
+        ("magistral", "mistral"),
+        ("codestral", "mistral"),
+        ("gpt", "openai"),
+        ("o1", "openai"),
+        ("o3", "openai"),
+        ("o4", "openai"),
+    ):
         if model.startswith(prefix):
             return provider, model
     return default, model
@@ -363,7 +373,9 @@ async def run_agent(
     scope = run_id or default_scope()
     run = Run(scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd) if durable else None
     memory = Memory(the_store, namespace, memory_key) if memory_key else None
-    session = AgentSession(run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams))
+    session = AgentSession(
+        run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
+    )
     if memory is not None:
         session.history = await asyncio.to_thread(memory.load, writer=scope)
     progress = ProgressWriter(run) if run else None
@@ -374,7 +386,9 @@ async def run_agent(
     try:
         with run.activate() if run else _null():
             if agent is None:
-                the_agent = adapter.build(AgentSpec(model_name, prov, instructions, tool_objs, max_turns=max_turns, model_id=model or ""), session)
+                the_agent = adapter.build(
+                    AgentSpec(model_name, prov, instructions, tool_objs, max_turns=max_turns, model_id=model or ""), session
+                )
             else:
                 the_agent = adapter.load(agent) if isinstance(agent, str) else agent
             result.output = await adapter.run(the_agent, prompt, session)

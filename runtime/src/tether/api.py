@@ -54,6 +54,7 @@ MAX_INPUT = 32 * 1024
 MAX_INSTRUCTIONS = 32 * 1024
 MAX_NAME = 253
 
+
 def _quantity(value: str) -> str:
     if not re.fullmatch(QUANTITY, value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
@@ -160,12 +161,8 @@ class Phase(str, Enum):
 class SecretKeyRef(_Wire):
     """A key of a Secret in the AgentRun's own namespace."""
 
-    name: str = Field(
-        max_length=MAX_NAME, pattern=DNS_SUBDOMAIN, description="Name of the Secret."
-    )
-    key: str = Field(
-        max_length=MAX_NAME, pattern=SECRET_KEY, description="Key within the Secret's data."
-    )
+    name: str = Field(max_length=MAX_NAME, pattern=DNS_SUBDOMAIN, description="Name of the Secret.")
+    key: str = Field(max_length=MAX_NAME, pattern=SECRET_KEY, description="Key within the Secret's data.")
 
 
 class GPU(_Wire):
@@ -201,12 +198,8 @@ class GPU(_Wire):
 class Resources(_Wire):
     """Compute requested for the process that runs the agent or the tool."""
 
-    cpu: Quantity | None = Field(
-        default=None, description="CPU as a Kubernetes quantity, e.g. 500m or 2."
-    )
-    memory: Quantity | None = Field(
-        default=None, description="Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi."
-    )
+    cpu: Quantity | None = Field(default=None, description="CPU as a Kubernetes quantity, e.g. 500m or 2.")
+    memory: Quantity | None = Field(default=None, description="Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi.")
     gpu: GPU | None = Field(default=None, description="GPUs, e.g. {type: A100, count: 1}.")
 
 
@@ -214,9 +207,7 @@ class Toleration(_Wire):
     """A Kubernetes toleration, as on a Pod."""
 
     key: str | None = Field(default=None, max_length=316, description="Taint key to tolerate.")
-    operator: Literal["Exists", "Equal"] = Field(
-        default="Equal", description="Exists matches any value; Equal matches `value`."
-    )
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists matches any value; Equal matches `value`.")
     value: str | None = Field(default=None, max_length=63, description="Taint value to match.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
@@ -234,12 +225,8 @@ class Toleration(_Wire):
 class Model(_Wire):
     """The model the agent calls and how to reach it."""
 
-    name: str = Field(
-        min_length=1, max_length=256, description="Model name as the provider knows it, e.g. gpt-4.1."
-    )
-    provider: Provider = Field(
-        default=Provider.OPENAI, description="Wire protocol of the model provider."
-    )
+    name: str = Field(min_length=1, max_length=256, description="Model name as the provider knows it, e.g. gpt-4.1.")
+    provider: Provider = Field(default=Provider.OPENAI, description="Wire protocol of the model provider.")
     base_url: str | None = Field(
         default=None,
         alias="baseURL",
@@ -258,9 +245,7 @@ class Model(_Wire):
 class Limits(_Wire):
     """Hard limits that stop a run (as a terminal failure) when reached."""
 
-    max_turns: int | None = Field(
-        default=None, ge=1, le=10_000, description="Maximum model turns in the run."
-    )
+    max_turns: int | None = Field(default=None, ge=1, le=10_000, description="Maximum model turns in the run.")
     max_cost_usd: float | None = Field(
         default=None,
         alias="maxCostUSD",
@@ -275,12 +260,8 @@ class AgentRunSpec(_Wire):
 
     framework: Framework = Field(description="Agent framework that owns the loop.")
     model: Model = Field(description="Model the agent calls.")
-    instructions: str | None = Field(
-        default=None, max_length=MAX_INSTRUCTIONS, description="System instructions of the agent."
-    )
-    input: str = Field(
-        min_length=1, max_length=MAX_INPUT, description="The user's input to the agent (≤ 32 KiB)."
-    )
+    instructions: str | None = Field(default=None, max_length=MAX_INSTRUCTIONS, description="System instructions of the agent.")
+    input: str = Field(min_length=1, max_length=MAX_INPUT, description="The user's input to the agent (≤ 32 KiB).")
     agent: str | None = Field(
         default=None,
         max_length=512,
@@ -305,9 +286,7 @@ class AgentRunSpec(_Wire):
         max_length=32,
         description="Node labels the agent process must be scheduled on.",
     )
-    tolerations: list[Toleration] | None = Field(
-        default=None, max_length=32, description="Taints the agent process tolerates."
-    )
+    tolerations: list[Toleration] | None = Field(default=None, max_length=32, description="Taints the agent process tolerates.")
     memory_key: str | None = Field(
         default=None,
         max_length=128,
@@ -326,13 +305,11 @@ class AgentRunSpec(_Wire):
         default="1h",
         pattern=DURATION,
         max_length=32,
-        description="Wall-clock limit of one attempt, e.g. 30m or 2h; waiting for approval "
-        "does not count.",
+        description="Wall-clock limit of one attempt, e.g. 30m or 2h; waiting for approval does not count.",
     )
     durable: bool = Field(
         default=True,
-        description="Journal model turns and tool calls so a retry replays them. False runs "
-        "without a journal (every attempt starts over).",
+        description="Journal model turns and tool calls so a retry replays them. False runs without a journal (every attempt starts over).",
     )
     limits: Limits | None = Field(default=None, description="Turn and cost limits.")
 
@@ -366,12 +343,9 @@ class Approval(_Wire):
         default=None,
         pattern=DURATION,
         max_length=32,
-        description="How long to wait for a decision, e.g. 24h; then defaultAction applies. "
-        "Without it the run waits indefinitely.",
+        description="How long to wait for a decision, e.g. 24h; then defaultAction applies. Without it the run waits indefinitely.",
     )
-    default_action: Literal["approve", "decline"] = Field(
-        default="decline", description="Decision taken when the timeout passes."
-    )
+    default_action: Literal["approve", "decline"] = Field(default="decline", description="Decision taken when the timeout passes.")
 
 
 class EnvFromSecret(_Wire):
@@ -398,16 +372,11 @@ class AgentToolSpec(_Wire):
         default="1",
         min_length=1,
         max_length=64,
-        description="Part of the tool call's journal key: change it when the implementation "
-        "changes so cached results are not reused.",
+        description="Part of the tool call's journal key: change it when the implementation changes so cached results are not reused.",
     )
-    image: str | None = Field(
-        default=None, max_length=512, description="Image to run the tool in (default: the run's)."
-    )
+    image: str | None = Field(default=None, max_length=512, description="Image to run the tool in (default: the run's).")
     resources: Resources | None = Field(default=None, description="Compute for the tool.")
-    retries: int = Field(
-        default=0, ge=0, le=20, description="Retries of a call that failed recoverably."
-    )
+    retries: int = Field(default=0, ge=0, le=20, description="Retries of a call that failed recoverably.")
     timeout: str | None = Field(
         default=None,
         pattern=DURATION,
@@ -420,9 +389,7 @@ class AgentToolSpec(_Wire):
         "never across runs. Within one run a completed call never executes twice either way.",
     )
     approval: Approval | None = Field(default=None, description="Human approval of each call.")
-    env: list[EnvFromSecret] | None = Field(
-        default=None, max_length=64, description="Environment variables from Secrets."
-    )
+    env: list[EnvFromSecret] | None = Field(default=None, max_length=64, description="Environment variables from Secrets.")
 
 
 # -------------------------------------------------------------------------------------- status
@@ -437,19 +404,14 @@ class Condition(_Wire):
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(default="", max_length=1024, description="CamelCase machine reason.")
     message: str = Field(default="", max_length=32768, description="Human-readable details.")
-    last_transition_time: datetime | None = Field(
-        default=None, description="When the status last changed."
-    )
-    observed_generation: int | None = Field(
-        default=None, description="metadata.generation this condition was set for."
-    )
+    last_transition_time: datetime | None = Field(default=None, description="When the status last changed.")
+    observed_generation: int | None = Field(default=None, description="metadata.generation this condition was set for.")
 
 
 _CONDITIONS = dict(
     default_factory=list,
     max_length=32,
-    description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, "
-    "Stalled).",
+    description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
     json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
 )
 
@@ -460,9 +422,7 @@ class Execution(_Wire):
     model_config = ConfigDict(extra="ignore")
 
     executor: str | None = Field(default=None, description="Executor: local or flyte.")
-    name: str | None = Field(
-        default=None, description="Execution name, derived from the AgentRun's uid."
-    )
+    name: str | None = Field(default=None, description="Execution name, derived from the AgentRun's uid.")
     url: str | None = Field(default=None, description="Link to the execution, when one exists.")
 
 
@@ -479,9 +439,7 @@ class Steps(_Wire):
         default=None,
         description="First model turn at which a retry sent a request not in the journal.",
     )
-    turns: str | None = Field(
-        default=None, description="Model turns as live/replayed (for the printer column)."
-    )
+    turns: str | None = Field(default=None, description="Model turns as live/replayed (for the printer column).")
 
 
 class Usage(_Wire):
@@ -491,21 +449,11 @@ class Usage(_Wire):
 
     input_tokens: int = Field(default=0, ge=0, description="Input tokens, all turns.")
     output_tokens: int = Field(default=0, ge=0, description="Output tokens, all turns.")
-    cached_input_tokens: int = Field(
-        default=0, ge=0, description="Input tokens the provider served from its cache."
-    )
-    cache_write_tokens: int = Field(
-        default=0, ge=0, description="Input tokens written to the provider's cache."
-    )
-    cost_usd: float = Field(
-        default=0.0, alias="costUSD", description="Cost of all turns in US dollars."
-    )
-    live_cost_usd: float = Field(
-        default=0.0, alias="liveCostUSD", description="Cost of the turns called live."
-    )
-    saved_usd: float = Field(
-        default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again)."
-    )
+    cached_input_tokens: int = Field(default=0, ge=0, description="Input tokens the provider served from its cache.")
+    cache_write_tokens: int = Field(default=0, ge=0, description="Input tokens written to the provider's cache.")
+    cost_usd: float = Field(default=0.0, alias="costUSD", description="Cost of all turns in US dollars.")
+    live_cost_usd: float = Field(default=0.0, alias="liveCostUSD", description="Cost of the turns called live.")
+    saved_usd: float = Field(default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again).")
 
 
 class ApprovalStatus(_Wire):
@@ -516,13 +464,9 @@ class ApprovalStatus(_Wire):
     id: str = Field(max_length=128, description="Approval id; approve with `tether approve`.")
     tool: str | None = Field(default=None, description="Tool awaiting approval.")
     prompt: str | None = Field(default=None, description="Question to the approver.")
-    arguments: str | None = Field(
-        default=None, description="The call's arguments as JSON, truncated to 1 KiB."
-    )
+    arguments: str | None = Field(default=None, description="The call's arguments as JSON, truncated to 1 KiB.")
     requested_at: datetime | None = Field(default=None, description="When it was requested.")
-    decision: Literal["approved", "declined"] | None = Field(
-        default=None, description="approved or declined; empty while pending."
-    )
+    decision: Literal["approved", "declined"] | None = Field(default=None, description="approved or declined; empty while pending.")
     by: str | None = Field(default=None, description="Who decided (or `timeout`).")
     decided_at: datetime | None = Field(default=None, description="When it was decided.")
     reason: str | None = Field(default=None, description="Reason given with the decision.")
@@ -535,9 +479,7 @@ class Result(_Wire):
 
     output: str | None = Field(default=None, description="Final output, truncated to 4 KiB.")
     truncated: bool = Field(default=False, description="Whether output was truncated.")
-    ref: str | None = Field(
-        default=None, description="Key, in the Tether store, of the progress record holding the full output."
-    )
+    ref: str | None = Field(default=None, description="Key, in the Tether store, of the progress record holding the full output.")
 
 
 class AgentRunStatus(_Wire):
@@ -549,9 +491,7 @@ class AgentRunStatus(_Wire):
         default=-1,
         description="metadata.generation last acted on; -1 until the operator has looked.",
     )
-    phase: Phase | None = Field(
-        default=None, description="Pending, Running, AwaitingApproval, Succeeded or Failed."
-    )
+    phase: Phase | None = Field(default=None, description="Pending, Running, AwaitingApproval, Succeeded or Failed.")
     conditions: list[Condition] = Field(**_CONDITIONS)
     execution: Execution | None = Field(default=None, description="Where the run executes.")
     attempts: int | None = Field(default=None, ge=0, description="Attempts started so far.")
@@ -664,8 +604,7 @@ def load_manifests(path_or_text: str | Path) -> list[Manifest]:
         raise ManifestError(f"{source}: not valid YAML: {exc}") from exc
     if not docs:
         raise ManifestError(f"{source}: no document found")
-    return [parse_manifest(d, f"{source} (document {i + 1})" if len(docs) > 1 else source)
-            for i, d in enumerate(docs)]
+    return [parse_manifest(d, f"{source} (document {i + 1})" if len(docs) > 1 else source) for i, d in enumerate(docs)]
 
 
 def load_manifest(path_or_text: str | Path) -> Manifest:
@@ -709,10 +648,15 @@ class ProgressApproval(_Wire):
         if args is not None and not isinstance(args, str):
             args = json.dumps(args, sort_keys=True, default=str)
         return ApprovalStatus(
-            id=self.id, tool=self.tool, prompt=self.prompt,
+            id=self.id,
+            tool=self.tool,
+            prompt=self.prompt,
             arguments=args[:1024] if args is not None else None,
-            requested_at=self.requested_at or None, decision=self.decision or None,  # type: ignore[arg-type]
-            by=self.by, decided_at=self.decided_at or None, reason=self.reason,  # type: ignore[arg-type]
+            requested_at=self.requested_at or None,
+            decision=self.decision or None,  # type: ignore[arg-type]
+            by=self.by,
+            decided_at=self.decided_at or None,
+            reason=self.reason,  # type: ignore[arg-type]
         )
 
 

@@ -22,26 +22,58 @@ from pydantic import BaseModel
 from tether import api
 
 HEADER = (
-    "# generated from tether.api by `tether crds`; do not edit.\n"
-    "# Regenerate with `tether crds` (a test runs `tether crds --check`).\n"
+    "# generated from tether.api by `tether crds`; do not edit.\n# Regenerate with `tether crds` (a test runs `tether crds --check`).\n"
 )
 
 _REPO = Path(__file__).resolve().parents[3]  # runtime/src/tether/crds.py -> repository root
 
 # JSON Schema keywords a structural schema may carry, copied as they are.
 _KEEP = {
-    "type", "description", "enum", "format", "pattern",
-    "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
-    "minProperties", "maxProperties", "required",
+    "type",
+    "description",
+    "enum",
+    "format",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "required",
 }
 
 
 # Key order in the generated YAML, so a reviewer reads type and description first.
-_ORDER = {k: i for i, k in enumerate([
-    "type", "description", "default", "enum", "format", "pattern", "minLength", "maxLength",
-    "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems", "maxItems",
-    "minProperties", "maxProperties", "required", "properties", "items", "additionalProperties",
-])}
+_ORDER = {
+    k: i
+    for i, k in enumerate(
+        [
+            "type",
+            "description",
+            "default",
+            "enum",
+            "format",
+            "pattern",
+            "minLength",
+            "maxLength",
+            "minimum",
+            "exclusiveMinimum",
+            "maximum",
+            "exclusiveMaximum",
+            "minItems",
+            "maxItems",
+            "minProperties",
+            "maxProperties",
+            "required",
+            "properties",
+            "items",
+            "additionalProperties",
+        ]
+    )
+}
 
 
 def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -168,36 +200,40 @@ def render() -> dict[str, str]:
     """File name -> YAML text of every CRD."""
     crds = [
         _crd(
-            "AgentRun", "agentruns", "ar", api.AgentRunSpec, api.AgentRunStatus,
+            "AgentRun",
+            "agentruns",
+            "ar",
+            api.AgentRunSpec,
+            api.AgentRunStatus,
             "AgentRun runs an agent once, durably: model turns and tool calls are journaled so a "
             "retry replays finished work. The spec is immutable; a new run is a new object.",
             [
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                 {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
                 {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-                {"name": "Turns", "type": "string", "jsonPath": ".status.steps.turns",
-                 "description": "Model turns, live/replayed"},
-                {"name": "Cost", "type": "number", "jsonPath": ".status.usage.costUSD",
-                 "description": "Cost in US dollars"},
+                {"name": "Turns", "type": "string", "jsonPath": ".status.steps.turns", "description": "Model turns, live/replayed"},
+                {"name": "Cost", "type": "number", "jsonPath": ".status.usage.costUSD", "description": "Cost in US dollars"},
                 _age(),
             ],
         ),
         _crd(
-            "AgentTool", "agenttools", "at", api.AgentToolSpec, api.AgentToolStatus,
+            "AgentTool",
+            "agenttools",
+            "at",
+            api.AgentToolSpec,
+            api.AgentToolStatus,
             "AgentTool declares a tool (a Python function) that AgentRuns in its namespace may "
             "call, where it runs and whether a human must approve each call.",
             [
                 {"name": "Implementation", "type": "string", "jsonPath": ".spec.implementation"},
                 {"name": "Approval", "type": "boolean", "jsonPath": ".spec.approval.required"},
-                {"name": "Ready", "type": "string",
-                 "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
                 _age(),
             ],
         ),
     ]
     return {
-        f"{api.GROUP}_{crd['spec']['names']['plural']}.yaml": HEADER
-        + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+        f"{api.GROUP}_{crd['spec']['names']['plural']}.yaml": HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
         for crd in crds
     }
 
@@ -207,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the files are out of date")
     parser.add_argument("--out", type=Path, default=None, help="directory (default: the repo's crds/)")
     parser.add_argument(
-        "--chart", type=Path, default=None,
-        help="Helm chart whose files/crds/ gets a copy (default: the repo's charts/tether when "
-        "--out is not given)",
+        "--chart",
+        type=Path,
+        default=None,
+        help="Helm chart whose files/crds/ gets a copy (default: the repo's charts/tether when --out is not given)",
     )
     args = parser.parse_args(argv)
     dirs = [args.out] if args.out else [_REPO / "crds"]

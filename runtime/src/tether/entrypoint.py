@@ -103,7 +103,7 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
             max_cost_usd=spec.limits.max_cost_usd if spec.limits else None,
             on_step=on_step,
         )
-    except Exception as e:  # noqa: BLE001 - every failure becomes an outcome the executor reads
+    except Exception as e:
         outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
         return outcome
     outcome.update(

@@ -140,7 +140,9 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
         outcome, body = "error", encode_result({"type": type(e).__name__, "message": str(e)})
     finally:
         _idempotency_key.reset(token)
-    record = Record("tool", fp, key[2], outcome, canonical, {"tool": spec.name}, body, started_at=started, duration_ms=(time.time() - started) * 1000)
+    record = Record(
+        "tool", fp, key[2], outcome, canonical, {"tool": spec.name}, body, started_at=started, duration_ms=(time.time() - started) * 1000
+    )
     await asyncio.to_thread(_commit, run, spec, record)
     run.tool_step(spec.name, replayed=False, outcome=outcome, duration_ms=record.duration_ms)
     return _from_record(spec, record)

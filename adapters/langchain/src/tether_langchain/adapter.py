@@ -27,6 +27,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware
 from langchain_core.messages import HumanMessage
+
 from tether.agent import AgentSession, AgentSpec, tool_error_text
 from tether.errors import ConfigError, ToolError
 
@@ -70,7 +71,9 @@ class LangChainAdapter(LangGraphAdapter):
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         if not hasattr(agent, "ainvoke"):
-            raise ConfigError(f"tether-langchain runs LangChain agents (runnables taking {{'messages': [...]}}), not {type(agent).__name__}")
+            raise ConfigError(
+                f"tether-langchain runs LangChain agents (runnables taking {{'messages': [...]}}), not {type(agent).__name__}"
+            )
         if session.durable and not self._is_built(agent):
             session.proxy_url()  # register the run, so /r/active/ (see openai_base_url) reaches its seam
         history = MessageHistory(session) if session.memory is not None else None

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+
 from tether.agent import AgentSession
 
 

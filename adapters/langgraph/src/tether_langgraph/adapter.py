@@ -36,6 +36,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.pregel import Pregel
+
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, current_run, tool_error_text
 from tether.errors import ConfigError, ToolError
 

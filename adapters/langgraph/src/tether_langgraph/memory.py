@@ -49,6 +49,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from tether.agent import AgentSession
 
 #: LangGraph's separator between a node name and its task id in a checkpoint namespace. A
@@ -135,7 +136,7 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             data = json.dumps(dumpd(value))
             if self.serde.loads_typed(("json", data.encode())) == value:
                 return {"json": json.loads(data)}
-        except Exception:  # noqa: BLE001 - anything JSON cannot carry goes as the serde's bytes
+        except Exception:
             pass
         return {"typed": _b64(self.serde.dumps_typed(value))}
 
@@ -205,7 +206,10 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             checkpoint = self.serde.loads_typed(entry.typed)
         else:
             assert entry.head is not None
-            checkpoint = {**self.serde.loads_typed(entry.head), "channel_values": {k: list(v) if isinstance(v, list) else v for k, v in (entry.values or {}).items()}}
+            checkpoint = {
+                **self.serde.loads_typed(entry.head),
+                "channel_values": {k: list(v) if isinstance(v, list) else v for k, v in (entry.values or {}).items()},
+            }
         writes = sorted(entry.writes, key=lambda w: (w[3], w[0], w[4]))
         return CheckpointTuple(
             config=conf(entry.id),
@@ -256,7 +260,9 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
                 limit -= 1
             yield found
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
         conf = config["configurable"]
         ns = conf.get("checkpoint_ns", "")
         entry = _Entry(
@@ -299,7 +305,9 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
         for found in self.list(config, filter=filter, before=before, limit=limit):
             yield found
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
         return self.put(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -320,5 +328,5 @@ _MISSING = object()
 def _same(a: Any, b: Any) -> bool:
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - values that cannot compare (arrays...) count as changed
+    except Exception:
         return False

@@ -1,18 +1,18 @@
 """The OpenAI Agents SDK adapter: the SDK's ``Runner`` runs the loop; Tether sits under it.
 
-    model traffic  RunConfig(model_provider=MultiProvider(openai_client=<seam client>)): every
-                   agent whose model is a name (or None: the SDK default) — handoff targets and
-                   ``agent.as_tool`` sub-agents included, since nested runs inherit the RunConfig —
-                   gets its model from a client whose httpx transport IS the wire seam.
-                   Agents holding their own ``OpenAIResponsesModel`` / ``OpenAIChatCompletionsModel``
-                   get, for the duration of the run, a copy of their client on a seam transport
-                   (same base URL, key and headers); the original is put back afterwards.
-    tools          ``agents.function_tool`` over ``Tool.as_function(errors="raise")``: the SDK
-                   builds the schema; a terminal tool failure goes down the SDK's own tool-error
-                   path and reaches the model as text; ``Suspended`` (approval pending) is a
-                   BaseException the SDK lets through.
-    memory         ``TetherSession`` (the SDK's Session protocol) over AgentSession.history/new_items.
-    tracing        off for every run (``RunConfig(tracing_disabled=True)``): nothing is exported.
+model traffic  RunConfig(model_provider=MultiProvider(openai_client=<seam client>)): every
+               agent whose model is a name (or None: the SDK default) — handoff targets and
+               ``agent.as_tool`` sub-agents included, since nested runs inherit the RunConfig —
+               gets its model from a client whose httpx transport IS the wire seam.
+               Agents holding their own ``OpenAIResponsesModel`` / ``OpenAIChatCompletionsModel``
+               get, for the duration of the run, a copy of their client on a seam transport
+               (same base URL, key and headers); the original is put back afterwards.
+tools          ``agents.function_tool`` over ``Tool.as_function(errors="raise")``: the SDK
+               builds the schema; a terminal tool failure goes down the SDK's own tool-error
+               path and reaches the model as text; ``Suspended`` (approval pending) is a
+               BaseException the SDK lets through.
+memory         ``TetherSession`` (the SDK's Session protocol) over AgentSession.history/new_items.
+tracing        off for every run (``RunConfig(tracing_disabled=True)``): nothing is exported.
 """
 
 from __future__ import annotations
@@ -74,7 +74,12 @@ def function_tool(t: Tool, **options: Any) -> Any:
                 raise error
             return own(ctx, error)
 
-    options = {"name_override": t.name, "description_override": t.description if described else None, "failure_error_function": on_error, **options}
+    options = {
+        "name_override": t.name,
+        "description_override": t.description if described else None,
+        "failure_error_function": on_error,
+        **options,
+    }
     return sdk_function_tool(guarded, **options)
 
 

@@ -127,9 +127,7 @@ class SeamProviders:
     def _tether(self, name: str) -> str:
         tether = PROVIDERS.get(name)
         if tether is None:
-            raise ConfigError(
-                f"Tether cannot route Pydantic AI provider {name!r}; supported: {', '.join(sorted(PROVIDERS))}"
-            )
+            raise ConfigError(f"Tether cannot route Pydantic AI provider {name!r}; supported: {', '.join(sorted(PROVIDERS))}")
         return tether
 
     def _http(self, tether: str) -> Any:
@@ -235,8 +233,7 @@ def _check_http(agent: AbstractAgent[Any, Any], model: Model | str) -> None:
     for settings in (getattr(model, "settings", None), getattr(agent, "model_settings", None)):
         if isinstance(settings, dict) and settings.get("openai_transport") == "websocket":
             raise ConfigError(
-                f"agent {agent.name or agent!r}: openai_transport='websocket' bypasses Tether's wire seam; "
-                "use the default HTTP transport"
+                f"agent {agent.name or agent!r}: openai_transport='websocket' bypasses Tether's wire seam; use the default HTTP transport"
             )
 
 

@@ -54,8 +54,12 @@ class _Execution:
 
     def status(self) -> ExecutionStatus:
         return ExecutionStatus(
-            name=self.sub.name, state=self.state, attempts=self.attempts, failures=self.failures,
-            exit_code=self.exit_code, message=self.message,
+            name=self.sub.name,
+            state=self.state,
+            attempts=self.attempts,
+            failures=self.failures,
+            exit_code=self.exit_code,
+            message=self.message,
         )
 
     def set(self, state: ExecutionState, message: str = "") -> None:
@@ -186,15 +190,23 @@ class LocalExecutor(Executor):
         logfile = folder / f"attempt-{run.attempts}.log"
         with logfile.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                *self.command, str(request), "--store", self.store_url,
-                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                env=env, cwd=str(folder), start_new_session=True, preexec_fn=_die_with_parent,
+                *self.command,
+                str(request),
+                "--store",
+                self.store_url,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=str(folder),
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         run.proc = proc
         (folder / "pid").write_text(str(proc.pid))
         try:
             return await asyncio.wait_for(proc.wait(), run.sub.timeout_seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _kill(proc)
             await proc.wait()
             return _TIMED_OUT

@@ -83,7 +83,13 @@ def main(argv: list[str]) -> int:
         print(f"No {API_KEY_ENV[provider]} set: using Tether's fake {provider} provider at {fake.url}")
         print(f"  scripted by {script.name}; no real model is called and nothing is billed.\n")
 
-    request = ExecRequest(run_id=run_id, namespace=run.metadata.namespace or "default", name=run.metadata.name, spec=spec, tools={n: t.spec for n, t in tool_manifests.items()})
+    request = ExecRequest(
+        run_id=run_id,
+        namespace=run.metadata.namespace or "default",
+        name=run.metadata.name,
+        spec=spec,
+        tools={n: t.spec for n, t in tool_manifests.items()},
+    )
     retries = spec.retries if args.retries is None else args.retries
     print(f"AgentRun {run.metadata.name} ({spec.framework}, {spec.model.name}) run id {run_id}, store {store}")
     try:
@@ -105,7 +111,9 @@ def _attempts(request_file: str, store: str, env: dict, kill_after: int, retries
         if kill_after and attempt == 1:
             attempt_env["TETHER_KILL_AFTER_STEP"] = str(kill_after)
         print(f"attempt {attempt}:")
-        proc = subprocess.run([sys.executable, "-m", "tether", "exec", request_file, "--store", store], env=attempt_env, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tether", "exec", request_file, "--store", store], env=attempt_env, stdout=subprocess.PIPE, text=True
+        )
         lines = proc.stdout.splitlines()
         for line in lines[:-1] if proc.returncode >= 0 else lines:
             print(line)

@@ -25,7 +25,9 @@ def main(argv: list[str]) -> int:
     s, u = progress["steps"], progress["usage"]
     print(f"run {args.run}: {progress['phase']} (attempt {progress['attempt']})")
     print(f"  model turns {s['modelLive']} live / {s['modelReplayed']} replayed; tools {s['toolLive']} live / {s['toolReplayed']} replayed")
-    print(f"  tokens {u['inputTokens'] + u['outputTokens'] + u['cachedInputTokens'] + u['cacheWriteTokens']}; cost ${u['liveCostUSD']:.6f} live, ${u['savedUSD']:.6f} saved by replay")
+    print(
+        f"  tokens {u['inputTokens'] + u['outputTokens'] + u['cachedInputTokens'] + u['cacheWriteTokens']}; cost ${u['liveCostUSD']:.6f} live, ${u['savedUSD']:.6f} saved by replay"
+    )
     for a in progress["approvals"]:
         print(f"  approval {a['id']} {a['decision'] or 'pending'}: {a['prompt']}")
     if progress.get("result"):

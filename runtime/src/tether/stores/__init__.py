@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from .base import Store
 from .local import LocalStore
 
-__all__ = ["LocalStore", "Store", "open_store", "default_store_url"]
+__all__ = ["LocalStore", "Store", "default_store_url", "open_store"]
 
 
 def default_store_url() -> str:

@@ -134,4 +134,4 @@ class S3Store(Store):
             return super().get_many(keys)
         with ThreadPoolExecutor(min(self.parallelism, len(keys))) as pool:
             found = pool.map(self.get, keys)
-        return {k: v for k, v in zip(keys, found) if v is not None}
+        return {k: v for k, v in zip(keys, found, strict=True) if v is not None}

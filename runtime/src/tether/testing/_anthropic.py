@@ -30,9 +30,7 @@ class AnthropicMessages(Protocol):
         first_user = next((text_of(_texts(m)) for m in messages if m.get("role") == "user"), "")
         calling = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and _blocks(m, "tool_use")]
         after = messages[calling[-1] + 1 :] if calling else []
-        results = tuple(
-            _result_text(b.get("content")) for m in after if m.get("role") == "user" for b in _blocks(m, "tool_result")
-        )
+        results = tuple(_result_text(b.get("content")) for m in after if m.get("role") == "user" for b in _blocks(m, "tool_result"))
         return RequestView(
             model=str(body.get("model") or ""),
             stream=bool(body.get("stream")),
@@ -55,9 +53,7 @@ class AnthropicMessages(Protocol):
         content: list[dict[str, Any]] = []
         if reply.text is not None:
             content.append({"type": "text", "text": reply.text})
-        content += [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in reply.tool_calls
-        ]
+        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in reply.tool_calls]
         return {
             **self._message(reply),
             "content": content,
@@ -75,10 +71,7 @@ class AnthropicMessages(Protocol):
         if reply.text is not None:
             out.append(event("content_block_start", index=0, content_block={"type": "text", "text": ""}))
             out.append(event("ping"))
-            out += [
-                event("content_block_delta", index=0, delta={"type": "text_delta", "text": p})
-                for p in pieces(reply.text)
-            ]
+            out += [event("content_block_delta", index=0, delta={"type": "text_delta", "text": p}) for p in pieces(reply.text)]
             out.append(event("content_block_stop", index=0))
             index = 1
         for offset, c in enumerate(reply.tool_calls):

@@ -184,11 +184,7 @@ def chat_messages_view(body: Mapping[str, Any]) -> RequestView:
     """View of an OpenAI-style ``messages`` list (OpenAI and Mistral chat completions)."""
     messages = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
     first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
-    calling = [
-        i
-        for i, m in enumerate(messages)
-        if m.get("role") == "assistant" and (m.get("tool_calls") or m.get("function_call"))
-    ]
+    calling = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and (m.get("tool_calls") or m.get("function_call"))]
     after = messages[calling[-1] + 1 :] if calling else []
     results = tuple(text_of(m.get("content")) for m in after if m.get("role") in ("tool", "function"))
     return RequestView(

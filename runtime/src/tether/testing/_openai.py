@@ -59,8 +59,7 @@ class OpenAIChat(Protocol):
         message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None, "annotations": []}
         if reply.tool_calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
-                for c in reply.tool_calls
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}} for c in reply.tool_calls
             ]
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(reply)}
         return {**self._envelope(reply, "chat.completion"), "choices": [choice], "usage": _chat_usage(reply)}
@@ -79,9 +78,7 @@ class OpenAIChat(Protocol):
         for i, c in enumerate(reply.tool_calls):
             head = {"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
             out.append(chunk({"tool_calls": [head]}))
-            out += [
-                chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in pieces(c.arguments_json)
-            ]
+            out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in pieces(c.arguments_json)]
         out.append(chunk({}, _finish(reply)))
         if include_usage:
             out.append(sse({**base, "choices": [], "usage": _chat_usage(reply)}))
@@ -131,9 +128,7 @@ class OpenAIResponses(Protocol):
             first_user = next((text_of(i.get("content")) for i in items if _is_user_message(i)), "")
         turns += _function_call_runs(items)
         last_call = max((n for n, i in enumerate(items) if i.get("type") == "function_call"), default=-1)
-        results = tuple(
-            text_of(i.get("output")) for i in items[last_call + 1 :] if i.get("type") == "function_call_output"
-        )
+        results = tuple(text_of(i.get("output")) for i in items[last_call + 1 :] if i.get("type") == "function_call_output")
         return RequestView(
             model=str(body.get("model") or ""),
             stream=bool(body.get("stream")),

@@ -567,9 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ledger", default=None, help="append every call to this JSONL file")
     args = parser.parse_args(argv)
 
-    provider = FakeProvider(
-        args.script, host=args.host, port=args.port, latency=args.latency, seed=args.seed, ledger_path=args.ledger
-    )
+    provider = FakeProvider(args.script, host=args.host, port=args.port, latency=args.latency, seed=args.seed, ledger_path=args.ledger)
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():  # signal handlers live there only
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -59,12 +59,8 @@ class Turn:
         unknown = set(data) - {"text", "tool_calls", "text_from_tool_results"}
         if unknown:
             raise ValueError(f"unknown turn keys {sorted(unknown)} in {dict(data)!r}")
-        calls = tuple(
-            ScriptedCall(name=c["name"], arguments=dict(c.get("arguments") or {})) for c in data.get("tool_calls") or ()
-        )
-        turn = cls(
-            text=data.get("text"), tool_calls=calls, text_from_tool_results=bool(data.get("text_from_tool_results"))
-        )
+        calls = tuple(ScriptedCall(name=c["name"], arguments=dict(c.get("arguments") or {})) for c in data.get("tool_calls") or ())
+        turn = cls(text=data.get("text"), tool_calls=calls, text_from_tool_results=bool(data.get("text_from_tool_results")))
         if turn.text is None and not turn.tool_calls and not turn.text_from_tool_results:
             raise ValueError(f"a turn needs text, tool_calls or text_from_tool_results: {dict(data)!r}")
         return turn

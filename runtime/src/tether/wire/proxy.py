@@ -48,7 +48,7 @@ class WireProxy:
     def register(self, run: Run) -> str:
         token = secrets.token_hex(8)
         self._runs[token] = run
-        run._proxy_tokens = getattr(run, "_proxy_tokens", []) + [token]
+        run._proxy_tokens = [*getattr(run, "_proxy_tokens", []), token]
         return token
 
     def unregister(self, run: Run) -> None:

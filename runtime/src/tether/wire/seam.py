@@ -131,7 +131,9 @@ class WireSeam:
             return WireResponse(record.response["status"], record.response["headers"], _once(record.body), replayed=True)
         limit = self.run.max_cost_usd
         if limit is not None and self.run.accounting.live_cost_usd >= limit:
-            return self._refuse(f"tether: run {self.run.scope} reached its cost limit of ${limit:.2f} (spent ${self.run.accounting.live_cost_usd:.4f} live)")
+            return self._refuse(
+                f"tether: run {self.run.scope} reached its cost limit of ${limit:.2f} (spent ${self.run.accounting.live_cost_usd:.4f} live)"
+            )
         return await self._live(protocol, request, key, canonical)
 
     def _refuse(self, message: str) -> WireResponse:
@@ -249,7 +251,7 @@ class WireSeam:
                 queue.put_nowait(_END)
             except httpx.TransportError as e:
                 queue.put_nowait(RecoverableStepError(f"upstream stream broke: {type(e).__name__}"))
-            except BaseException as e:  # noqa: BLE001 - handed to the consumer, who re-raises
+            except BaseException as e:
                 queue.put_nowait(e)
             finally:
                 await response.aclose()
@@ -268,4 +270,3 @@ class WireSeam:
         finally:
             # A consumer that left early does not cancel the pump: it finishes and records alone.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
-

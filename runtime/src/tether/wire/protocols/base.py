@@ -35,7 +35,7 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self.astuple(), other.astuple())))
+        return Usage(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
 
     def astuple(self) -> tuple[int, int, int, int]:
         return (self.input_tokens, self.output_tokens, self.cached_input_tokens, self.cache_write_tokens)

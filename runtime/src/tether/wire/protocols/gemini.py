@@ -102,7 +102,12 @@ class Gemini(WireProtocol):
         return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body)}
+        return {
+            "path": path,
+            "query": kept_query(query, DROPPED_QUERY),
+            "headers": kept_headers(headers, KEPT_HEADERS),
+            "body": _body(body),
+        }
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
         match = _TURN.search(route(path))

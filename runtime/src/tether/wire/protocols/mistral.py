@@ -91,7 +91,12 @@ class Mistral(WireProtocol):
         return method.upper() == "POST" and bool(self._turn.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body, self._dropped)}
+        return {
+            "path": path,
+            "query": kept_query(query, DROPPED_QUERY),
+            "headers": kept_headers(headers, KEPT_HEADERS),
+            "body": _body(body, self._dropped),
+        }
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:

@@ -80,7 +80,12 @@ class OpenAIChat(WireProtocol):
         return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
-        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": kept_headers(headers, KEPT_HEADERS), "body": _body(body)}
+        return {
+            "path": path,
+            "query": kept_query(query, DROPPED_QUERY),
+            "headers": kept_headers(headers, KEPT_HEADERS),
+            "body": _body(body),
+        }
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:

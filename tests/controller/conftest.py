@@ -29,6 +29,9 @@ RELEASE_NS = "tether-system"
 SA = "tether"
 SERVED = ("op-a", "op-b")
 UNSERVED = "op-other"
+# The fake providers listen on loopback, which the operator refuses as a baseURL unless the
+# chart's providers.allowedBaseURLs (env TETHER_ALLOWED_BASE_URLS) lists it, as a dev install would.
+LOOPBACK_PROVIDER = "http://127.0.0.1"
 
 
 @dataclass
@@ -59,6 +62,8 @@ def tether_release(kube: ControlPlane) -> Release:
         "watchNamespaces={" + ",".join(SERVED) + "}",
         "--set",
         "gpuNodePools.A100.nodeSelector.gpu=a100",
+        "--set",
+        "providers.allowedBaseURLs={" + LOOPBACK_PROVIDER + "}",
         "--wait=false",
     )
     kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
@@ -97,6 +102,7 @@ class Operator:
             "TETHER_STATUS_INTERVAL_SECONDS": "0.5",
             "TETHER_TOOL_INTERVAL_SECONDS": "1",
             "TETHER_GPU_NODE_POOLS": json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
+            "TETHER_ALLOWED_BASE_URLS": json.dumps([LOOPBACK_PROVIDER]),
             **env,
         }
         self.proc: subprocess.Popen | None = None

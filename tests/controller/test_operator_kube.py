@@ -112,8 +112,9 @@ def test_gpu_type_without_node_pool_is_a_terminal_condition(kube: ControlPlane, 
     obj = get(kube, "agentrun", NS, "h100")
     assert obj["status"]["phase"] == "Failed"
     assert condition(obj, "Accepted")["reason"] == "InvalidResources"
-    assert "no GPU node pool 'H100' is configured" in condition(obj, "Failed")["message"]
-    assert "configured: A100" in condition(obj, "Failed")["message"]
+    message = condition(obj, "Accepted")["message"]
+    assert message.startswith("spec.resources.gpu.type of the run: 'H100' is not a GPU type this cluster offers"), message
+    assert "gpuNodePools configures: A100" in message and message in condition(obj, "Failed")["message"]
     assert condition(obj, "Reconciling")["status"] == "False"  # never Stalled and Reconciling
     assert "InvalidResources" in events_of(kube, "h100")
     # the configured type passes the resource check

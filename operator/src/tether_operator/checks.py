@@ -2,14 +2,18 @@
 
 Each problem is a condition reason plus a message that says exactly what is missing. Missing
 things (an AgentTool, a Secret, a key) may still appear, so the run waits and looks again;
-invalid ones (a GPU type no node pool offers) are terminal.
+invalid ones (a GPU type no node pool offers, a base URL the cluster does not allow) are terminal.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import socket
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-from tether.api import PROVIDER_KEY_ENV, AgentRunSpec, AgentToolSpec, Resources
+from tether.api import PROVIDER_KEY_ENV, AgentRunSpec, AgentToolSpec, ManifestError, Resources, read_spec
 
 from . import kube
 from .conditions import Reason
@@ -32,7 +36,7 @@ class Resolved:
     """Secret values for the runtime's environment: API key and tools' env."""
 
 
-def check_resources(resources: Resources | None, gpu_node_pools: dict, what: str) -> list[Problem]:
+def check_resources(resources: Resources | None, gpu_node_pools: dict[str, object], what: str) -> list[Problem]:
     gpu = resources.gpu if resources else None
     if gpu is None or gpu.count == 0:
         return []
@@ -41,11 +45,103 @@ def check_resources(resources: Resources | None, gpu_node_pools: dict, what: str
         return [
             Problem(
                 Reason.INVALID_RESOURCES,
-                f"{what} asks for {gpu.count} x {gpu.type} GPU but no GPU node pool {gpu.type!r} is "
-                f"configured (chart value gpuNodePools; configured: {offered})",
+                f"spec.resources.gpu.type of {what}: {gpu.type!r} is not a GPU type this cluster offers "
+                f"(asked for {gpu.count}; chart value gpuNodePools configures: {offered})",
                 terminal=True,
             )
         ]
+    return []
+
+
+# Names that reach a cloud's instance metadata service (and with it the node's credentials).
+METADATA_HOSTS = frozenset({"metadata.google.internal"})
+_ADMIN_HINT = "; a cluster admin can allow it with the chart value providers.allowedBaseURLs"
+METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+
+
+def _forbidden(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why the operator will not send a provider key to this address, or None."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if address.is_loopback:
+        return "a loopback address"
+    if address.is_link_local:
+        return "a link-local address"
+    if address.is_unspecified:
+        return "an unspecified address"
+    return None
+
+
+def url_allowed(url: str, allowed: tuple[str, ...]) -> bool:
+    """True if `url` falls under one of the allowed base URLs: same scheme, host and port (any port
+    when the entry names none), and a path under the entry's path (whole segments)."""
+    got = urlsplit(url)
+    for entry in allowed:
+        want = urlsplit(entry)
+        if (got.scheme, got.hostname) != (want.scheme, want.hostname):
+            continue
+        if want.port is not None and got.port != want.port:
+            continue
+        prefix = want.path.rstrip("/")
+        if got.path == prefix or got.path.startswith(prefix + "/"):
+            return True
+    return False
+
+
+async def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+async def check_base_url(url: str | None, allowed: tuple[str, ...]) -> list[Problem]:
+    """The provider endpoint a run's API key will be sent to (spec.model.baseURL).
+
+    With an allowlist (chart value providers.allowedBaseURLs) only its entries pass, and an entry
+    is trusted as it is (that is how a dev install reaches a fake provider on loopback). Without
+    one, any host passes unless it is, or resolves to, a loopback, link-local, unspecified or cloud
+    metadata address. The check runs at accept; the runner resolves the name again later, so pair
+    it with an egress NetworkPolicy where DNS answers can change.
+    """
+    if url is None:
+        return []
+    field_ = f"spec.model.baseURL {url!r}"
+    if allowed:
+        if url_allowed(url, allowed):
+            return []
+        return [
+            Problem(
+                Reason.BASE_URL_NOT_ALLOWED,
+                f"{field_} is not under an allowed base URL (chart value providers.allowedBaseURLs: {', '.join(allowed)})",
+                terminal=True,
+            )
+        ]
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    named = "a cloud metadata name" if host in METADATA_HOSTS else None
+    if host == "localhost" or host.endswith(".localhost"):  # RFC 6761: always loopback
+        named = "a loopback name"
+    if named:
+        return [Problem(Reason.BASE_URL_NOT_ALLOWED, f"{field_}: {host} is {named}{_ADMIN_HINT}", terminal=True)]
+    try:
+        addresses = await _addresses(host)
+    except OSError as exc:  # DNS may answer later (a Service being created): wait, as for a Secret
+        return [Problem(Reason.BASE_URL_UNRESOLVED, f"{field_}: cannot resolve {host}: {exc}")]
+    for address in addresses:
+        why = _forbidden(address)
+        if why:
+            resolved = "" if str(address) == host else f" resolves to {address},"
+            return [
+                Problem(
+                    Reason.BASE_URL_NOT_ALLOWED,
+                    f"{field_}: {host}{resolved} is {why}{_ADMIN_HINT}",
+                    terminal=True,
+                )
+            ]
     return []
 
 
@@ -59,7 +155,7 @@ async def _secret_value(namespace: str, name: str, key: str, what: str, env: dic
     return None
 
 
-async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict) -> Resolved:
+async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict[str, object]) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
     for item in spec.env or []:
         ref = item.secret_key_ref
@@ -69,16 +165,22 @@ async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_po
     return out
 
 
-async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) -> Resolved:
+async def check_run(
+    namespace: str,
+    spec: AgentRunSpec,
+    gpu_node_pools: dict[str, object],
+    allowed_base_urls: tuple[str, ...] = (),
+) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
+    out.problems += await check_base_url(spec.model.base_url, allowed_base_urls)
     for name in spec.tools:
         obj = await kube.get_tool(namespace, name)
         if obj is None:
             out.problems.append(Problem(Reason.UNKNOWN_TOOL, f"AgentTool {namespace}/{name} not found"))
             continue
         try:
-            tool = AgentToolSpec.model_validate(obj.get("spec") or {})
-        except ValueError as exc:  # an older or newer CRD version than this operator knows
+            tool = read_spec(AgentToolSpec, obj.get("spec") or {})
+        except ManifestError as exc:  # an older or newer CRD version than this operator knows
             out.problems.append(Problem(Reason.TOOL_NOT_READY, f"AgentTool {name}: {exc}"))
             continue
         resolved = await check_tool(namespace, name, tool, gpu_node_pools)

@@ -30,9 +30,11 @@ from tether.api import (
     AgentToolSpec,
     ApprovalStatus,
     ExecRequest,
+    ManifestError,
     Phase,
     Progress,
     parse_duration,
+    read_spec,
 )
 from tether.stores import Store
 
@@ -158,9 +160,10 @@ class RunLoop:
         if self.status.get("phase") in FINISHED:
             return
         try:
-            spec = AgentRunSpec.model_validate(dict(self.body.spec))
-        except ValueError as exc:  # a spec this operator version cannot read
-            return await self._fail(Reason.FAILED, f"invalid spec: {exc}", "InvalidSpec")
+            spec = read_spec(AgentRunSpec, dict(self.body.spec))
+        except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
+            self._set(C.ACCEPTED, False, Reason.INVALID_SPEC, str(exc))
+            return await self._fail(Reason.FAILED, f"invalid spec: {exc}", Reason.INVALID_SPEC)
         if not await self.accept(spec, stopped):
             return
         await self.follow(await self.submit(spec), stopped)
@@ -170,7 +173,7 @@ class RunLoop:
         last_reason = last_seen = None
         delay = self.settings.timing.recheck_seconds
         while not stopped:
-            resolved = await check_run(self.namespace, spec, self.settings.gpu_node_pools)
+            resolved = await check_run(self.namespace, spec, self.settings.gpu_node_pools, self.settings.allowed_base_urls)
             if not resolved.problems:
                 self.tools, self.env = resolved.tools, resolved.env
                 self.secrets = list(resolved.env.values())

@@ -54,6 +54,9 @@ class Settings:
     """Port of the Prometheus /metrics endpoint (env TETHER_METRICS_PORT; 0 disables)."""
     gpu_node_pools: dict[str, Any] = field(default_factory=dict)
     """GPU type -> {nodeSelector, tolerations} (env TETHER_GPU_NODE_POOLS, JSON)."""
+    allowed_base_urls: tuple[str, ...] = ()
+    """Base URLs a run's spec.model.baseURL may point under (env TETHER_ALLOWED_BASE_URLS, JSON
+    list). Empty: any, except loopback, link-local, unspecified and cloud metadata addresses."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -81,4 +84,5 @@ class Settings:
             ),
             metrics_port=int(num("TETHER_METRICS_PORT", 9090)),
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
+            allowed_base_urls=tuple(json.loads(env.get("TETHER_ALLOWED_BASE_URLS") or "[]")),
         )

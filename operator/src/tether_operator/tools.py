@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.api import AgentToolSpec
+from tether.api import AgentToolSpec, ManifestError, read_spec
 
 from . import conditions as C
 from . import kube
@@ -28,10 +28,10 @@ async def reconcile_tool(
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
-        tool = AgentToolSpec.model_validate(spec)
+        tool = read_spec(AgentToolSpec, spec)
         problems = (await check_tool(namespace, name, tool, gpu_node_pools)).problems
-    except ValueError as exc:
-        problems = [Problem("InvalidSpec", str(exc), terminal=True)]
+    except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
+        problems = [Problem(Reason.INVALID_SPEC, str(exc), terminal=True)]
     if not problems:
         reason, message = Reason.VALID, "the tool's Secrets and resources resolve"
         new = C.kstatus(conditions, ready=(reason, message), generation=generation)

@@ -17,7 +17,7 @@ from tether import api
 from tether_operator.checks import check_base_url, url_allowed
 
 from .conftest import SERVED, Operator, Release, condition, get, wait_for
-from .test_crd_validation import RUN, TOOL, apply, edit
+from .test_crd_validation import RUN, TOOL, apply, dry_run, edit
 
 # (document, path, value): each is sent to the apiserver and to tether.api; the verdicts must match.
 AGREEMENT: list[tuple[dict[str, Any], str, Any]] = [
@@ -82,6 +82,19 @@ AGREEMENT: list[tuple[dict[str, Any], str, Any]] = [
 ]
 
 
+# Documented as valid, so both must accept them (issue 13: `+500m` and `effect: ""` were not).
+MUST_PASS: list[tuple[dict[str, Any], str, Any]] = [
+    (RUN, "spec.resources.cpu", "+500m"),
+    (RUN, "spec.tolerations", [{"key": "spot", "operator": "Exists", "effect": ""}]),
+    (RUN, "spec.tolerations", [{"operator": "Exists"}]),
+    (RUN, "metadata.name", "r" * 63),
+]
+
+
+def admitted(kube: ControlPlane, ns: str, doc: dict[str, Any]) -> bool:
+    return dry_run(kube, ns, doc)[0] == 201
+
+
 def runtime_accepts(doc: dict[str, Any]) -> bool:
     try:
         api.parse_manifest(doc)
@@ -95,13 +108,15 @@ def test_apiserver_and_runtime_give_the_same_verdict(kube: ControlPlane, tether_
     disagreements = []
     for base, path, value in AGREEMENT:
         doc = edit(base, path, value)
-        proc = apply(kube, tether_release.unserved, doc, "--dry-run=server")
-        admitted, parsed = proc.returncode == 0, runtime_accepts(doc)
-        if admitted != parsed:
-            disagreements.append(
-                f"{path}={value!r}: apiserver {'accepts' if admitted else 'refuses'}, runtime {'accepts' if parsed else 'refuses'}"
-            )
+        server, runtime = admitted(kube, tether_release.unserved, doc), runtime_accepts(doc)
+        if server != runtime:
+            verdict = f"apiserver {'accepts' if server else 'refuses'}, runtime {'accepts' if runtime else 'refuses'}"
+            disagreements.append(f"{path}={value!r}: {verdict}")
     assert not disagreements, "\n".join(disagreements)
+    for base, path, value in MUST_PASS:
+        doc = edit(base, path, value)
+        assert runtime_accepts(doc), f"{path}={value!r}"
+        assert admitted(kube, tether_release.unserved, doc), f"{path}={value!r}"
     # both verdicts occur, so the table tests something
     verdicts = {runtime_accepts(edit(b, p, v)) for b, p, v in AGREEMENT}
     assert verdicts == {True, False}

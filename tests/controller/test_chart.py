@@ -81,6 +81,14 @@ def test_store_executor_and_gpu_pools_reach_the_operator(helm: Path) -> None:
     pools = json.loads(env["TETHER_GPU_NODE_POOLS"]["value"])
     assert pools["A100"]["nodeSelector"] == {"pool": "a100"}
     assert pools["A100"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert json.loads(env["TETHER_ALLOWED_BASE_URLS"]["value"]) == []  # default: no allowlist, unsafe addresses refused
+
+
+def test_allowed_base_urls_reach_the_operator(helm: Path) -> None:
+    docs = render(helm, "providers.allowedBaseURLs={https://llm.internal/v1,http://127.0.0.1}")
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["TETHER_ALLOWED_BASE_URLS"]["value"]) == ["https://llm.internal/v1", "http://127.0.0.1"]
 
 
 def test_crds_switch_and_keep_policy(helm: Path) -> None:
@@ -105,6 +113,9 @@ def test_crds_switch_and_keep_policy(helm: Path) -> None:
         ("watchNamespaces[0]=Not_A_Namespace", "watchNamespaces"),
         ("store.s3.bukket=x", "additional properties 'bukket' not allowed"),
         ("gpuNodePools.A100.nodeSelectr.x=y", "nodeSelectr"),
+        ("providers.allowedBaseURLs={ftp://llm}", "allowedBaseURLs"),
+        ("providers.allowedBaseURLs={https://user:pw@llm}", "allowedBaseURLs"),
+        ("providers.allowedBaseURL={https://llm}", "additional properties 'allowedBaseURL' not allowed"),
     ],
 )
 def test_values_schema_rejects_mistakes(helm: Path, setting: str, complaint: str) -> None:

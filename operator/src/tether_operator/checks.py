@@ -145,7 +145,7 @@ async def check_base_url(url: str | None, allowed: tuple[str, ...]) -> list[Prob
     return []
 
 
-async def _secret_value(namespace: str, name: str, key: str, what: str, env: dict, var: str) -> Problem | None:
+async def _secret_value(namespace: str, name: str, key: str, what: str, env: dict[str, str], var: str) -> Problem | None:
     data = await kube.get_secret(namespace, name)
     if data is None:
         return Problem(Reason.MISSING_SECRET, f"Secret {namespace}/{name} ({what}) not found")

@@ -44,6 +44,7 @@ AGREEMENT: list[tuple[dict[str, Any], str, Any]] = [
             "http://h:99999",
             "http://h:abc",
             "http://a b",
+            "http://[::1/v1",
             "http://h/a b",
         )
     ],

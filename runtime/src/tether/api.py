@@ -127,15 +127,15 @@ _USERINFO = "^[^:/?#]+://[^/?#]*@"
 
 
 def _base_url(value: str) -> str:
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises on a port that is not a number in range)
+    except ValueError:  # e.g. an unclosed [IPv6 literal
+        raise ValueError(_BASE_URL_MESSAGE) from None
     if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", value):
         raise ValueError(_BASE_URL_MESSAGE)
     if re.match(_USERINFO, value):
         raise ValueError(_BASE_URL_CREDENTIALS)
-    try:
-        parts.port  # noqa: B018  (raises on a port that is not a number in range)
-    except ValueError:
-        raise ValueError(_BASE_URL_MESSAGE) from None
     return value
 
 

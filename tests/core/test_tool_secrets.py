@@ -24,7 +24,9 @@ from tether import secrets as S
 from tether.api import AgentToolSpec, ExecRequest
 from tether.entrypoint import EXIT_TERMINAL, tool_from_spec
 from tether.errors import ConfigError
+from tether.progress import read_progress
 from tether.run import Run
+from tether.stores import open_store
 from tether.tools import ToolSpec, call_tool
 
 A_VALUE, B_VALUE, MODEL_KEY = "tool-a-secret-0451", "tool-b-secret-7319", "sk-model-key-2207"
@@ -188,3 +190,5 @@ def test_exec_refuses_a_tool_from_a_module_not_allowed(tmp_path: Path, implement
     assert proc.returncode == EXIT_TERMINAL
     assert "ConfigError: AgentTool shell: " in proc.stderr and ("standard library" in proc.stderr or "not an allowed" in proc.stderr)
     assert not (tmp_path / "seen.json").exists()  # the module was never imported
+    progress = read_progress(open_store(str(tmp_path / "store")), "r1")  # where the operator reads the reason
+    assert progress is not None and progress["phase"] == "Failed" and "AgentTool shell: " in progress["error"]

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,12 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
         # framework code loads.
         tools = [tool_from_spec(name, request.tools[name]) for name in spec.tools]
         adapter = load_adapter(spec.framework)
+    except ConfigError as e:
+        # Refused before the run started: say why where the operator reads it (status).
+        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=EXIT_TERMINAL)
+        _publish_refusal(store, request.run_id, outcome["error"])
+        return outcome
+    try:
         provider = spec.model.provider
         result = await run_agent(
             adapter,
@@ -132,6 +139,17 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
         exit_code=EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED,
     )
     return outcome
+
+
+def _publish_refusal(store: str, run_id: str, error: str) -> None:
+    from .progress import progress_key
+    from .stores import open_store
+
+    doc = {"phase": "Failed", "error": error, "updatedAt": time.time()}
+    try:
+        open_store(store).put(progress_key(run_id), json.dumps(doc).encode())
+    except Exception:  # progress is advisory; the exit code still says terminal
+        pass
 
 
 def step_printer(stream=sys.stdout) -> Callable:

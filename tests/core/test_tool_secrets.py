@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import tether
 from tether import secrets as S
 from tether.api import AgentToolSpec, ExecRequest
 from tether.entrypoint import EXIT_TERMINAL, tool_from_spec
@@ -69,7 +70,7 @@ def test_each_tool_sees_only_its_own_secrets(scoped_environ, tmp_path: Path) -> 
 
     def look(who: str) -> None:
         seen[who] = {
-            "secret": {n: S.secret(n) for n in ("A_TOKEN", "B_TOKEN")},
+            "secret": {n: tether.secret(n) for n in ("A_TOKEN", "B_TOKEN")},
             "environ": {n: os.environ.get(n) for n in ("A_TOKEN", "B_TOKEN")},
             "getenv": {n: os.getenv(n) for n in ("A_TOKEN", "B_TOKEN")},
             "listed": sorted(n for n in dict(os.environ) if n in ("A_TOKEN", "B_TOKEN")),

@@ -94,7 +94,8 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
             raise ConfigError(f"unknown AgentTool(s): {', '.join(missing)}")
         # Tools first: a tool from a module the admin did not allow is refused before any
         # framework code loads.
-        tools = [tool_from_spec(name, request.tools[name]) for name in spec.tools]
+        allowed = allowed_tool_modules()  # once: reading entry points scans every distribution
+        tools = [tool_from_spec(name, request.tools[name], allowed) for name in spec.tools]
         adapter = load_adapter(spec.framework)
     except ConfigError as e:
         # Refused before the run started: say why where the operator reads it (status).

@@ -24,6 +24,7 @@ import pytest
 from tests.support.kube import ControlPlane, free_port, kube  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
+TOOLBOX = Path(__file__).resolve().parent / "toolbox"  # the `shop` package the AgentTools name
 CHART = REPO / "charts" / "tether"
 RELEASE_NS = "tether-system"
 SA = "tether"
@@ -155,7 +156,13 @@ class Operator:
 @pytest.fixture(scope="session")
 def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
     # op-a only: the end-to-end tests run their own operator (with an agent environment) on op-b.
-    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"), (SERVED[0],))
+    op = Operator(
+        operator_kubeconfig,
+        tmp_path_factory.mktemp("operator"),
+        (SERVED[0],),
+        PYTHONPATH=str(TOOLBOX),
+        TETHER_TOOL_MODULES="shop",  # chart value tools.allowedModules
+    )
     op.start()
     yield op
     op.stop()

@@ -201,3 +201,20 @@ def test_chart_installed_objects(kube: ControlPlane, tether_release: Release) ->
     assert "deployment.apps/tether" in out and "serviceaccount/tether" in out
     crd = json.loads(kube.kubectl("get", "crd", "agentruns.tether.dev", "-o", "json").stdout)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_tool_allowlist_runtime_env_and_secret_policy(helm: Path) -> None:
+    docs = render(helm, "tools.allowedModules={shop.tools,billing}", "executor.runtimeEnv={HTTPS_PROXY}")
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_TOOL_MODULES"] == "shop.tools,billing" and env["TETHER_RUNTIME_ENV"] == "HTTPS_PROXY"
+    (policy,) = of_kind(docs, "ValidatingAdmissionPolicy")
+    (binding,) = of_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    # Defaults: the image's declared tool modules (no variable), the policy on.
+    default = render(helm)
+    (deploy,) = of_kind(default, "Deployment")
+    assert "TETHER_TOOL_MODULES" not in {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert of_kind(default, "ValidatingAdmissionPolicy")
+    assert not of_kind(render(helm, "secretAccessPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    assert "allowedModules" in render(helm, "tools.allowedModules={os system}", check=False)  # the schema refuses it

@@ -70,12 +70,14 @@ def fake() -> Iterator[FakeProvider]:
 @pytest.fixture(scope="module")
 def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
     kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789")
+    kube.kubectl("label", "secret", "openai", "-n", NS, "tether.dev/usable=true")
     op = Operator(
         operator_kubeconfig,
         tmp_path_factory.mktemp("agent-operator"),
         (NS,),
         TETHER_EXEC_PYTHON=_agent_python(),
         PYTHONPATH=str(EXAMPLES),  # the AgentTools' implementations (example_tools:...)
+        TETHER_TOOL_MODULES="example_tools",  # chart value tools.allowedModules
         OPENAI_AGENTS_DISABLE_TRACING="1",
         TETHER_CONCURRENCY="4",
     )

@@ -36,6 +36,7 @@ from tether.api import (
     parse_duration,
     read_spec,
 )
+from tether.secrets import Secrets
 from tether.stores import Store
 
 from . import conditions as C
@@ -109,7 +110,7 @@ class RunLoop:
         self.exec_name = execution_name(self.uid)
         self.status: dict[str, Any] = json.loads(json.dumps(dict(body.get("status") or {})))
         self.tools: dict[str, AgentToolSpec] = {}
-        self.env: dict[str, str] = {}  # Secret values for the runtime's environment only
+        self.run_secrets = Secrets()  # for the runtime only: never logged, never in status
         self.secrets: list[str] = []  # values to scrub from anything written
         self._sent: dict[str, Any] | None = None
         self._sent_at = 0.0
@@ -173,10 +174,12 @@ class RunLoop:
         last_reason = last_seen = None
         delay = self.settings.timing.recheck_seconds
         while not stopped:
-            resolved = await check_run(self.namespace, spec, self.settings.gpu_node_pools, self.settings.allowed_base_urls)
+            resolved = await check_run(
+                self.namespace, spec, self.settings.gpu_node_pools, self.settings.tool_modules, self.settings.allowed_base_urls
+            )
             if not resolved.problems:
-                self.tools, self.env = resolved.tools, resolved.env
-                self.secrets = list(resolved.env.values())
+                self.tools, self.run_secrets = resolved.tools, resolved.secrets
+                self.secrets = self.run_secrets.values()
                 was_accepted = C.is_true(self._conditions(), C.ACCEPTED)
                 self._set(C.ACCEPTED, True, Reason.ACCEPTED, "tools, Secrets and resources resolved")
                 if not was_accepted:
@@ -213,7 +216,7 @@ class RunLoop:
             Submission(
                 name=self.exec_name,
                 request=request,
-                env=self.env,
+                secrets=self.run_secrets,
                 retries=spec.retries,
                 timeout_seconds=spec.timeout_seconds,
                 attempts=int(self.status.get("attempts") or 0),

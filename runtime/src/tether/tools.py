@@ -20,7 +20,7 @@ import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from .canonical import canonical_json, fingerprint, sha256_hex
 from .errors import StoreError, ToolError
 from .journal import Record
 from .run import Run, current_run
+from .secrets import tool_scope
 
 _idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_idempotency_key", default=None)
 
@@ -81,6 +82,8 @@ class ToolSpec:
     #: ``None``, or a callable/str describing the approval request (see ``tether.approvals``).
     approval: Any = None
     code: str = field(default="")
+    #: The tool's own secrets (its AgentTool's ``env``): visible only during its calls (``tether.secrets``).
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.code:
@@ -110,7 +113,8 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     """Call a tool through the journal. Sync tools run in a worker thread."""
     run = run or current_run()
     if run is None:
-        return await _invoke(spec, args)
+        with tool_scope(spec.secrets):
+            return await _invoke(spec, args)
     canonical, fp = _step(spec, args)
     key = run.journal.next_key("tool", fp)
     record = run.journal.replay(key)
@@ -132,7 +136,8 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     started = time.time()
     token = _idempotency_key.set(sha256_hex(f"{run.scope}\0{fp}\0{key[2]}".encode())[:32])
     try:
-        value = await _invoke(spec, args)
+        with tool_scope(spec.secrets):
+            value = await _invoke(spec, args)
         outcome, body = "ok", encode_result(value)
     except spec.retryable:
         raise
@@ -183,3 +188,59 @@ def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = No
 
     ctx = contextvars.copy_context()
     return run_on_wire_loop(ctx.run(lambda: call_tool(spec, args, run=run or current_run())))
+
+
+# ------------------------------------------------------------- which modules may be tools
+
+TOOL_MODULES_ENV = "TETHER_TOOL_MODULES"
+TOOL_ENTRY_POINTS = "tether.tools"
+
+
+def allowed_tool_modules(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Modules an AgentTool's ``implementation`` may come from (each with its submodules).
+
+    ``$TETHER_TOOL_MODULES`` (comma-separated; the chart's ``tools.allowedModules``) when set;
+    otherwise the modules that installed distributions declare in their entry-point group
+    ``tether.tools`` (``[project.entry-points."tether.tools"] shop = "shop.tools"``).
+    """
+    import os
+
+    raw = (os.environ if environ is None else environ).get(TOOL_MODULES_ENV)
+    if raw is not None and raw.strip():
+        return tuple(m.strip() for m in raw.split(",") if m.strip())
+    from importlib.metadata import entry_points
+
+    return tuple(sorted({ep.value.partition(":")[0].strip() for ep in entry_points(group=TOOL_ENTRY_POINTS)}))
+
+
+def implementation_refusal(implementation: str, allowed: tuple[str, ...]) -> str | None:
+    """Why ``module:function`` may not be a tool, or None. The standard library never may, even
+    if listed: ``subprocess:getoutput`` or ``os:system`` would hand the model a shell."""
+    import sys
+
+    module = implementation.partition(":")[0]
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
+        return f"{implementation} is in the Python standard library, which never provides tools"
+    if not any(module == a or module.startswith(a + ".") for a in allowed):
+        listed = ", ".join(allowed) or "none"
+        return f"module {module} is not an allowed tool module (allowed: {listed}; chart value tools.allowedModules)"
+    return None
+
+
+def probe_implementation(implementation: str) -> str | None:
+    """Why ``implementation`` cannot be a tool in this environment (not allowed, or not
+    importable), or None. What the operator runs in a subprocess with the runtime's environment."""
+    import importlib
+
+    refusal = implementation_refusal(implementation, allowed_tool_modules())
+    if refusal:
+        return refusal
+    module, _, attr = implementation.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except Exception as e:  # ImportError, AttributeError, or the module's own failure
+        return f"cannot import {implementation}: {type(e).__name__}: {e}"
+    if not callable(fn):
+        return f"{implementation} is not callable"
+    return None

@@ -29,6 +29,7 @@ from ..api import AgentRunManifest, AgentToolManifest, ExecRequest, ManifestErro
 from ..entrypoint import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED
 from ..progress import read_progress
 from ..stores import default_store_url, open_store
+from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
 
 
@@ -66,6 +67,11 @@ def main(argv: list[str]) -> int:
     here = args.manifest.resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])), "TETHER_PROGRESS": "1"}
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    # The manifest's own tool modules (beside it: the user's code on the user's machine) are
+    # allowed besides the image's declared ones; the standard library never is (tether.tools).
+    mine = {t.spec.implementation.partition(":")[0].split(".")[0] for t in tool_manifests.values()}
+    mine = {m for m in mine if (here / f"{m}.py").is_file() or (here / m / "__init__.py").is_file()}
+    env[TOOL_MODULES_ENV] = ",".join(sorted(set(allowed_tool_modules(env)) | mine))
 
     provider = spec.model.provider
     fake = None

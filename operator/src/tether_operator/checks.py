@@ -60,8 +60,8 @@ def check_resources(resources: Resources | None, gpu_node_pools: dict[str, objec
         return [
             Problem(
                 Reason.INVALID_RESOURCES,
-                f"{what} asks for {gpu.count} x {gpu.type} GPU but no GPU node pool {gpu.type!r} is "
-                f"configured (chart value gpuNodePools; configured: {offered})",
+                f"spec.resources.gpu.type of {what}: {gpu.type!r} is not a GPU type this cluster offers "
+                f"(asked for {gpu.count}; chart value gpuNodePools configures: {offered})",
                 terminal=True,
             )
         ]

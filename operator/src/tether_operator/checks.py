@@ -59,8 +59,24 @@ async def _secret_value(namespace: str, name: str, key: str, what: str, env: dic
     return None
 
 
-async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict) -> Resolved:
+def check_approval(spec: AgentToolSpec, what: str, allow_auto_approve: bool) -> list[Problem]:
+    """An approval timeout may approve only where the cluster admin allows it (chart value)."""
+    approval = spec.approval
+    if approval is None or approval.default_action != "approve" or allow_auto_approve:
+        return []
+    return [
+        Problem(
+            Reason.AUTO_APPROVE_NOT_ALLOWED,
+            f"{what}: spec.approval.defaultAction: approve would run the tool with no human asked; this cluster does not "
+            "allow auto-approval (chart value approvals.allowAutoApprove): use defaultAction: decline",
+            terminal=True,
+        )
+    ]
+
+
+async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict, *, allow_auto_approve: bool = False) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
+    out.problems += check_approval(spec, f"AgentTool {name}", allow_auto_approve)
     for item in spec.env or []:
         ref = item.secret_key_ref
         problem = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}", out.env, item.name)
@@ -69,7 +85,7 @@ async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_po
     return out
 
 
-async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) -> Resolved:
+async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict, *, allow_auto_approve: bool = False) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
     for name in spec.tools:
         obj = await kube.get_tool(namespace, name)
@@ -81,7 +97,7 @@ async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) ->
         except ValueError as exc:  # an older or newer CRD version than this operator knows
             out.problems.append(Problem(Reason.TOOL_NOT_READY, f"AgentTool {name}: {exc}"))
             continue
-        resolved = await check_tool(namespace, name, tool, gpu_node_pools)
+        resolved = await check_tool(namespace, name, tool, gpu_node_pools, allow_auto_approve=allow_auto_approve)
         out.problems += resolved.problems
         out.env.update(resolved.env)
         out.tools[name] = tool

@@ -20,6 +20,8 @@ FAILED = "Failed"
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
+#: False while the runtime's progress document cannot be read (status then follows the executor only).
+PROGRESS_READABLE = "ProgressReadable"
 
 
 class Reason:
@@ -31,6 +33,7 @@ class Reason:
     MISSING_SECRET = "MissingSecret"
     MISSING_SECRET_KEY = "MissingSecretKey"
     INVALID_RESOURCES = "InvalidResources"
+    AUTO_APPROVE_NOT_ALLOWED = "AutoApproveNotAllowed"
     QUEUED = "Queued"
     SUBMITTED = "Submitted"
     RUNNING = "Running"
@@ -41,6 +44,8 @@ class Reason:
     FAILED = "Failed"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     ABORTED = "Aborted"
+    PROGRESS_UNREADABLE = "ProgressUnreadable"
+    PROGRESS_READ = "ProgressRead"
     # AgentTool
     VALID = "Valid"
 

@@ -120,6 +120,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             dict(body.spec),
             dict(body.get("status") or {}),
             memo.settings.gpu_node_pools,
+            allow_auto_approve=memo.settings.allow_auto_approve,
         )
         if change is not None:
             reason, message = change

@@ -54,6 +54,9 @@ class Settings:
     """Port of the Prometheus /metrics endpoint (env TETHER_METRICS_PORT; 0 disables)."""
     gpu_node_pools: dict[str, Any] = field(default_factory=dict)
     """GPU type -> {nodeSelector, tolerations} (env TETHER_GPU_NODE_POOLS, JSON)."""
+    allow_auto_approve: bool = False
+    """Honour `approval.defaultAction: approve` (env TETHER_ALLOW_AUTO_APPROVE, chart value
+    approvals.allowAutoApprove). Off: such a tool is not Ready and a timeout can only decline."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -81,4 +84,5 @@ class Settings:
             ),
             metrics_port=int(num("TETHER_METRICS_PORT", 9090)),
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
+            allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
         )

@@ -24,12 +24,14 @@ async def reconcile_tool(
     spec: dict[str, Any],
     status: dict[str, Any],
     gpu_node_pools: dict,
+    *,
+    allow_auto_approve: bool = False,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
         tool = AgentToolSpec.model_validate(spec)
-        problems = (await check_tool(namespace, name, tool, gpu_node_pools)).problems
+        problems = (await check_tool(namespace, name, tool, gpu_node_pools, allow_auto_approve=allow_auto_approve)).problems
     except ValueError as exc:
         problems = [Problem("InvalidSpec", str(exc), terminal=True)]
     if not problems:

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,15 @@ def tool_from_spec(name: str, spec: AgentToolSpec) -> Tool:
     approval = None
     if spec.approval and spec.approval.required:
         approval = spec.approval.prompt or True
-    return Tool(fn, name=name, description=spec.description, cache=spec.cache, version=spec.version, approval=approval)
+    return Tool(
+        fn,
+        name=name,
+        description=spec.description,
+        cache=spec.effective_cache,
+        version=spec.version,
+        approval=approval,
+        cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
+    )
 
 
 def _upstream(base_url: str) -> str:
@@ -84,6 +93,11 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
         missing = [name for name in spec.tools if name not in request.tools]
         if missing:
             raise ConfigError(f"unknown AgentTool(s): {', '.join(missing)}")
+    except Exception as e:  # the run could not start: say why where status is read, not only in a log
+        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
+        _publish_failed_start(store, request.run_id, outcome["error"])
+        return outcome
+    try:
         provider = spec.model.provider
         result = await run_agent(
             adapter,
@@ -146,6 +160,18 @@ def _print_step(e, stream) -> None:
     cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
     err = "  (error)" if e.outcome == "error" else ""
     print(f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}", file=stream, flush=True)
+
+
+def _publish_failed_start(store: str, run_id: str, error: str) -> None:
+    """Progress for an attempt that failed before the agent started: the cause, and no figures
+    of an earlier attempt (the operator and ``tether run`` show this document)."""
+    from .progress import Progress, write_progress
+    from .stores import open_store
+
+    try:
+        write_progress(open_store(store), run_id, Progress(phase="Failed", error=error, updated_at=time.time()))
+    except Exception:  # the store is what failed, or is unreachable: the exit code still tells
+        pass
 
 
 @env.task

@@ -11,10 +11,16 @@ from pathlib import Path
 
 from ..api import ExecRequest
 from ..entrypoint import EXIT_TERMINAL
+from . import EXIT_CODES_HELP, command_name
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tether exec")
+    p = argparse.ArgumentParser(
+        prog=f"{command_name()} exec",
+        description="One attempt of an AgentRun request, as a Flyte local execution.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("request", help="exec request JSON file ('-' for stdin)")
     p.add_argument("--store", required=True, help="store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=...")
     p.add_argument("--progress", action="store_true", help="print a line per step")

@@ -2,8 +2,8 @@
 
 ``runs/<scope>/progress.json`` is rewritten atomically on every step (at most every
 ``interval`` seconds, and always at the end). It is written through ``tether.api.Progress``, the
-model the operator reads it back with, so the two can never disagree on a field's type. Secrets never reach it: it holds counters, usage, approvals and
-the (truncated) result only.
+model the operator reads it back with, so the two can never disagree on a field's type. Secrets
+never reach it: it holds counters, usage, approvals and the (truncated) result only.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
     return code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
 
 
-def _attempts(request_file: str, store: str, env: dict, kill_after: int, retries: int) -> tuple[int, dict[str, Any]]:
+def _attempts(request_file: str, store: str, env: dict[str, str], kill_after: int, retries: int) -> tuple[int, dict[str, Any]]:
     """Run attempts until one ends for good; the exit code and the last attempt's outcome."""
     code, outcome = EXIT_RECOVERABLE, {}
     for attempt in range(1, retries + 2):

@@ -56,7 +56,7 @@ def test_tool_manifest_and_multi_document(tmp_path: Path) -> None:
     run, tool = api.load_manifests(path)
     assert isinstance(tool, api.AgentToolManifest)
     assert tool.spec.approval and tool.spec.approval.default_action == "decline"
-    assert tool.spec.cache == "auto"
+    assert tool.spec.cache is None and tool.spec.effective_cache == "off"  # approval required: no cross-run cache
     with pytest.raises(api.ManifestError, match="expected one document"):
         api.load_manifest(str(path))
 

@@ -173,7 +173,7 @@ def test_exec_reads_secrets_before_importing_tools(tmp_path: Path, source: str) 
         env[S.SECRETS_DIR_ENV] = str(tmp_path / "s")
     proc = _exec(tmp_path, {"spy": "spy_tools:look"}, env)
     # No adapter in this environment: the attempt ends terminally after the tools were built.
-    assert proc.returncode == EXIT_TERMINAL and "needs the adapter package" in proc.stderr, proc.stderr
+    assert proc.returncode == EXIT_TERMINAL and "no adapter for framework" in proc.stderr, proc.stderr
     spied = json.loads((tmp_path / "seen.json").read_text())
     assert spied["held"] == {"A_TOKEN": A_VALUE}  # held for the spy tool's calls, in the process tools run in
     seen = spied["env"]

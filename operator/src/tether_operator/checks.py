@@ -181,10 +181,32 @@ def check_implementation(name: str, spec: AgentToolSpec, allowed: tuple[str, ...
     return []
 
 
+def check_approval(spec: AgentToolSpec, what: str, allow_auto_approve: bool) -> list[Problem]:
+    """An approval timeout may approve only where the cluster admin allows it (chart value)."""
+    approval = spec.approval
+    if approval is None or approval.default_action != "approve" or allow_auto_approve:
+        return []
+    return [
+        Problem(
+            Reason.AUTO_APPROVE_NOT_ALLOWED,
+            f"{what}: spec.approval.defaultAction: approve would run the tool with no human asked; this cluster does not "
+            "allow auto-approval (chart value approvals.allowAutoApprove): use defaultAction: decline",
+            terminal=True,
+        )
+    ]
+
+
 async def check_tool(
-    namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict[str, object], allowed: tuple[str, ...] | None = None
+    namespace: str,
+    name: str,
+    spec: AgentToolSpec,
+    gpu_node_pools: dict[str, object],
+    allowed: tuple[str, ...] | None = None,
+    *,
+    allow_auto_approve: bool = False,
 ) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
+    out.problems += check_approval(spec, f"AgentTool {name}", allow_auto_approve)
     out.problems += check_implementation(name, spec, allowed)
     env: dict[str, str] = {}
     for item in spec.env or []:
@@ -204,6 +226,8 @@ async def check_run(
     gpu_node_pools: dict[str, object],
     allowed: tuple[str, ...] | None = None,
     allowed_base_urls: tuple[str, ...] = (),
+    *,
+    allow_auto_approve: bool = False,
 ) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
     out.problems += await check_base_url(spec.model.base_url, allowed_base_urls)
@@ -217,7 +241,7 @@ async def check_run(
         except ManifestError as exc:  # an older or newer CRD version than this operator knows
             out.problems.append(Problem(Reason.TOOL_NOT_READY, f"AgentTool {name}: {exc}"))
             continue
-        resolved = await check_tool(namespace, name, tool, gpu_node_pools, allowed)
+        resolved = await check_tool(namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve)
         out.problems += resolved.problems
         out.tool_env.update(resolved.tool_env)
         out.tools[name] = tool

@@ -123,6 +123,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             memo.settings.gpu_node_pools,
             memo.settings.tool_modules,
             memo.executor.probe_tool,
+            allow_auto_approve=memo.settings.allow_auto_approve,
         )
         if change is not None:
             reason, message = change

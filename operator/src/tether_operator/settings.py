@@ -65,6 +65,9 @@ class Settings:
     """Modules AgentTool implementations may come from (env TETHER_TOOL_MODULES, comma-separated;
     chart value tools.allowedModules). None: the runtime image's default (the modules installed
     distributions declare in the entry-point group `tether.tools`), enforced by the runtime."""
+    allow_auto_approve: bool = False
+    """Honour `approval.defaultAction: approve` (env TETHER_ALLOW_AUTO_APPROVE, chart value
+    approvals.allowAutoApprove). Off: such a tool is not Ready and a timeout can only decline."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -95,6 +98,7 @@ class Settings:
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
             allowed_base_urls=tuple(json.loads(env.get("TETHER_ALLOWED_BASE_URLS") or "[]")),
             tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
+            allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
         )
 
 

@@ -28,12 +28,14 @@ async def reconcile_tool(
     gpu_node_pools: dict,
     allowed: tuple[str, ...] | None = None,
     probe: Callable[[str], Awaitable[str | None]] | None = None,
+    *,
+    allow_auto_approve: bool = False,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
         tool = read_spec(AgentToolSpec, spec)
-        problems = (await check_tool(namespace, name, tool, gpu_node_pools, allowed)).problems
+        problems = (await check_tool(namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve)).problems
         if probe is not None and not any(p.reason == Reason.TOOL_NOT_ALLOWED for p in problems):
             # Importability is checked where the runtime runs, never in the operator's process.
             refusal = await probe(tool.implementation)

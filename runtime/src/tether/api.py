@@ -431,23 +431,74 @@ class AgentRunSpec(_Wire):
 # --------------------------------------------------------------------------------- AgentTool
 
 
-class Approval(_Wire):
-    """Human approval before each call of the tool."""
+#: The shortest approval timeout admission accepts: a human needs time to see the request.
+MIN_APPROVAL_TIMEOUT = "1m"
 
-    required: bool = Field(default=False, description="Ask a human before each call.")
+
+def _approval_timeout(value: str | None) -> str | None:
+    if value is not None and parse_duration(value) < parse_duration(MIN_APPROVAL_TIMEOUT):
+        raise ValueError(f"an approval timeout must be at least {MIN_APPROVAL_TIMEOUT} (a human needs time to decide), not {value}")
+    return value
+
+
+class Approval(_Wire):
+    """Human approval before each call of the tool.
+
+    Every new call waits for a decision: results cached by earlier runs are not reused for such a
+    tool unless `cachedWithoutApproval` says so. Within one run a call that was approved and
+    completed replays after a crash without asking again (that is the journal, not the cache).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.required",
+                    "approval settings need required: true (remove approval to call the tool without asking)",
+                    fieldPath=".required",
+                )
+            ]
+        }
+    )
+
+    required: bool = Field(
+        default=False, description="Ask a human before each call. Must be true when approval is set (remove approval instead)."
+    )
     prompt: str | None = Field(
         default=None,
         max_length=2048,
         description="Question shown to the approver; `{name}` placeholders are filled from the "
         "call's arguments, e.g. 'Refund {amount} to {customer}?'.",
     )
-    timeout: str | None = Field(
+    timeout: Annotated[str | None, AfterValidator(_approval_timeout)] = Field(
         default=None,
         pattern=DURATION,
         max_length=32,
-        description="How long to wait for a decision, e.g. 24h; then defaultAction applies. Without it the run waits indefinitely.",
+        description=f"How long to wait for a decision, at least {MIN_APPROVAL_TIMEOUT}, e.g. 24h; then defaultAction applies. "
+        "Without it the run waits indefinitely.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(f"duration(self) >= duration('{MIN_APPROVAL_TIMEOUT}')", f"must be at least {MIN_APPROVAL_TIMEOUT}")
+            ]
+        },
     )
-    default_action: Literal["approve", "decline"] = Field(default="decline", description="Decision taken when the timeout passes.")
+    default_action: Literal["approve", "decline"] = Field(
+        default="decline",
+        description="Decision taken when the timeout passes. approve is honoured only where the cluster admin "
+        "allows auto-approval (chart value approvals.allowAutoApprove, default false); otherwise the tool is not "
+        "Ready and runs using it are refused.",
+    )
+    cached_without_approval: bool = Field(
+        default=False,
+        description="Allow cache: auto on this tool: a result cached by an earlier run with the same version and "
+        "arguments is then returned WITHOUT asking anyone. Off by default: every new call needs a decision.",
+    )
+
+    @model_validator(mode="after")
+    def _required(self) -> Approval:
+        if not self.required:
+            raise ValueError("approval settings need required: true (remove approval to call the tool without asking)")
+        return self
 
 
 class EnvFromSecret(_Wire):
@@ -457,8 +508,27 @@ class EnvFromSecret(_Wire):
     secret_key_ref: SecretKeyRef = Field(description="Secret key holding the value.")
 
 
+CACHE_WITH_APPROVAL = (
+    "cache: auto would return results cached by earlier runs without asking for approval; "
+    "set cache: off, or approval.cachedWithoutApproval: true to allow it"
+)
+
+
 class AgentToolSpec(_Wire):
     """A tool an agent may call: a Python function, where it runs, and how it is governed."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!(has(self.cache) && self.cache == 'auto' && has(self.approval) && self.approval.required)"
+                    " || (has(self.approval.cachedWithoutApproval) && self.approval.cachedWithoutApproval)",
+                    CACHE_WITH_APPROVAL,
+                    fieldPath=".cache",
+                )
+            ]
+        }
+    )
 
     description: Text = Field(
         min_length=1,
@@ -483,10 +553,12 @@ class AgentToolSpec(_Wire):
         default=None,
         description="Limit of one call, e.g. 30s; a call over it fails recoverably.",
     )
-    cache: Literal["auto", "off"] = Field(
-        default="auto",
+    cache: Literal["auto", "off"] | None = Field(
+        default=None,
         description="auto: reuse a result across runs for the same version and arguments; off: "
-        "never across runs. Within one run a completed call never executes twice either way.",
+        "never across runs. Within one run a completed call never executes twice either way. "
+        "Default: auto, or off for a tool that requires approval; cache: auto with approval "
+        "required is refused unless approval.cachedWithoutApproval is true.",
     )
     approval: Approval | None = Field(default=None, description="Human approval of each call.")
     env: list[EnvFromSecret] | None = Field(
@@ -504,6 +576,21 @@ class AgentToolSpec(_Wire):
         if duplicates:
             raise ValueError(f"duplicate env names: {', '.join(duplicates)}")
         return env
+
+    @property
+    def approval_required(self) -> bool:
+        return self.approval is not None and self.approval.required
+
+    @property
+    def effective_cache(self) -> Literal["auto", "off"]:
+        """The cache setting in force: the spec's, else off for an approval-required tool, else auto."""
+        return self.cache or ("off" if self.approval_required else "auto")
+
+    @model_validator(mode="after")
+    def _cache_needs_decision(self) -> AgentToolSpec:
+        if self.cache == "auto" and self.approval is not None and self.approval.required and not self.approval.cached_without_approval:
+            raise ValueError(CACHE_WITH_APPROVAL)
+        return self
 
 
 # -------------------------------------------------------------------------------------- status
@@ -540,6 +627,17 @@ class Execution(_Wire):
     url: str | None = Field(default=None, description="Link to the execution, when one exists.")
 
 
+class Divergence(_Wire):
+    """Where a retry first sent a step the journal did not hold while recorded steps of that kind were left."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Literal["model", "tool"] = Field(description="model (a turn) or tool (a call).")
+    step: int = Field(ge=0, description="Index of the step within the attempt (1 = first).")
+    attempt: int = Field(default=0, ge=0, description="The attempt that diverged.")
+    fingerprint: str | None = Field(default=None, max_length=128, description="Fingerprint of the request not found in the journal.")
+
+
 class Steps(_Wire):
     """Journal counts: live steps ran now, replayed steps came from the journal."""
 
@@ -549,9 +647,9 @@ class Steps(_Wire):
     model_replayed: int = Field(default=0, ge=0, description="Model turns replayed.")
     tool_live: int = Field(default=0, ge=0, description="Tool calls executed.")
     tool_replayed: int = Field(default=0, ge=0, description="Tool calls replayed.")
-    first_divergence: int | None = Field(
+    first_divergence: Divergence | None = Field(
         default=None,
-        description="First model turn at which a retry sent a request not in the journal.",
+        description="First step at which a retry sent a request not in the journal (a cache miss, not an error).",
     )
     turns: str | None = Field(default=None, description="Model turns as live/replayed (for the printer column).")
 
@@ -568,6 +666,9 @@ class Usage(_Wire):
     cost_usd: float = Field(default=0.0, alias="costUSD", description="Cost of all turns in US dollars.")
     live_cost_usd: float = Field(default=0.0, alias="liveCostUSD", description="Cost of the turns called live.")
     saved_usd: float = Field(default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again).")
+    live_tokens: int = Field(default=0, ge=0, description="Tokens of the turns called live.")
+    replayed_tokens: int = Field(default=0, ge=0, description="Tokens of the turns replayed from the journal.")
+    unpriced_models: list[str] = Field(default_factory=list, max_length=32, description="Models with no price: their cost is not counted.")
 
 
 class ApprovalStatus(_Wire):

@@ -142,7 +142,8 @@ def _crd(
         {
             "rule": "self == oldSelf",
             "message": f"spec is immutable: create a new {kind} instead of changing this one",
-        }
+        },
+        *spec_schema.get("x-kubernetes-validations", []),  # the spec model's own rules
     ]
     status_schema = schema_of(status)
     # An object's status starts out as {} so that observedGeneration reads -1 (not "done")

@@ -48,7 +48,15 @@ def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | No
     approval = None
     if spec.approval and spec.approval.required:
         approval = spec.approval.prompt or True
-    tool = Tool(fn, name=name, description=spec.description, cache=spec.cache, version=spec.version, approval=approval)
+    tool = Tool(
+        fn,
+        name=name,
+        description=spec.description,
+        cache=spec.effective_cache,
+        version=spec.version,
+        approval=approval,
+        cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
+    )
     tool.spec.secrets = tool_secrets(name)
     return tool
 
@@ -97,10 +105,9 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
         allowed = allowed_tool_modules()  # once: reading entry points scans every distribution
         tools = [tool_from_spec(name, request.tools[name], allowed) for name in spec.tools]
         adapter = load_adapter(spec.framework)
-    except ConfigError as e:
-        # Refused before the run started: say why where the operator reads it (status).
-        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=EXIT_TERMINAL)
-        _publish_refusal(store, request.run_id, outcome["error"])
+    except Exception as e:  # the run could not start: say why where status is read, not only in a log
+        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
+        _publish_failed_start(store, request.run_id, outcome["error"])
         return outcome
     try:
         provider = spec.model.provider
@@ -142,17 +149,6 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
     return outcome
 
 
-def _publish_refusal(store: str, run_id: str, error: str) -> None:
-    from .progress import progress_key
-    from .stores import open_store
-
-    doc = {"phase": "Failed", "error": error, "updatedAt": time.time()}
-    try:
-        open_store(store).put(progress_key(run_id), json.dumps(doc).encode())
-    except Exception:  # progress is advisory; the exit code still says terminal
-        pass
-
-
 def step_printer(stream=sys.stdout) -> Callable:
     """Progress lines as steps complete (``stream=None``: silent); ``$TETHER_KILL_AFTER_STEP``
     SIGKILLs the process after that many steps (to watch a crash and a resume happen)."""
@@ -176,6 +172,18 @@ def _print_step(e, stream) -> None:
     cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
     err = "  (error)" if e.outcome == "error" else ""
     print(f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}", file=stream, flush=True)
+
+
+def _publish_failed_start(store: str, run_id: str, error: str) -> None:
+    """Progress for an attempt that failed before the agent started: the cause, and no figures
+    of an earlier attempt (the operator and ``tether run`` show this document)."""
+    from .progress import Progress, write_progress
+    from .stores import open_store
+
+    try:
+        write_progress(open_store(store), run_id, Progress(phase="Failed", error=error, updated_at=time.time()))
+    except Exception:  # the store is what failed, or is unreachable: the exit code still tells
+        pass
 
 
 @env.task

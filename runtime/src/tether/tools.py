@@ -2,7 +2,8 @@
 
     journal hit, ok      → the recorded result (the tool does not run)
     journal hit, error   → the recorded error, raised again as ToolError
-    cache hit (auto)     → the cached result, also written to this run's journal
+    cache hit (auto)     → the cached result, also written to this run's journal (never for a tool
+                           that requires approval, unless it opted in with cached_without_approval)
     otherwise            → run the tool, record, return
 
 A completed call never runs twice within a run scope, whatever its cache setting. Exceptions a
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
-from .errors import StoreError, ToolError
+from .errors import ConfigError, StoreError, ToolError
 from .journal import Record
 from .run import Run, current_run
 from .secrets import tool_scope
@@ -84,10 +85,23 @@ class ToolSpec:
     code: str = field(default="")
     #: The tool's own secrets (its AgentTool's ``env``): visible only during its calls (``tether.secrets``).
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: With ``approval`` and ``cache="auto"``: return a result cached by an earlier run without
+    #: asking anyone. Off unless said explicitly; every new call needs a decision otherwise.
+    cached_without_approval: bool = False
 
     def __post_init__(self) -> None:
         if not self.code:
             self.code = code_hash(self.fn)
+        if self.cache == "auto" and self.approval is not None and not self.cached_without_approval:
+            raise ConfigError(
+                f"tool {self.name}: cache='auto' would return results cached by earlier runs without asking for approval; "
+                "use cache='off', or cached_without_approval=True to allow it"
+            )
+
+    @property
+    def reuses_cached(self) -> bool:
+        """Whether a result cached by an earlier run may stand in for a call."""
+        return self.cache == "auto" and (self.approval is None or self.cached_without_approval)
 
 
 def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict, str]:
@@ -121,7 +135,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     if record is not None:
         run.tool_step(spec.name, replayed=True, outcome=record.outcome)
         return _from_record(spec, record)
-    if spec.cache == "auto" and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
+    if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
         await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))
         run.tool_step(spec.name, replayed=True, outcome=cached.outcome)

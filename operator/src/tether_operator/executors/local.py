@@ -238,8 +238,10 @@ class LocalExecutor(Executor):
             if code == EXIT_SUSPENDED:
                 return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
             if code == EXIT_TERMINAL:
-                # The reason is in the run's progress (error); logs may hold what status must not.
-                return run.set(ExecutionState.FAILED, "terminal failure (exit code 2)")
+                # The cause is the runtime's outcome line (also in its progress), not the whole log:
+                # logs may hold what status must not. The operator scrubs Secret values from it.
+                error = _outcome_error(folder / f"attempt-{run.attempts}.log")
+                return run.set(ExecutionState.FAILED, error or "terminal failure (exit code 2)")
             run.failures += 1
             died = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             if code == _TIMED_OUT:
@@ -290,6 +292,22 @@ class LocalExecutor(Executor):
 
 
 _TIMED_OUT = -1000
+
+
+def _outcome_error(log: Path) -> str | None:
+    """The `error` of the JSON outcome `tether exec` prints as its last stdout line, if any."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines[-50:]):
+        if line.startswith("{") and '"exit_code"' in line:
+            try:
+                error = json.loads(line).get("error")
+            except ValueError:
+                return None
+            return str(error)[:1024] if error else None
+    return None
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

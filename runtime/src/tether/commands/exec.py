@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import secrets as tether_secrets
+from . import EXIT_CODES_HELP, command_name
 
 EXIT_TERMINAL = 2  # tether.entrypoint's; not imported before the secrets are in hand
 
@@ -25,7 +26,12 @@ def main(argv: list[str]) -> int:
     except (tether_secrets.SecretsError, OSError) as e:
         print(f"tether exec: secrets: {e}", file=sys.stderr)
         return EXIT_TERMINAL
-    p = argparse.ArgumentParser(prog="tether exec")
+    p = argparse.ArgumentParser(
+        prog=f"{command_name()} exec",
+        description="One attempt of an AgentRun request, as a Flyte local execution.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("request", help="exec request JSON file ('-' for stdin)")
     p.add_argument("--store", required=True, help="store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=...")
     p.add_argument("--progress", action="store_true", help="print a line per step")

@@ -59,6 +59,10 @@ def tether_release(kube: ControlPlane) -> Release:
         "watchNamespaces={" + ",".join(SERVED) + "}",
         "--set",
         "gpuNodePools.A100.nodeSelector.gpu=a100",
+        # The development executor, opted into explicitly (the chart's default is kubernetes;
+        # test_kubernetes_executor.py installs a second release with it).
+        "--set",
+        "executor.kind=local",
         "--wait=false",
     )
     kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
@@ -149,7 +153,7 @@ class Operator:
 @pytest.fixture(scope="session")
 def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
     # op-a only: the end-to-end tests run their own operator (with an agent environment) on op-b.
-    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"), (SERVED[0],))
+    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"), (SERVED[0],), TETHER_EXECUTOR="local")
     op.start()
     yield op
     op.stop()

@@ -59,9 +59,9 @@ async def _secret_value(namespace: str, name: str, key: str, what: str, env: dic
     return None
 
 
-async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict) -> Resolved:
+async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict, read_secrets: bool = True) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
-    for item in spec.env or []:
+    for item in spec.env or [] if read_secrets else []:
         ref = item.secret_key_ref
         problem = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}", out.env, item.name)
         if problem:
@@ -69,7 +69,9 @@ async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_po
     return out
 
 
-async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) -> Resolved:
+async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict, read_secrets: bool = True) -> Resolved:
+    """`read_secrets=False` (executors whose pods mount the Secrets): Secrets are neither read
+    nor checked by the operator; a missing one keeps the runner pod from starting."""
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
     for name in spec.tools:
         obj = await kube.get_tool(namespace, name)
@@ -81,12 +83,12 @@ async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) ->
         except ValueError as exc:  # an older or newer CRD version than this operator knows
             out.problems.append(Problem(Reason.TOOL_NOT_READY, f"AgentTool {name}: {exc}"))
             continue
-        resolved = await check_tool(namespace, name, tool, gpu_node_pools)
+        resolved = await check_tool(namespace, name, tool, gpu_node_pools, read_secrets)
         out.problems += resolved.problems
         out.env.update(resolved.env)
         out.tools[name] = tool
     ref = spec.model.api_key_secret_ref
-    if ref is not None:
+    if ref is not None and read_secrets:
         var = PROVIDER_KEY_ENV[spec.model.provider]
         problem = await _secret_value(namespace, ref.name, ref.key, "model API key", out.env, var)
         if problem:

@@ -31,6 +31,7 @@ class Reason:
     MISSING_SECRET = "MissingSecret"
     MISSING_SECRET_KEY = "MissingSecretKey"
     INVALID_RESOURCES = "InvalidResources"
+    UNSUPPORTED_BY_EXECUTOR = "UnsupportedByExecutor"
     QUEUED = "Queued"
     SUBMITTED = "Submitted"
     RUNNING = "Running"

@@ -24,16 +24,17 @@ async def reconcile_tool(
     spec: dict[str, Any],
     status: dict[str, Any],
     gpu_node_pools: dict,
+    read_secrets: bool = True,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
         tool = AgentToolSpec.model_validate(spec)
-        problems = (await check_tool(namespace, name, tool, gpu_node_pools)).problems
+        problems = (await check_tool(namespace, name, tool, gpu_node_pools, read_secrets)).problems
     except ValueError as exc:
         problems = [Problem("InvalidSpec", str(exc), terminal=True)]
     if not problems:
-        reason, message = Reason.VALID, "the tool's Secrets and resources resolve"
+        reason, message = Reason.VALID, "the tool's Secrets and resources resolve" if read_secrets else "the tool's resources resolve"
         new = C.kstatus(conditions, ready=(reason, message), generation=generation)
     else:
         reason, message = problems[0].reason, "; ".join(p.message for p in problems)

@@ -144,7 +144,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
     registry._spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in registry._spawning._handlers]
 
     @kopf.on.event(GROUP, VERSION, "agentruns", id="agentrun-events", registry=registry)
-    async def agentrun_events(type: str, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    async def agentrun_events(
+        type: str, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+    ) -> None:
         meta = body.meta
         uid, namespace = meta["uid"], meta["namespace"]
         if type == "DELETED":

@@ -399,6 +399,45 @@ def test_rbac_cluster_wide_mode(kube: ControlPlane, releases: tuple[Release, Rel
     assert not can(kube, release, "create", "clusterrolebindings.rbac.authorization.k8s.io")
 
 
+def test_runs_holding_nothing_are_deleted_without_the_operator(kube: ControlPlane, k8s_operator: Operator) -> None:
+    apply_run(kube, "waits-for-tool", tools=["not-there"])
+    wait_for(lambda: condition(get(kube, "agentrun", NS, "waits-for-tool"), "Accepted").get("reason") == "UnknownTool", what="UnknownTool")
+    suspended = apply_run(kube, "asks-later")
+    pod = wait_pod(kube, suspended, 1)
+    store = open_store(f"{k8s_operator.store_url}/{NS}")
+    request = {"id": "d4e5f6", "tool": "issue-refund", "prompt": "Refund?", "arguments": {}, "requestedAt": 1.0}
+    store.create(f"approvals/{suspended['metadata']['uid']}/d4e5f6.request.json", json.dumps(request).encode())
+    kubelet(kube, pod, "Failed", 3)
+    finished = apply_run(kube, "done-already")
+    kubelet(kube, wait_pod(kube, finished, 1), "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/done-already")
+    wait_for(lambda: phase_of(kube, "asks-later") == "AwaitingApproval", what="AwaitingApproval")
+    names = ("waits-for-tool", "asks-later", "done-already")
+    wait_for(lambda: not any(finalizers(kube, n) for n in names), what="no finalizers")
+    k8s_operator.stop()  # as after `helm uninstall` with the CRDs kept
+    try:
+        for name in names:
+            kube.kubectl("delete", "agentrun", name, "-n", NS, "--timeout=15s")
+    finally:
+        k8s_operator.start()
+    assert not any(kube.kubectl("get", "agentrun", n, "-n", NS, check=False).returncode == 0 for n in names)
+    assert not pods_of(kube, suspended)
+
+
+def test_a_restarted_operator_adopts_the_running_pod(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "survives")
+    first = wait_pod(kube, run, 1)
+    kubelet(kube, first, "Running")
+    wait_for(lambda: phase_of(kube, "survives") == "Running", what="Running")
+    k8s_operator.kill()  # SIGKILL: no cleanup; the pod keeps running
+    k8s_operator.start()
+    kubelet(kube, first, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/survives")
+    assert list(pods_of(kube, run)) == [first["metadata"]["name"]], "adopted, never a second pod"
+    assert get(kube, "agentrun", NS, "survives")["status"]["attempts"] == 1
+    assert wait_for(lambda: not finalizers(kube, "survives"), what="finalizer released")
+
+
 def test_k8s_operator_never_crashed(k8s_operator: Operator) -> None:
     assert k8s_operator.alive()
     logs = k8s_operator.logs()

@@ -138,7 +138,13 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             store_url=memo.settings.store.for_namespace(namespace),
             logger=logger,
         )
-        await loop.run(_StopWhenGone(stopped, memo.gone, body.meta["uid"]))
+        uid = body.meta["uid"]
+        try:
+            await loop.run(_StopWhenGone(stopped, memo.gone, uid))
+        finally:
+            if uid in memo.gone:  # deleted while nothing ran (e.g. suspended): forget the execution
+                memo.gone.discard(uid)
+                await memo.executor.abort(execution_name(uid), namespace)
 
     # kopf requires a finalizer for daemons; ours is held by the RunLoop only while something runs.
     registry._spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in registry._spawning._handlers]
@@ -149,13 +155,12 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
     ) -> None:
         meta = body.meta
         uid, namespace = meta["uid"], meta["namespace"]
-        if type == "DELETED":
+        if type == "DELETED" and body.status.get("phase") not in FINISHED:  # its daemon may still run
             memo.gone.add(uid)
         if not meta.get("deletionTimestamp") or FINALIZER not in (meta.get("finalizers") or []):
             return
         await memo.executor.abort(execution_name(uid), namespace)
         await kube.set_finalizer("agentruns", namespace, meta["name"], FINALIZER, False)
-        memo.gone.add(uid)
         logger.info("aborted execution %s", execution_name(uid))
 
     if settings.executor.kind == "kubernetes":

@@ -120,3 +120,14 @@ def test_pod_outcomes_map_to_the_exit_code_contract() -> None:
     assert pod_outcome(pod("Failed", 137, "OOMKilled"), 60) == (137, "exit code 137 (OOMKilled)")
     assert pod_outcome(pod("Failed", pod_reason="Evicted"), 60) == (-1, "pod Evicted")
     assert pod_outcome(pod("Failed", 137, pod_reason="DeadlineExceeded"), 90) == (-1, "timed out after 90s")
+
+
+def test_kopf_daemon_finalizer_is_switched_off_for_agentruns() -> None:
+    """handlers.py rewrites kopf's private registry (`_spawning._handlers`) so the AgentRun daemon
+    adds no finalizer (ours is held only while something runs): fails loudly if kopf changes it."""
+    from tether_operator.handlers import build_registry
+    from tether_operator.settings import Settings
+
+    registry = build_registry(Settings.from_env({}))
+    daemons = {h.id: h.requires_finalizer for h in registry._spawning.get_all_handlers()}
+    assert daemons["agentrun"] is False, "kopf's daemon registry changed: see handlers.build_registry"

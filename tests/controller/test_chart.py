@@ -25,7 +25,7 @@ def helm() -> Path:
 
 def render(helm: Path, *sets: str, check: bool = True) -> list[dict[str, Any]] | str:
     argv = [str(helm), "template", "tether", str(CHART), "-n", "tether-system"]
-    for s in sets:
+    for s in ("store.s3.bucket=test-runs", *sets):  # the kubernetes executor needs a store pods reach
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if not check:
@@ -39,8 +39,16 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_helm_lint(helm: Path) -> None:
-    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), "--set", "store.s3.bucket=runs"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_kubernetes_executor_refuses_a_store_its_pods_cannot_reach(helm: Path) -> None:
+    argv = [str(helm), "template", "tether", str(CHART)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode != 0 and "runner pods need a store they can reach; set store.s3.bucket" in proc.stderr
+    proc = subprocess.run([*argv, "--set", "executor.kind=local"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_deployment_is_hardened(helm: Path) -> None:

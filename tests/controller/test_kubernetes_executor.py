@@ -42,7 +42,7 @@ def releases(kube: ControlPlane, tether_release: Release) -> tuple[Release, Rele
     session release)."""
     for ns in (NS, NS_B, OTHER):
         kube.kubectl("create", "namespace", ns, check=False)
-    common = ["--set", "crds.enabled=false", "--wait=false"]
+    common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--wait=false"]
     kube.helm("upgrade", "--install", "tether-k8s", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", *common)  # fmt: skip
     kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace", *common)

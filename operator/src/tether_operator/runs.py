@@ -198,10 +198,7 @@ class RunLoop:
                 resolved.problems.append(
                     Problem(
                         Reason.UNSUPPORTED_BY_EXECUTOR,
-                        f"the {self.executor.kind} executor does not honour {', '.join(refused)}; remove "
-                        + ("it" if len(refused) == 1 else "them")
-                        + " or use an executor that does (AgentTool image/resources: flyte; "
-                        "the run's image, resources and placement: kubernetes or flyte)",
+                        f"the {self.executor.kind} executor does not honour {', '.join(refused)} ({self.executor.refusal_hint})",
                         terminal=True,
                     )
                 )

@@ -133,6 +133,8 @@ class Executor(ABC):
     kind: str
     supports: frozenset[Capability] = frozenset()
     """Spec fields this executor honours; a run asking for others is refused."""
+    refusal_hint: str = ""
+    """Said to a run refused for asking more than `supports`: what to do instead."""
     reads_secrets: bool = True
     """Whether the operator must read the run's Secret values and hand them over in `env`
     (False: the executor's pods mount the Secrets themselves)."""

@@ -227,6 +227,7 @@ class _Execution:
 class KubernetesExecutor(Executor):
     kind = "kubernetes"
     supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.NODE_SELECTOR, Capability.TOLERATIONS})
+    refusal_hint = "one pod runs the agent and its tools: an AgentTool cannot have an image or resources of its own"
     reads_secrets = False
 
     def __init__(

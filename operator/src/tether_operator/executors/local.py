@@ -74,6 +74,7 @@ class LocalExecutor(Executor):
 
     kind = "local"
     supports: frozenset[Capability] = frozenset()
+    refusal_hint = "a development mode; the kubernetes executor honours the run's image, resources and placement"
     reads_secrets = True
 
     def __init__(

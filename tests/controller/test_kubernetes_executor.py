@@ -438,6 +438,18 @@ def test_a_restarted_operator_adopts_the_running_pod(kube: ControlPlane, k8s_ope
     assert wait_for(lambda: not finalizers(kube, "survives"), what="finalizer released")
 
 
+def test_deaths_before_an_operator_restart_count_against_retries(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "dies-twice", retries=1)
+    kubelet(kube, wait_pod(kube, run, 1), "Failed", 137)
+    second = wait_pod(kube, run, 2)
+    k8s_operator.kill()
+    k8s_operator.start()
+    kubelet(kube, second, "Failed", 1)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/dies-twice")
+    assert condition(get(kube, "agentrun", NS, "dies-twice"), "Failed")["reason"] == "RetriesExhausted"
+    assert len(pods_of(kube, run)) == 2, "no third attempt: retries is 1"
+
+
 def test_k8s_operator_never_crashed(k8s_operator: Operator) -> None:
     assert k8s_operator.alive()
     logs = k8s_operator.logs()

@@ -55,6 +55,7 @@ WORK_DIR = "/work"
 RUNNER_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
 _NO_EXIT_CODE = -1  # the pod died without a container exit code (evicted, deleted, node lost)
+_NOT_DEATHS = (EXIT_SUCCEEDED, EXIT_TERMINAL, EXIT_SUSPENDED)
 
 
 def pod_name(execution: str, attempt: int) -> str:
@@ -348,11 +349,14 @@ class KubernetesExecutor(Executor):
         namespace = sub.request.namespace
         try:
             await self._prepare(sub)
-            existing = [int(p["metadata"]["labels"].get(ATTEMPT_LABEL, 0)) for p in await self._pods(namespace, sub.name)]
-            latest = max(existing, default=0)
+            pods = {int(p["metadata"]["labels"].get(ATTEMPT_LABEL, 0)): p for p in await self._pods(namespace, sub.name)}
+            latest = max(pods, default=0)
             # After an operator restart the newest pod is the current attempt, whatever status says.
             current = latest if adopt and latest and latest >= run.attempts else 0
             run.attempts = max(run.attempts, latest)
+            # Earlier attempts that died (before a restart) still count against retries.
+            outcomes = [pod_outcome(p, sub.timeout_seconds) for n, p in pods.items() if n != current]
+            run.failures = max(run.failures, sum(1 for o in outcomes if o is not None and o[0] not in _NOT_DEATHS))
             while True:
                 if not current:
                     current = run.attempts + 1
@@ -384,7 +388,10 @@ class KubernetesExecutor(Executor):
                 await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the apiserver refused (RBAC, quota, admission): say so, retry later
+        except Exception as exc:
+            if isinstance(exc, kube.KubeError) and exc.status in (400, 422):  # an invalid pod stays invalid
+                return run.set(ExecutionState.FAILED, f"the runner pod was refused: {exc}")
+            # the apiserver unreachable, a quota, an admission webhook: say so, try again later
             log.warning("execution %s: %s", sub.name, exc)
             run.set(ExecutionState.QUEUED, f"cannot create the runner pod: {exc}")
             await asyncio.sleep(self.resync_seconds)

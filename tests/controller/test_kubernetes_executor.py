@@ -450,6 +450,20 @@ def test_deaths_before_an_operator_restart_count_against_retries(kube: ControlPl
     assert len(pods_of(kube, run)) == 2, "no third attempt: retries is 1"
 
 
+def test_a_pod_the_apiserver_refuses_fails_the_run(kube: ControlPlane, k8s_operator: Operator) -> None:
+    # `operator: Exists` with a value: valid for the CRD today, invalid in a pod (if admission
+    # learns to refuse it, the run never exists, which is as good).
+    spec = {"tolerations": [{"key": "spot", "operator": "Exists", "value": "yes"}]}
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "bad-pod"}, "spec": {
+        "framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hello", **spec}}  # fmt: skip
+    if kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc), check=False).returncode != 0:
+        return
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/bad-pod")
+    failed = condition(get(kube, "agentrun", NS, "bad-pod"), "Failed")
+    assert "the runner pod was refused" in failed["message"] and "tolerations" in failed["message"]
+    assert not finalizers(kube, "bad-pod")
+
+
 def test_k8s_operator_never_crashed(k8s_operator: Operator) -> None:
     assert k8s_operator.alive()
     logs = k8s_operator.logs()

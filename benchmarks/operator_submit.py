@@ -83,6 +83,7 @@ def main() -> int:
             "TETHER_NAMESPACES": NS,
             "TETHER_STORE_URL": f"file://{work}/store",
             "TETHER_WORKDIR": str(work / "executions"),
+            "TETHER_EXECUTOR": "local",  # the figures were measured with it (the chart's default is kubernetes)
             "TETHER_CONCURRENCY": "1",
             "TETHER_HEALTH_PORT": str(free_port()),
             "TETHER_METRICS_PORT": str(metrics_port := free_port()),

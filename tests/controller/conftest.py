@@ -65,6 +65,10 @@ def tether_release(kube: ControlPlane) -> Release:
         "gpuNodePools.A100.nodeSelector.gpu=a100",
         "--set",
         "providers.allowedBaseURLs={" + LOOPBACK_PROVIDER + "}",
+        # The development executor, opted into explicitly (the chart's default is kubernetes;
+        # test_kubernetes_executor.py installs a second release with it).
+        "--set",
+        "executor.kind=local",
         "--wait=false",
     )
     kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
@@ -162,6 +166,7 @@ def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
         (SERVED[0],),
         PYTHONPATH=str(TOOLBOX),
         TETHER_TOOL_MODULES="shop",  # chart value tools.allowedModules
+        TETHER_EXECUTOR="local",
     )
     op.start()
     yield op

@@ -25,7 +25,7 @@ def helm() -> Path:
 
 def render(helm: Path, *sets: str, check: bool = True) -> list[dict[str, Any]] | str:
     argv = [str(helm), "template", "tether", str(CHART), "-n", "tether-system"]
-    for s in sets:
+    for s in ("store.s3.bucket=test-runs", *sets):  # the kubernetes executor needs a store pods reach
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if not check:
@@ -39,8 +39,16 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_helm_lint(helm: Path) -> None:
-    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), "--set", "store.s3.bucket=runs"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_kubernetes_executor_refuses_a_store_its_pods_cannot_reach(helm: Path) -> None:
+    argv = [str(helm), "template", "tether", str(CHART)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode != 0 and "runner pods need a store they can reach; set store.s3.bucket" in proc.stderr
+    proc = subprocess.run([*argv, "--set", "executor.kind=local"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_deployment_is_hardened(helm: Path) -> None:
@@ -127,7 +135,7 @@ def _rules(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
-    docs = render(helm, "watchNamespaces={team-a,team-b}")
+    docs = render(helm, "watchNamespaces={team-a,team-b}", "executor.kind=local")
     (discovery,) = of_kind(docs, "ClusterRole")  # namespaced mode: the only ClusterRole
     assert {v for _, _, v in _rules(discovery)} == {"get", "list", "watch"}
     roles = of_kind(docs, "Role")
@@ -140,10 +148,34 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
         assert {r[1] for r in rules} <= {"agentruns", "agenttools", "agentruns/status", "agenttools/status", "secrets", "events"}
     bindings = of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding")
     assert all(s["name"] == "tether" for b in bindings for s in b["subjects"])
+    assert not of_kind(docs, "ServiceAccount")[1:], "the local executor needs no runner ServiceAccount"
     # Cluster-wide mode: one ClusterRole with the same namespaced rules.
-    cluster = render(helm)
+    cluster = render(helm, "executor.kind=local")
     assert not of_kind(cluster, "Role")
     assert len(of_kind(cluster, "ClusterRole")) == 2
+
+
+def test_kubernetes_executor_is_the_default_and_its_rbac_reads_no_secrets(helm: Path) -> None:
+    docs = render(helm, "watchNamespaces={team-a,team-b}")
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_EXECUTOR"] == "kubernetes"
+    assert env["TETHER_RUNTIME_IMAGE"] == "ghcr.io/tether-dev/tether-runtime:0.1.0"
+    assert (env["TETHER_RUNNER_SERVICE_ACCOUNT"], env["TETHER_RUNNER_STORE_SECRET"]) == ("tether-runner", "tether-store")
+    for role in of_kind(docs, "Role"):
+        assert _rules(role) == sorted(
+            [
+                *((g, r, v) for g in ("tether.dev",) for r in ("agentruns", "agenttools") for v in ("get", "list", "watch", "patch")),
+                *(("tether.dev", r, v) for r in ("agentruns/status", "agenttools/status") for v in ("get", "patch")),
+                *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
+                *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+                *(("", "configmaps", v) for v in ("create", "delete")),
+                *(("", "serviceaccounts", v) for v in ("get", "create")),
+            ]
+        )
+    runners = [a for a in of_kind(docs, "ServiceAccount") if a["metadata"]["name"] == "tether-runner"]
+    assert sorted(a["metadata"]["namespace"] for a in runners) == ["team-a", "team-b"]
+    assert all(a["automountServiceAccountToken"] is False for a in runners)
 
 
 # ------------------------------------------------------------------- on the real apiserver

@@ -85,6 +85,7 @@ def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubecon
         OPENAI_AGENTS_DISABLE_TRACING="1",
         TETHER_CONCURRENCY="4",
         TETHER_ALLOW_AUTO_APPROVE="1",  # chart value approvals.allowAutoApprove: the timeout test approves
+        TETHER_EXECUTOR="local",
     )
     op.start()
     yield op
@@ -224,7 +225,7 @@ def test_decline_with_tether_approve(kube: ControlPlane, fake: FakeProvider, age
             "--by",
             "bob",
             "--store",
-            agent_operator.store_url,
+            f"{agent_operator.store_url}/{NS}",  # each namespace's runs under their own prefix
         ],
         check=True,
         capture_output=True,

@@ -62,3 +62,72 @@ def test_metrics_text_format() -> None:
     assert "# TYPE tether_operator_submissions_total counter" in text
     assert 'tether_operator_executions{state="Running"} 2' in text
     assert "tether_operator_submit_seconds_count" in text
+
+
+def test_each_namespace_has_its_own_store_prefix() -> None:
+    from tether_operator.settings import StoreSettings
+
+    s3 = StoreSettings(url="s3://runs/tether?endpoint_url=http://minio:9000&region=eu-west-1")
+    assert s3.for_namespace("team-a") == "s3://runs/tether/team-a?endpoint_url=http://minio:9000&region=eu-west-1"
+    assert StoreSettings(url="file:///var/lib/tether/store/").for_namespace("team-b") == "file:///var/lib/tether/store/team-b"
+
+
+def test_capabilities_name_every_unsupported_field() -> None:
+    from tether.api import AgentRunSpec, AgentToolSpec
+    from tether_operator.executors.base import unsupported
+    from tether_operator.executors.kubernetes import KubernetesExecutor
+    from tether_operator.executors.local import LocalExecutor
+
+    spec = AgentRunSpec.model_validate(
+        {
+            "framework": "openai",
+            "model": {"name": "gpt-4.1"},
+            "input": "hi",
+            "image": "x:1",
+            "resources": {"cpu": "1"},
+            "nodeSelector": {"a": "b"},
+            "tolerations": [{"key": "spot", "operator": "Exists"}],
+        }
+    )
+    tools = {
+        "embed": AgentToolSpec.model_validate({"description": "d", "implementation": "m:f", "resources": {"memory": "1Gi"}}),
+        "plain": AgentToolSpec.model_validate({"description": "d", "implementation": "m:f"}),
+    }
+    assert unsupported(spec, tools, LocalExecutor.supports) == [
+        "spec.image",
+        "spec.resources",
+        "spec.nodeSelector",
+        "spec.tolerations",
+        "spec.resources of AgentTool embed",
+    ]
+    assert unsupported(spec, tools, KubernetesExecutor.supports) == ["spec.resources of AgentTool embed"]
+    assert unsupported(spec, {"plain": tools["plain"]}, KubernetesExecutor.supports) == []
+
+
+def test_pod_outcomes_map_to_the_exit_code_contract() -> None:
+    from tether_operator.executors.kubernetes import pod_outcome
+
+    def pod(phase: str, code: int | None = None, reason: str = "", pod_reason: str = "") -> dict:
+        status: dict = {"phase": phase, "reason": pod_reason}
+        if code is not None:
+            status["containerStatuses"] = [{"name": "runtime", "state": {"terminated": {"exitCode": code, "reason": reason}}}]
+        return {"status": status}
+
+    assert pod_outcome(pod("Running"), 60) is None and pod_outcome(pod("Pending"), 60) is None
+    assert pod_outcome(pod("Succeeded", 0), 60) == (0, "the runtime finished")
+    assert pod_outcome(pod("Failed", 2), 60) == (2, "exit code 2")
+    assert pod_outcome(pod("Failed", 3), 60) == (3, "exit code 3")
+    assert pod_outcome(pod("Failed", 137, "OOMKilled"), 60) == (137, "exit code 137 (OOMKilled)")
+    assert pod_outcome(pod("Failed", pod_reason="Evicted"), 60) == (-1, "pod Evicted")
+    assert pod_outcome(pod("Failed", 137, pod_reason="DeadlineExceeded"), 90) == (-1, "timed out after 90s")
+
+
+def test_kopf_daemon_finalizer_is_switched_off_for_agentruns() -> None:
+    """handlers.py rewrites kopf's private registry (`_spawning._handlers`) so the AgentRun daemon
+    adds no finalizer (ours is held only while something runs): fails loudly if kopf changes it."""
+    from tether_operator.handlers import build_registry
+    from tether_operator.settings import Settings
+
+    registry = build_registry(Settings.from_env({}))
+    daemons = {h.id: h.requires_finalizer for h in registry._spawning.get_all_handlers()}
+    assert daemons["agentrun"] is False, "kopf's daemon registry changed: see handlers.build_registry"

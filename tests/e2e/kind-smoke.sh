@@ -6,7 +6,7 @@
 #
 # Steps: create cluster -> build+load the operator image -> helm install charts/tether
 # -> apply examples/openai/research.yaml (slow tools) -> once a step is done, kill the
-# runtime process (the local executor runs it inside the operator pod) -> wait for
+# runtime process (the local executor, opted into explicitly, runs it inside the operator pod) -> wait for
 # completion -> assert status.steps.modelReplayed > 0 (the retry replayed, not re-billed).
 # Knobs (env): CLUSTER, NS, IMAGE, DOCKERFILE, SKIP_BUILD=1, RELEASE, EXAMPLE,
 #              TIMEOUT, KEEP=1 (keep the cluster), HELM_ARGS (extra args for helm install).
@@ -48,7 +48,7 @@ k -n "$NS" create secret generic openai --from-literal=api-key="$OPENAI_API_KEY"
 k -n "$NS" label secret openai tether.dev/usable=true --overwrite  # the operator reads only labelled Secrets
 helm --kube-context "$KCTX" upgrade --install "$RELEASE" charts/tether -n "$NS" --wait \
   --timeout "${TIMEOUT}s" --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
-  --set image.pullPolicy=IfNotPresent ${HELM_ARGS:-}
+  --set image.pullPolicy=IfNotPresent --set executor.kind=local ${HELM_ARGS:-}
 
 k apply -n "$NS" -f "$EXAMPLE"
 # The example's object (kind/name) from the manifest itself, e.g. agentrun/weather.

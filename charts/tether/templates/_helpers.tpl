@@ -51,7 +51,8 @@ file:///var/lib/tether/store
 {{- end -}}
 {{- end -}}
 
-{{/* What the operator needs in every namespace it serves (a Role there, or a ClusterRole). */}}
+{{/* What the operator needs in every namespace it serves (a Role there, or a ClusterRole),
+for the configured executor. */}}
 {{- define "tether.namespacedRules" -}}
 - apiGroups: ["tether.dev"]
   resources: ["agentruns", "agenttools"]
@@ -59,11 +60,26 @@ file:///var/lib/tether/store
 - apiGroups: ["tether.dev"]
   resources: ["agentruns/status", "agenttools/status"]
   verbs: ["get", "patch"]
-# API keys and tools' env: read by name, never listed or watched.
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if eq .Values.executor.kind "kubernetes" }}
+# Runner pods (one per attempt) and the request ConfigMap of each execution. No Secrets: the
+# pods mount the ones their run names; the operator never reads a value.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "delete"]
+# The runner ServiceAccount (no token, no role), created when missing.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "create"]
+{{- else }}
+# Local (development) executor: API keys and tools' env are read by name, never listed or watched.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 {{- end -}}

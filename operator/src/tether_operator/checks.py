@@ -204,12 +204,13 @@ async def check_tool(
     allowed: tuple[str, ...] | None = None,
     *,
     allow_auto_approve: bool = False,
+    read_secrets: bool = True,
 ) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
     out.problems += check_approval(spec, f"AgentTool {name}", allow_auto_approve)
     out.problems += check_implementation(name, spec, allowed)
     env: dict[str, str] = {}
-    for item in spec.env or []:
+    for item in (spec.env or []) if read_secrets else []:
         ref = item.secret_key_ref
         value = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}")
         if isinstance(value, Problem):
@@ -228,7 +229,10 @@ async def check_run(
     allowed_base_urls: tuple[str, ...] = (),
     *,
     allow_auto_approve: bool = False,
+    read_secrets: bool = True,
 ) -> Resolved:
+    """`read_secrets=False` (executors whose pods mount the Secrets): Secrets are neither read
+    nor checked by the operator; a missing one keeps the runner pod from starting."""
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
     out.problems += await check_base_url(spec.model.base_url, allowed_base_urls)
     for name in spec.tools:
@@ -241,12 +245,14 @@ async def check_run(
         except ManifestError as exc:  # an older or newer CRD version than this operator knows
             out.problems.append(Problem(Reason.TOOL_NOT_READY, f"AgentTool {name}: {exc}"))
             continue
-        resolved = await check_tool(namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve)
+        resolved = await check_tool(
+            namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve, read_secrets=read_secrets
+        )
         out.problems += resolved.problems
         out.tool_env.update(resolved.tool_env)
         out.tools[name] = tool
     ref = spec.model.api_key_secret_ref
-    if ref is not None:
+    if ref is not None and read_secrets:
         value = await _secret_value(namespace, ref.name, ref.key, "model API key")
         if isinstance(value, Problem):
             out.problems.append(value)

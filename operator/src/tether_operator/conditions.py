@@ -40,6 +40,7 @@ class Reason:
     BASE_URL_NOT_ALLOWED = "BaseURLNotAllowed"
     BASE_URL_UNRESOLVED = "BaseURLUnresolved"
     AUTO_APPROVE_NOT_ALLOWED = "AutoApproveNotAllowed"
+    UNSUPPORTED_BY_EXECUTOR = "UnsupportedByExecutor"
     QUEUED = "Queued"
     SUBMITTED = "Submitted"
     RUNNING = "Running"

@@ -3,24 +3,32 @@
 login              credentials from the in-cluster ServiceAccount or $KUBECONFIG
 startup/cleanup    settings, store and executor in the memo; executor closed on exit
 agentrun           daemon per unfinished AgentRun: runs.RunLoop (accept, submit, follow)
-agentrun-abort     on delete (finalizer): abort the execution
+agentrun-events    every AgentRun event: a deleted run's execution is aborted (its pods or
+                   process) and our finalizer released; a run gone for good stops its daemon
+runner-pods        (kubernetes executor) watch events of runner pods wake their execution
 agenttool-status   timer per AgentTool: Ready/Reconciling/Stalled
+
+kopf ties a finalizer to every daemon for as long as the daemon exists; Tether's finalizer
+(`runs.FINALIZER`) is held only while something runs, so the daemon is registered without one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from functools import cache
 from typing import Any
 
 import kopf
 
 from tether.api import GROUP, VERSION
-from tether.stores import open_store
+from tether.stores import Store, open_store
 
 from . import kube, metrics
 from .executors.base import Executor, execution_name
+from .executors.kubernetes import EXECUTION_LABEL, KubernetesExecutor
 from .executors.local import LocalExecutor
-from .runs import FINISHED, RunLoop
+from .runs import FINALIZER, FINISHED, RunLoop
 from .settings import Settings
 from .tools import reconcile_tool
 
@@ -28,7 +36,17 @@ log = logging.getLogger("tether_operator")
 
 
 def make_executor(settings: Settings) -> Executor:
-    if settings.executor.kind == "local":
+    ex = settings.executor
+    if ex.kind == "kubernetes":
+        return KubernetesExecutor(
+            runtime_image=ex.runtime_image,
+            service_account=ex.runner_service_account,
+            store_secret=settings.store.runner_secret,
+            pull_policy=ex.image_pull_policy,
+            resync_seconds=ex.resync_seconds,
+            tool_modules=settings.tool_modules,
+        )
+    if ex.kind == "local":
         return LocalExecutor(
             settings.store.url,
             settings.executor.workdir,
@@ -36,7 +54,18 @@ def make_executor(settings: Settings) -> Executor:
             python=settings.executor.python or None,
             passed_env=settings.executor.runtime_env,
         )
-    raise kopf.PermanentError(f"unknown executor {settings.executor.kind!r} (supported: local)")
+    raise kopf.PermanentError(f"unknown executor {settings.executor.kind!r} (supported: kubernetes, local)")
+
+
+class _StopWhenGone:
+    """kopf's stop flag, also raised when the run is gone (deleted while holding no finalizer,
+    kopf does not stop the daemon then)."""
+
+    def __init__(self, stopped: Any, gone: set[str], uid: str) -> None:
+        self.stopped, self.gone, self.uid = stopped, gone, uid
+
+    def __bool__(self) -> bool:
+        return bool(self.stopped) or self.uid in self.gone
 
 
 def _unfinished(status: kopf.Status, **_: Any) -> bool:
@@ -64,7 +93,14 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         settings.posting.level = logging.WARNING  # our own Events say what happened
         settings.watching.server_timeout = 300
         memo.executor = make_executor(memo.settings)
-        memo.store = open_store(memo.settings.store.url)
+        memo.gone = set()
+        store_settings = memo.settings.store
+
+        @cache
+        def store_for(namespace: str) -> Store:  # each namespace's runs live under their own prefix
+            return open_store(store_settings.for_namespace(namespace))
+
+        memo.store_for = store_for
         if memo.settings.metrics_port:
             memo.metrics = await metrics.serve(memo.settings.metrics_port, memo.executor)
         log.info(
@@ -95,15 +131,45 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         backoff=5.0,
     )
     async def agentrun(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
-        loop = RunLoop(body=body, settings=memo.settings, executor=memo.executor, store=memo.store, logger=logger)
-        await loop.run(stopped)
+        namespace = body.meta["namespace"]
+        loop = RunLoop(
+            body=body,
+            settings=memo.settings,
+            executor=memo.executor,
+            store=memo.store_for(namespace),
+            store_url=memo.settings.store.for_namespace(namespace),
+            logger=logger,
+        )
+        uid = body.meta["uid"]
+        try:
+            await loop.run(_StopWhenGone(stopped, memo.gone, uid))
+        finally:
+            if uid in memo.gone:  # deleted while nothing ran (e.g. suspended): forget the execution
+                memo.gone.discard(uid)
+                await memo.executor.abort(execution_name(uid), namespace)
 
-    @kopf.on.delete(GROUP, VERSION, "agentruns", id="agentrun-abort", registry=registry)
-    async def agentrun_abort(uid: str, status: kopf.Status, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-        if status.get("phase") in FINISHED:
+    # kopf requires a finalizer for daemons; ours is held by the RunLoop only while something runs.
+    registry._spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in registry._spawning._handlers]
+
+    @kopf.on.event(GROUP, VERSION, "agentruns", id="agentrun-events", registry=registry)
+    async def agentrun_events(
+        type: str, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+    ) -> None:
+        meta = body.meta
+        uid, namespace = meta["uid"], meta["namespace"]
+        if type == "DELETED" and body.status.get("phase") not in FINISHED:  # its daemon may still run
+            memo.gone.add(uid)
+        if not meta.get("deletionTimestamp") or FINALIZER not in (meta.get("finalizers") or []):
             return
-        await memo.executor.abort(execution_name(uid))
+        await memo.executor.abort(execution_name(uid), namespace)
+        await kube.set_finalizer("agentruns", namespace, meta["name"], FINALIZER, False)
         logger.info("aborted execution %s", execution_name(uid))
+
+    if settings.executor.kind == "kubernetes":
+
+        @kopf.on.event("v1", "pods", id="runner-pods", registry=registry, labels={EXECUTION_LABEL: kopf.PRESENT})
+        async def runner_pods(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+            memo.executor.observe(event)
 
     @kopf.timer(
         GROUP,
@@ -124,6 +190,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             memo.settings.tool_modules,
             memo.executor.probe_tool,
             allow_auto_approve=memo.settings.allow_auto_approve,
+            read_secrets=memo.executor.reads_secrets,
         )
         if change is not None:
             reason, message = change

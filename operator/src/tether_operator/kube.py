@@ -138,3 +138,45 @@ async def patch_status(plural: str, namespace: str, name: str, status: dict[str,
         {"status": status},
         "application/merge-patch+json",
     )
+
+
+def core_path(namespace: str, plural: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+
+
+async def create(path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """POST an object; None if it already exists (creation is idempotent by name)."""
+    try:
+        return await request("POST", path, body)  # type: ignore[no-any-return]
+    except KubeError as exc:
+        if exc.status == 409:
+            return None
+        raise
+
+
+async def delete(path: str) -> None:
+    """DELETE an object, gone already or not; background propagation (its dependents follow)."""
+    await request("DELETE", path, {"propagationPolicy": "Background"})
+
+
+async def set_finalizer(plural: str, namespace: str, name: str, finalizer: str, present: bool) -> bool:
+    """Add or remove one finalizer of a tether.dev object (optimistic concurrency on the
+    resourceVersion, so other finalizers are never lost). False if the object is gone."""
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}"
+    for _ in range(10):
+        obj = await request("GET", path)
+        if obj is None:
+            return False
+        meta = obj["metadata"]
+        current = list(meta.get("finalizers") or [])
+        wanted = [f for f in current if f != finalizer] + ([finalizer] if present else [])
+        if wanted == current or (present and finalizer in current):
+            return True
+        patch = {"metadata": {"finalizers": wanted, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await request("PATCH", path, patch, "application/merge-patch+json")
+            return True
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+    raise KubeError(409, "PATCH", path, "finalizers kept changing")

@@ -10,6 +10,11 @@ sequential on purpose (one writer of the run's status, no races between handlers
     follow   mirror the executor's state and the runtime's progress into status, at most one
              patch per `status_interval_seconds` except on phase changes
     approve  while suspended: apply approval annotations and timeouts, resume when all decided
+
+The finalizer `tether.dev/cleanup` is held only while the executor runs something (a pod, a
+process) that deleting the run must stop: not while waiting to be accepted, not while suspended
+awaiting approval, not once finished. So with the operator gone (uninstalled), runs and their
+namespaces can still be deleted.
 """
 
 from __future__ import annotations
@@ -42,9 +47,9 @@ from tether.stores import Store
 
 from . import conditions as C
 from . import kube, metrics
-from .checks import check_run
+from .checks import Problem, check_run
 from .conditions import Reason
-from .executors.base import ExecutionState, ExecutionStatus, Executor, Submission, execution_name
+from .executors.base import ExecutionState, ExecutionStatus, Executor, SecretFile, Submission, execution_name, unsupported
 from .placement import placement, propagated
 from .settings import Settings
 
@@ -55,6 +60,8 @@ DECLINE_ANNOTATION = "tether.dev/decline"
 DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
 REASON_ANNOTATION = "tether.dev/reason"
 FINISHED = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+FINALIZER = "tether.dev/cleanup"
+MODEL_KEY_FILE = "model/apiKey"
 RESULT_LIMIT = 4096
 
 
@@ -90,6 +97,18 @@ def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0]
 
 
+def secret_files(spec: AgentRunSpec, tools: dict[str, AgentToolSpec]) -> list[SecretFile]:
+    """Where each Secret key the run needs appears in the runner's secrets directory:
+    `model/apiKey` and `tools/<AgentTool>/<ENV>` (each tool reads only its own)."""
+    files = []
+    ref = spec.model.api_key_secret_ref
+    if ref is not None:
+        files.append(SecretFile(ref.name, ref.key, MODEL_KEY_FILE))
+    for name, tool in sorted(tools.items()):
+        files += [SecretFile(e.secret_key_ref.name, e.secret_key_ref.key, f"tools/{name}/{e.name}") for e in tool.env or []]
+    return files
+
+
 def _ids(annotation: str | None) -> set[str]:
     return {part.strip() for part in (annotation or "").split(",") if part.strip()}
 
@@ -102,13 +121,16 @@ class RunLoop:
         settings: Settings,
         executor: Executor,
         store: Store,
+        store_url: str = "",
         logger: logging.Logger | logging.LoggerAdapter = log,
     ) -> None:
         self.body = body  # kopf keeps this view live: annotations set later show up here
         self.settings = settings
         self.executor = executor
-        self.store = store
+        self.store = store  # the run's namespace's store
+        self.store_url = store_url
         self.logger = logger
+        self._held = FINALIZER in (body.meta.get("finalizers") or [])
         meta = body.meta
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
@@ -188,7 +210,17 @@ class RunLoop:
                 self.settings.tool_modules,
                 self.settings.allowed_base_urls,
                 allow_auto_approve=self.settings.allow_auto_approve,
+                read_secrets=self.executor.reads_secrets,
             )
+            refused = unsupported(spec, resolved.tools, self.executor.supports)
+            if refused:
+                resolved.problems.append(
+                    Problem(
+                        Reason.UNSUPPORTED_BY_EXECUTOR,
+                        f"the {self.executor.kind} executor does not honour {', '.join(refused)} ({self.executor.refusal_hint})",
+                        terminal=True,
+                    )
+                )
             if not resolved.problems:
                 self.tools, self.run_secrets = resolved.tools, resolved.secrets
                 self.secrets = self.run_secrets.values()
@@ -197,7 +229,7 @@ class RunLoop:
                 if not was_accepted:
                     self.event(Reason.ACCEPTED, "tools, Secrets and resources resolved")
                 return True
-            first = resolved.problems[0]
+            first = next((p for p in resolved.problems if p.terminal), resolved.problems[0])
             message = "; ".join(p.message for p in resolved.problems)
             if any(p.terminal for p in resolved.problems):
                 self._set(C.ACCEPTED, False, first.reason, message)
@@ -224,6 +256,9 @@ class RunLoop:
         labels = propagated(self.body.meta.get("labels"))
         labels.update({"tether.dev/run": self.name, "tether.dev/run-uid": self.uid})
         started = time.monotonic()
+        suspended = self.status.get("phase") == Phase.AWAITING_APPROVAL.value
+        if not suspended:
+            await self._hold(True)
         ex = await self.executor.submit(
             Submission(
                 name=self.exec_name,
@@ -232,10 +267,12 @@ class RunLoop:
                 retries=spec.retries,
                 timeout_seconds=spec.timeout_seconds,
                 attempts=int(self.status.get("attempts") or 0),
-                suspended=self.status.get("phase") == Phase.AWAITING_APPROVAL.value,
+                suspended=suspended,
                 node_selector=where.node_selector,
                 tolerations=where.tolerations,
                 labels=labels,
+                store_url=self.store_url,
+                secret_files=[] if self.executor.reads_secrets else secret_files(spec, self.tools),
             )
         )
         metrics.SUBMIT_SECONDS.observe(time.monotonic() - started)
@@ -267,23 +304,36 @@ class RunLoop:
             if ex.state is ExecutionState.SUSPENDED:
                 if not requests:  # exit 3 with nothing to decide: resuming would loop forever
                     self._failed(Reason.FAILED, "the runtime suspended without an approval request")
+                    await self.executor.abort(self.exec_name, self.namespace)
+                    await self._hold(False)
                     await self.publish(urgent=True)
-                    await self.executor.abort(self.exec_name)
                     return
                 requests = await self._settle(requests)
                 if not any(r.get("decision") is None for r in requests):
+                    await self._hold(True)
                     await self.executor.resume(self.exec_name)
                     ex = await self.executor.status(self.exec_name) or ex
             if ex.failures > failures and not ex.state.finished:
                 self.event(Reason.RETRYING, ex.message, warning=True)
                 failures = ex.failures
             changed = self._mirror(ex, progress, requests)
+            if ex.state.finished or ex.state is ExecutionState.SUSPENDED:
+                # Nothing runs: deleting the run needs no cleanup. Before the status patch: a
+                # finished status makes kopf stop this daemon.
+                await self._hold(False)
             await self.publish(urgent=changed or ex.state.finished)
             if ex.state.finished:
                 self.executor.forget(self.exec_name)
                 return
 
     # ------------------------------------------------------------------------------ pieces
+
+    async def _hold(self, held: bool) -> None:
+        """Hold the finalizer while the executor runs something, drop it when nothing runs."""
+        if held != self._held:
+            # shielded: kopf may cancel this daemon at any await once the run looks finished
+            await asyncio.shield(kube.set_finalizer("agentruns", self.namespace, self.name, FINALIZER, held))
+            self._held = held
 
     async def _progress(self) -> Progress | None:
         """The runtime's progress, or None. A document that cannot be read never stops status

@@ -13,23 +13,43 @@ from typing import Any
 class StoreSettings:
     url: str = ""
     """Store URL shared with the runtime: `file:///abs/dir` or `s3://bucket/prefix?endpoint_url=...`
-    (env TETHER_STORE_URL). Empty: a directory under the system temp dir."""
+    (env TETHER_STORE_URL). Empty: a directory under the system temp dir. Each namespace's runs
+    use their own prefix below it (`for_namespace`)."""
+    runner_secret: str = "tether-store"
+    """Secret in each run's namespace with the runner pods' own store credentials
+    (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), scoped by the admin to that namespace's prefix
+    (env TETHER_RUNNER_STORE_SECRET; empty: the runner's pod identity, e.g. IRSA)."""
+
+    def for_namespace(self, namespace: str) -> str:
+        """The store of one namespace's runs: `<url>/<namespace>` (query parameters kept), so
+        per-namespace credentials can be limited to that prefix."""
+        base, sep, query = self.url.partition("?")
+        return f"{base.rstrip('/')}/{namespace}{sep}{query}"
 
 
 @dataclass(frozen=True)
 class ExecutorSettings:
-    kind: str = "local"
-    """`local` (the runtime runs as a subprocess of the operator) or `flyte` (later)."""
+    kind: str = "kubernetes"
+    """`kubernetes` (one pod per attempt; the default) or `local` (development only: the runtime
+    runs as a subprocess of the operator, with the operator's rights)."""
     concurrency: int = 4
-    """Executions running at once; more wait in the queue (phase Pending, reason Queued)."""
+    """Local executor: executions running at once; more wait in the queue (phase Pending, reason Queued)."""
     workdir: str = ""
     """Scratch directory for request files and attempt logs (default: under the temp dir)."""
     python: str = ""
-    """Interpreter that runs `python -m tether exec` (default: the operator's own)."""
+    """Local executor: interpreter that runs `python -m tether exec` (default: the operator's own)."""
     runtime_env: tuple[str, ...] = ()
     """Extra variable names the local executor passes from its own environment to the runtime
     (env TETHER_RUNTIME_ENV, comma-separated); beyond these only harmless ones pass (see
     executors/local.py): the operator's credentials never reach agent or tool code."""
+    runtime_image: str = "ghcr.io/tether-dev/tether-runtime:latest"
+    """Kubernetes executor: image of runner pods when the spec names none (env TETHER_RUNTIME_IMAGE)."""
+    image_pull_policy: str = "IfNotPresent"
+    runner_service_account: str = "tether-runner"
+    """Kubernetes executor: ServiceAccount of runner pods in each namespace (no token, no RBAC);
+    created by the operator when missing (env TETHER_RUNNER_SERVICE_ACCOUNT)."""
+    resync_seconds: float = 10.0
+    """Kubernetes executor: look at a runner pod at least this often even without watch events."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +99,20 @@ class Settings:
 
         return cls(
             namespaces=tuple(n.strip() for n in env.get("TETHER_NAMESPACES", "").split(",") if n.strip()),
-            store=StoreSettings(url=env.get("TETHER_STORE_URL") or f"file://{tmp}/tether-store"),
+            store=StoreSettings(
+                url=env.get("TETHER_STORE_URL") or f"file://{tmp}/tether-store",
+                runner_secret=env.get("TETHER_RUNNER_STORE_SECRET", "tether-store"),
+            ),
             executor=ExecutorSettings(
-                kind=env.get("TETHER_EXECUTOR", "local"),
+                kind=env.get("TETHER_EXECUTOR") or "kubernetes",
                 concurrency=int(num("TETHER_CONCURRENCY", 4)),
                 workdir=env.get("TETHER_WORKDIR") or f"{tmp}/tether-executions",
                 python=env.get("TETHER_EXEC_PYTHON", ""),
                 runtime_env=_names(env.get("TETHER_RUNTIME_ENV", "")),
+                runtime_image=env.get("TETHER_RUNTIME_IMAGE") or ExecutorSettings.runtime_image,
+                image_pull_policy=env.get("TETHER_RUNTIME_IMAGE_PULL_POLICY") or "IfNotPresent",
+                runner_service_account=env.get("TETHER_RUNNER_SERVICE_ACCOUNT") or "tether-runner",
+                resync_seconds=num("TETHER_RESYNC_SECONDS", 10.0),
             ),
             timing=TimingSettings(
                 poll_seconds=num("TETHER_POLL_SECONDS", 0.5),

@@ -30,12 +30,17 @@ async def reconcile_tool(
     probe: Callable[[str], Awaitable[str | None]] | None = None,
     *,
     allow_auto_approve: bool = False,
+    read_secrets: bool = True,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
         tool = read_spec(AgentToolSpec, spec)
-        problems = (await check_tool(namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve)).problems
+        problems = (
+            await check_tool(
+                namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve, read_secrets=read_secrets
+            )
+        ).problems
         if probe is not None and not any(p.reason == Reason.TOOL_NOT_ALLOWED for p in problems):
             # Importability is checked where the runtime runs, never in the operator's process.
             refusal = await probe(tool.implementation)
@@ -44,7 +49,12 @@ async def reconcile_tool(
     except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
         problems = [Problem(Reason.INVALID_SPEC, str(exc), terminal=True)]
     if not problems:
-        reason, message = Reason.VALID, "the tool's implementation, Secrets and resources resolve"
+        reason, message = (
+            Reason.VALID,
+            "the tool's implementation, Secrets and resources resolve"
+            if read_secrets
+            else "the tool's implementation and resources resolve",
+        )
         new = C.kstatus(conditions, ready=(reason, message), generation=generation)
     else:
         reason, message = problems[0].reason, "; ".join(p.message for p in problems)

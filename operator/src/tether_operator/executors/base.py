@@ -5,13 +5,17 @@ restart submits under the same name and never starts a second execution):
 
     submit(submission) -> ExecutionStatus   start (or adopt) the execution
     status(name)       -> ExecutionStatus   what it is doing now, None if unknown
-    abort(name)                             stop it for good (AgentRun deleted)
+    abort(name, namespace)                  stop it for good (AgentRun deleted)
     resume(name)                            start a suspended execution again (approval decided)
 
 The runtime's exit codes are the contract (`python -m tether exec`): 0 succeeded, 2 terminal
 failure, 3 suspended awaiting approval, anything else (a signal included) recoverable: run again
 while failures <= retries. Progress (steps, usage, approvals, result) is not the executor's
 business: the runtime writes it to the store and the operator reads it from there.
+
+Each executor declares the spec fields it honours (`supports`); `unsupported()` names every field
+a run asks for beyond them, and the run is refused (Accepted=False, UnsupportedByExecutor) rather
+than silently run without it.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
-from tether.api import ExecRequest
+from tether.api import AgentRunSpec, AgentToolSpec, ExecRequest
 from tether.secrets import Secrets
 
 EXIT_SUCCEEDED = 0
@@ -43,9 +49,48 @@ class ExecutionState(str, Enum):
         return self in (ExecutionState.SUCCEEDED, ExecutionState.FAILED, ExecutionState.ABORTED)
 
 
+class Capability(str, Enum):
+    """Spec fields an executor may or may not honour."""
+
+    IMAGE = "spec.image"
+    RESOURCES = "spec.resources"
+    NODE_SELECTOR = "spec.nodeSelector"
+    TOLERATIONS = "spec.tolerations"
+    TOOL_IMAGE = "AgentTool spec.image"
+    TOOL_RESOURCES = "AgentTool spec.resources"
+
+
+def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports: frozenset[Capability]) -> list[str]:
+    """The fields `spec` (and its tools) set that an executor supporting `supports` would ignore."""
+    asked: list[tuple[Capability, str]] = []
+    if spec.image:
+        asked.append((Capability.IMAGE, "spec.image"))
+    if spec.resources is not None:
+        asked.append((Capability.RESOURCES, "spec.resources"))
+    if spec.node_selector:
+        asked.append((Capability.NODE_SELECTOR, "spec.nodeSelector"))
+    if spec.tolerations:
+        asked.append((Capability.TOLERATIONS, "spec.tolerations"))
+    for name, tool in sorted(tools.items()):
+        if tool.image:
+            asked.append((Capability.TOOL_IMAGE, f"spec.image of AgentTool {name}"))
+        if tool.resources is not None:
+            asked.append((Capability.TOOL_RESOURCES, f"spec.resources of AgentTool {name}"))
+    return [what for capability, what in asked if capability not in supports]
+
+
 def execution_name(uid: str) -> str:
     """Deterministic execution name of an AgentRun: short, lowercase, starts with a letter."""
     return "t" + hashlib.sha256(uid.encode()).hexdigest()[:19]
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """One Secret key projected into the runner's secrets directory at `path`."""
+
+    secret: str
+    key: str
+    path: str
 
 
 @dataclass
@@ -67,9 +112,14 @@ class Submission:
     """The run was suspended awaiting approval when last seen: adopt it without starting it."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Where the runtime should run (spec + GPU node pool); used by executors that make pods."""
-    tolerations: list[dict] = field(default_factory=list)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     """Labels for objects the executor creates: the run's, without GitOps tracking keys."""
+    store_url: str = ""
+    """The run's store: the operator's store under the run's namespace prefix (empty: the executor's)."""
+    secret_files: list[SecretFile] = field(default_factory=list)
+    """Secret keys the runtime reads as files (model/apiKey, tools/<tool>/<ENV>): executors that
+    make pods mount them; the operator never reads their values for such executors."""
 
 
 @dataclass
@@ -85,6 +135,13 @@ class ExecutionStatus:
 
 class Executor(ABC):
     kind: str
+    supports: frozenset[Capability] = frozenset()
+    """Spec fields this executor honours; a run asking for others is refused."""
+    refusal_hint: str = ""
+    """Said to a run refused for asking more than `supports`: what to do instead."""
+    reads_secrets: bool = True
+    """Whether the operator must read the run's Secret values and hand them over in `env`
+    (False: the executor's pods mount the Secrets themselves)."""
 
     @abstractmethod
     async def submit(self, submission: Submission) -> ExecutionStatus: ...
@@ -93,7 +150,7 @@ class Executor(ABC):
     async def status(self, name: str) -> ExecutionStatus | None: ...
 
     @abstractmethod
-    async def abort(self, name: str) -> None: ...
+    async def abort(self, name: str, namespace: str | None = None) -> None: ...
 
     @abstractmethod
     async def resume(self, name: str) -> None: ...
@@ -116,3 +173,6 @@ class Executor(ABC):
 
     async def close(self) -> None:
         """Stop everything this executor started (operator shutdown)."""
+
+    def observe(self, event: Mapping[str, Any]) -> None:
+        """A watch event about an object this executor made (its pods); default: not interested."""

@@ -33,6 +33,7 @@ from .base import (
     EXIT_SUCCEEDED,
     EXIT_SUSPENDED,
     EXIT_TERMINAL,
+    Capability,
     ExecutionState,
     ExecutionStatus,
     Executor,
@@ -101,7 +102,13 @@ class _Execution:
 
 
 class LocalExecutor(Executor):
+    """Development mode only (chart value `executor.kind: local`): agent code runs inside the
+    operator's pod, with the Secret values the operator read. No image, resources or placement."""
+
     kind = "local"
+    supports: frozenset[Capability] = frozenset()
+    refusal_hint = "a development mode; the kubernetes executor honours the run's image, resources and placement"
+    reads_secrets = True
 
     def __init__(
         self,
@@ -146,7 +153,7 @@ class LocalExecutor(Executor):
         if run is not None and run.state is ExecutionState.SUSPENDED:
             self._start(run)
 
-    async def abort(self, name: str) -> None:
+    async def abort(self, name: str, namespace: str | None = None) -> None:
         run = self._runs.pop(name, None)
         if run is None:
             return
@@ -265,7 +272,7 @@ class LocalExecutor(Executor):
                 *self.command,
                 str(request),
                 "--store",
-                self.store_url,
+                run.sub.store_url or self.store_url,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,

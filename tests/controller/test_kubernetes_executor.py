@@ -1,0 +1,471 @@
+"""The kubernetes executor on the real apiserver (no kubelet: pods stay Pending, so the tests play
+the kubelet and patch pod status through the `pods/status` subresource).
+
+A second release of the chart (`tether-k8s`, the chart's default executor) serves k8s-a and
+k8s-b; its operator runs as that release's ServiceAccount, which cannot read Secrets. Checked:
+the exact pod of a table of AgentRuns, ownership, pod death -> attempt + 1, retries exhausted,
+exit 3 -> no pod while suspended, approval -> a new pod, delete -> pods gone, capability
+refusals, the finalizer held only while a pod runs, per-namespace store prefix and credentials,
+and the RBAC of both modes by impersonation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.kube import ControlPlane
+from tether.stores import open_store
+from tether_operator import execution_name
+
+from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+
+pytestmark = pytest.mark.kube
+
+NS, NS_B, OTHER = "k8s-a", "k8s-b", "k8s-other"
+RELEASE = Release("tether-k8s-system", "tether-k8s", (NS, NS_B), OTHER)
+CLUSTER_WIDE = Release("tether-cw-system", "tether-cw", (), OTHER)
+IMAGE = "registry.example/tether-runtime:test"
+POOLS = {
+    "A100": {"nodeSelector": {"gpu": "a100"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+}
+FINALIZER = "tether.dev/cleanup"
+
+
+@pytest.fixture(scope="module")
+def releases(kube: ControlPlane, tether_release: Release) -> tuple[Release, Release]:
+    """The kubernetes-executor chart in namespaced and in cluster-wide mode (CRDs come with the
+    session release)."""
+    for ns in (NS, NS_B, OTHER):
+        kube.kubectl("create", "namespace", ns, check=False)
+    common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--wait=false"]
+    kube.helm("upgrade", "--install", "tether-k8s", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
+              "--set", f"watchNamespaces={{{NS},{NS_B}}}", *common)  # fmt: skip
+    kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace", *common)
+    return RELEASE, CLUSTER_WIDE
+
+
+@pytest.fixture(scope="module")
+def k8s_operator(kube: ControlPlane, releases: tuple[Release, Release], tmp_path_factory) -> Iterator[Operator]:
+    token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()
+    work = tmp_path_factory.mktemp("k8s-operator")
+    op = Operator(
+        kubeconfig_with_token(kube, token, work / "kubeconfig"),
+        work,
+        RELEASE.served,
+        TETHER_EXECUTOR="kubernetes",
+        TETHER_RUNTIME_IMAGE=IMAGE,
+        TETHER_RESYNC_SECONDS="1",
+        TETHER_GPU_NODE_POOLS=json.dumps(POOLS),
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+def apply_run(kube: ControlPlane, name: str, ns: str = NS, **spec: Any) -> dict[str, Any]:
+    body = {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hello", "retries": 2, **spec}
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name}, "spec": body}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(doc))
+    return get(kube, "agentrun", ns, name)
+
+
+def pods_of(kube: ControlPlane, run: dict[str, Any], ns: str = NS) -> dict[str, dict[str, Any]]:
+    selector = f"tether.dev/execution={execution_name(run['metadata']['uid'])}"
+    items = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout)["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def wait_pod(kube: ControlPlane, run: dict[str, Any], attempt: int, ns: str = NS) -> dict[str, Any]:
+    name = f"{execution_name(run['metadata']['uid'])}-{attempt}"
+    return wait_for(lambda: pods_of(kube, run, ns).get(name), timeout=30, what=f"pod {name}")
+
+
+def kubelet(kube: ControlPlane, pod: dict[str, Any], phase: str, code: int | None = None, reason: str = "", pod_reason: str = "") -> None:
+    """Report pod status as a kubelet would (the pods/status subresource)."""
+    status: dict[str, Any] = {"phase": phase}
+    if code is not None:
+        terminated = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error")}
+        status["containerStatuses"] = [
+            {"name": "runtime", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+        ]
+    if pod_reason:
+        status["reason"] = pod_reason
+    meta = pod["metadata"]
+    kube.kubectl(
+        "patch", "pod", meta["name"], "-n", meta["namespace"], "--subresource=status", "--type=merge", "-p", json.dumps({"status": status})
+    )
+
+
+def phase_of(kube: ControlPlane, name: str, ns: str = NS) -> str:
+    return (get(kube, "agentrun", ns, name).get("status") or {}).get("phase", "")
+
+
+def finalizers(kube: ControlPlane, name: str, ns: str = NS) -> list[str]:
+    return get(kube, "agentrun", ns, name)["metadata"].get("finalizers") or []
+
+
+def events_of(kube: ControlPlane, name: str, ns: str = NS) -> list[dict[str, Any]]:
+    out = kube.kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
+    return json.loads(out)["items"]
+
+
+def subset(actual: Any, expected: Any) -> Any:
+    """`actual` cut down to the keys `expected` has (lists element by element, lengths kept):
+    comparing it with `expected` checks every value we set and that nothing is missing or extra
+    in the lists, without restating what the apiserver defaults."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return {k: subset(actual[k], v) for k, v in expected.items() if k in actual}
+    if isinstance(expected, list) and isinstance(actual, list) and len(actual) == len(expected):
+        return [subset(a, e) for a, e in zip(actual, expected, strict=True)]
+    return actual
+
+
+SECURITY = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "privileged": False, "capabilities": {"drop": ["ALL"]}}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "fsGroup": 65532,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+A100_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, resources: dict | None = None, node_selector: dict | None = None,
+                 tolerations: list | None = None, secrets: list | None = None, timeout: int = 3600) -> dict[str, Any]:  # fmt: skip
+    mounts = [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "work", "mountPath": "/work"},
+        {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
+    ]
+    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": {"name": execution}}]
+    if secrets:
+        mounts.append({"name": "secrets", "mountPath": "/var/run/tether/secrets", "readOnly": True})
+        volumes.append({"name": "secrets", "projected": {"defaultMode": 0o440, "sources": secrets}})
+    container = {
+        "name": "runtime",
+        "image": image,
+        "command": ["python", "-m", "tether", "exec", "/etc/tether/request/request.json", "--store", f"{{store}}/{ns}"],
+        "workingDir": "/work",
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"},
+            {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_ACCESS_KEY_ID"}}},
+            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_SECRET_ACCESS_KEY"}}},
+        ],
+        "volumeMounts": mounts,
+        "securityContext": SECURITY,
+        "resources": resources or {},
+    }
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": "tether-runner",
+        "automountServiceAccountToken": False,
+        "activeDeadlineSeconds": timeout,
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+        "volumes": volumes,
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
+    }
+    return {"spec": {k: v for k, v in spec.items() if v is not None}}
+
+
+CASES = {
+    "cpu": (
+        {"resources": {"cpu": "500m", "memory": "1Gi"}, "timeout": "30m"},
+        {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}, "timeout": 1800},
+    ),
+    "a100-x1": (
+        {"resources": {"gpu": {"type": "A100", "count": 1}}},
+        {
+            "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+            "node_selector": {"gpu": "a100"},
+            "tolerations": [A100_TOLERATION],
+        },
+    ),
+    "a100-x4": (
+        {"resources": {"cpu": "8", "memory": "64Gi", "gpu": {"type": "A100", "count": 4}}, "nodeSelector": {"zone": "b"}},
+        {
+            "resources": {
+                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
+                "limits": {"memory": "64Gi", "nvidia.com/gpu": "4"},
+            },
+            "node_selector": {"zone": "b", "gpu": "a100"},
+            "tolerations": [A100_TOLERATION],
+        },
+    ),
+    "custom-image": ({"image": "registry.example/agents/shop:2"}, {"image": "registry.example/agents/shop:2"}),
+    "tolerations": (
+        {"tolerations": [{"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]},
+        {"tolerations": [{"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]},
+    ),
+    "secrets": (
+        {"model": {"name": "gpt-4.1", "apiKeySecretRef": {"name": "llm", "key": "openai"}}, "tools": ["crm"]},
+        {
+            "secrets": [
+                {"secret": {"name": "llm", "items": [{"key": "openai", "path": "model/apiKey"}]}},
+                {"secret": {"name": "crm-creds", "items": [{"key": "token", "path": "tools/crm/CRM_TOKEN"}]}},
+                {"secret": {"name": "crm-creds", "items": [{"key": "region", "path": "tools/crm/CRM_REGION"}]}},
+            ]
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None:
+    spec, want = CASES[case]
+    if case == "secrets":  # the Secrets do not exist: the operator never reads them, the pod mounts them
+        tool = {
+            "description": "Talk to the CRM",
+            "implementation": "shop.tools:crm",
+            "env": [
+                {"name": "CRM_TOKEN", "secretKeyRef": {"name": "crm-creds", "key": "token"}},
+                {"name": "CRM_REGION", "secretKeyRef": {"name": "crm-creds", "key": "region"}},
+            ],
+        }
+        doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": "crm"}, "spec": tool}
+        kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc))
+    run = apply_run(kube, f"spec-{case}", **spec)
+    execution = execution_name(run["metadata"]["uid"])
+    pod = wait_pod(kube, run, 1)
+    expected = expected_pod(f"{execution}-1", NS, execution, **want)
+    command = expected["spec"]["containers"][0]["command"]
+    command[-1] = command[-1].replace("{store}", k8s_operator.store_url)
+    # the DefaultTolerationSeconds admission plugin adds its own not-ready/unreachable tolerations
+    tolerations = [t for t in pod["spec"].get("tolerations") or [] if not t.get("key", "").startswith("node.kubernetes.io/")]
+    pod["spec"]["tolerations"] = tolerations or None
+    if not tolerations:
+        del pod["spec"]["tolerations"]
+    assert subset(pod, expected) == expected
+    assert pod["spec"].get("nodeSelector") == want.get("node_selector")
+    assert "resources" not in want or pod["spec"]["containers"][0]["resources"] == want["resources"]
+    # owned by the AgentRun (garbage-collected with it), labelled for the watch, no GitOps keys
+    meta = pod["metadata"]
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "name": f"spec-{case}", "uid": run["metadata"]["uid"], "controller": True}
+    ]
+    assert meta["labels"]["tether.dev/execution"] == execution and meta["labels"]["tether.dev/attempt"] == "1"
+    configmap = json.loads(kube.kubectl("get", "configmap", execution, "-n", NS, "-o", "json").stdout)
+    assert configmap["metadata"]["ownerReferences"][0]["uid"] == run["metadata"]["uid"] and configmap["immutable"] is True
+    request = json.loads(configmap["data"]["request.json"])
+    assert request["runId"] == run["metadata"]["uid"]
+    # a running pod holds the finalizer; the status names the executor
+    assert wait_for(lambda: FINALIZER in finalizers(kube, f"spec-{case}"), what="finalizer")
+    assert get(kube, "agentrun", NS, f"spec-{case}")["status"]["execution"]["executor"] == "kubernetes"
+
+
+def test_store_prefix_and_credentials_are_the_namespaces_own(kube: ControlPlane, k8s_operator: Operator) -> None:
+    for ns in (NS, NS_B):
+        run = apply_run(kube, "isolated", ns=ns)
+        pod = wait_pod(kube, run, 1, ns=ns)
+        (container,) = pod["spec"]["containers"]
+        assert container["command"][-2:] == ["--store", f"{k8s_operator.store_url}/{ns}"]
+        refs = [e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e]
+        assert refs == ["tether-store", "tether-store"]  # resolved in the pod's own namespace
+        assert not [e for e in container["env"] if "AWS" in e["name"] and "value" in e], "no credential values in the spec"
+        assert pod["metadata"]["namespace"] == ns
+
+
+def test_pod_death_starts_the_next_attempt_until_retries_are_exhausted(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "dies", retries=2)
+    first = wait_pod(kube, run, 1)
+    kubelet(kube, first, "Running")
+    wait_for(lambda: phase_of(kube, "dies") == "Running", what="Running")
+    kubelet(kube, first, "Failed", 137, "OOMKilled")
+    second = wait_pod(kube, run, 2)
+    assert second["metadata"]["labels"]["tether.dev/attempt"] == "2"
+    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, "dies"))["status"].get("attempts") == 2 and o, what="attempts 2")
+    retrying = [e for e in events_of(kube, "dies") if e["reason"] == "Retrying"]
+    assert retrying and "attempt 1 exit code 137 (OOMKilled); retrying" in retrying[0]["message"]
+    assert obj["status"]["phase"] == "Running"
+    # a deleted pod is a death too
+    kube.kubectl("delete", "pod", second["metadata"]["name"], "-n", NS, "--wait=false")
+    third = wait_pod(kube, run, 3)
+    kubelet(kube, third, "Failed", pod_reason="Evicted")
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/dies")
+    obj = get(kube, "agentrun", NS, "dies")
+    failed = condition(obj, "Failed")
+    assert (obj["status"]["phase"], failed["reason"]) == ("Failed", "RetriesExhausted")
+    assert "attempt 3 pod Evicted; retries exhausted (2)" in failed["message"]
+    assert obj["status"]["attempts"] == 3
+    assert sorted(pods_of(kube, run)) == [first["metadata"]["name"], third["metadata"]["name"]], "no fourth attempt"
+    assert wait_for(lambda: not finalizers(kube, "dies"), what="finalizer released")
+
+
+def test_terminal_exit_is_not_retried(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "terminal", retries=5)
+    kubelet(kube, wait_pod(kube, run, 1), "Failed", 2)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/terminal")
+    assert len(pods_of(kube, run)) == 1
+    assert not finalizers(kube, "terminal")
+
+
+def test_suspended_run_holds_no_pod_and_approval_starts_the_next(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "asks")
+    uid = run["metadata"]["uid"]
+    first = wait_pod(kube, run, 1)
+    kubelet(kube, first, "Running")
+    # what the runtime writes before it exits 3
+    store = open_store(f"{k8s_operator.store_url}/{NS}")
+    request = {"id": "a1b2c3", "tool": "issue-refund", "prompt": "Refund 20?", "arguments": {"amount": 20}, "requestedAt": 1.0}
+    store.create(f"approvals/{uid}/a1b2c3.request.json", json.dumps(request).encode())
+    kubelet(kube, first, "Failed", 3)
+    wait_for(lambda: phase_of(kube, "asks") == "AwaitingApproval", what="AwaitingApproval")
+    wait_for(lambda: not pods_of(kube, run), what="no pod while suspended")
+    wait_for(lambda: not finalizers(kube, "asks"), what="no finalizer while suspended")
+    kube.kubectl("annotate", "agentrun", "asks", "-n", NS, "tether.dev/approve=a1b2c3", "tether.dev/decided-by=alice")
+    second = wait_pod(kube, run, 2)
+    assert FINALIZER in finalizers(kube, "asks")
+    kubelet(kube, second, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/asks")
+    obj = get(kube, "agentrun", NS, "asks")
+    assert obj["status"]["attempts"] == 2
+    assert obj["status"]["approvals"][0]["decision"] == "approved" and obj["status"]["approvals"][0]["by"] == "alice"
+    assert wait_for(lambda: not finalizers(kube, "asks"), what="finished runs hold no finalizer")
+
+
+def test_deleting_a_running_run_deletes_its_pods(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "doomed")
+    kubelet(kube, wait_pod(kube, run, 1), "Running")
+    wait_for(lambda: FINALIZER in finalizers(kube, "doomed"), what="finalizer")
+    kube.kubectl("delete", "agentrun", "doomed", "-n", NS, "--timeout=30s")
+    assert not pods_of(kube, run)
+    execution = execution_name(run["metadata"]["uid"])
+    assert kube.kubectl("get", "configmap", execution, "-n", NS, check=False).returncode != 0
+
+
+def test_a_tool_with_its_own_image_or_resources_is_refused(kube: ControlPlane, k8s_operator: Operator) -> None:
+    tool = {"description": "Embed on a GPU", "implementation": "shop.tools:embed", "image": "registry.example/embed:1",
+            "resources": {"gpu": {"type": "A100", "count": 1}}}  # fmt: skip
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": "embed"}, "spec": tool}
+    kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc))
+    run = apply_run(kube, "gpu-tool", tools=["embed"])
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/gpu-tool")
+    accepted = condition(get(kube, "agentrun", NS, "gpu-tool"), "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "UnsupportedByExecutor")
+    assert "the kubernetes executor does not honour spec.image of AgentTool embed, spec.resources of AgentTool embed" in accepted["message"]
+    assert "UnsupportedByExecutor" in [e["reason"] for e in events_of(kube, "gpu-tool")]
+    assert not pods_of(kube, run) and not finalizers(kube, "gpu-tool")
+
+
+def test_runner_service_account_has_no_token_and_no_rights(kube: ControlPlane, releases: tuple[Release, Release]) -> None:
+    account = json.loads(kube.kubectl("get", "serviceaccount", "tether-runner", "-n", NS, "-o", "json").stdout)
+    assert account["automountServiceAccountToken"] is False
+    runner = f"system:serviceaccount:{NS}:tether-runner"
+    for verb, resource in (("get", "secrets"), ("list", "pods"), ("get", "configmaps"), ("list", "agentruns.tether.dev")):
+        assert kube.kubectl("auth", "can-i", verb, resource, "-n", NS, f"--as={runner}", check=False).stdout.strip() == "no"
+
+
+def can(kube: ControlPlane, release: Release, verb: str, resource: str, ns: str | None = None, sub: str = "") -> bool:
+    args = ["auth", "can-i", verb, resource, f"--as={release.subject}"] + ([f"--subresource={sub}"] if sub else [])
+    args += ["-n", ns] if ns else ["--all-namespaces"]
+    return kube.kubectl(*args, check=False).stdout.strip() == "yes"
+
+
+def test_rbac_namespaced_mode(kube: ControlPlane, releases: tuple[Release, Release]) -> None:
+    release, _ = releases
+    for ns in release.served:
+        for verb in ("get", "list", "watch", "create", "delete"):
+            assert can(kube, release, verb, "pods", ns), (verb, ns)
+        assert can(kube, release, "create", "configmaps", ns) and can(kube, release, "create", "serviceaccounts", ns)
+        for verb in ("get", "list", "watch"):
+            assert not can(kube, release, verb, "secrets", ns), "pods mount the Secrets; the operator reads none"
+        assert not can(kube, release, "get", "configmaps", ns)
+        assert not can(kube, release, "create", "pods", ns, sub="exec")
+        assert not can(kube, release, "create", "serviceaccounts", ns, sub="token")
+        assert not can(kube, release, "create", "rolebindings.rbac.authorization.k8s.io", ns)
+    for ns in (OTHER, "kube-system", release.namespace, "op-a"):
+        assert not can(kube, release, "get", "secrets", ns), ns
+        assert not can(kube, release, "create", "pods", ns), ns
+        assert not can(kube, release, "list", "pods", ns), ns
+    assert not can(kube, release, "list", "pods")  # not cluster-wide
+
+
+def test_rbac_cluster_wide_mode(kube: ControlPlane, releases: tuple[Release, Release]) -> None:
+    _, release = releases
+    for ns in (NS, OTHER, "kube-system"):
+        assert can(kube, release, "create", "pods", ns)
+        for verb in ("get", "list", "watch"):
+            assert not can(kube, release, verb, "secrets", ns), (verb, ns)
+    assert not can(kube, release, "get", "secrets")
+    assert not can(kube, release, "update", "pods")
+    assert not can(kube, release, "create", "clusterrolebindings.rbac.authorization.k8s.io")
+
+
+def test_runs_holding_nothing_are_deleted_without_the_operator(kube: ControlPlane, k8s_operator: Operator) -> None:
+    apply_run(kube, "waits-for-tool", tools=["not-there"])
+    wait_for(lambda: condition(get(kube, "agentrun", NS, "waits-for-tool"), "Accepted").get("reason") == "UnknownTool", what="UnknownTool")
+    suspended = apply_run(kube, "asks-later")
+    pod = wait_pod(kube, suspended, 1)
+    store = open_store(f"{k8s_operator.store_url}/{NS}")
+    request = {"id": "d4e5f6", "tool": "issue-refund", "prompt": "Refund?", "arguments": {}, "requestedAt": 1.0}
+    store.create(f"approvals/{suspended['metadata']['uid']}/d4e5f6.request.json", json.dumps(request).encode())
+    kubelet(kube, pod, "Failed", 3)
+    finished = apply_run(kube, "done-already")
+    kubelet(kube, wait_pod(kube, finished, 1), "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/done-already")
+    wait_for(lambda: phase_of(kube, "asks-later") == "AwaitingApproval", what="AwaitingApproval")
+    names = ("waits-for-tool", "asks-later", "done-already")
+    wait_for(lambda: not any(finalizers(kube, n) for n in names), what="no finalizers")
+    k8s_operator.stop()  # as after `helm uninstall` with the CRDs kept
+    try:
+        for name in names:
+            kube.kubectl("delete", "agentrun", name, "-n", NS, "--timeout=15s")
+    finally:
+        k8s_operator.start()
+    assert not any(kube.kubectl("get", "agentrun", n, "-n", NS, check=False).returncode == 0 for n in names)
+    assert not pods_of(kube, suspended)
+
+
+def test_a_restarted_operator_adopts_the_running_pod(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "survives")
+    first = wait_pod(kube, run, 1)
+    kubelet(kube, first, "Running")
+    wait_for(lambda: phase_of(kube, "survives") == "Running", what="Running")
+    k8s_operator.kill()  # SIGKILL: no cleanup; the pod keeps running
+    k8s_operator.start()
+    kubelet(kube, first, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/survives")
+    assert list(pods_of(kube, run)) == [first["metadata"]["name"]], "adopted, never a second pod"
+    assert get(kube, "agentrun", NS, "survives")["status"]["attempts"] == 1
+    assert wait_for(lambda: not finalizers(kube, "survives"), what="finalizer released")
+
+
+def test_deaths_before_an_operator_restart_count_against_retries(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply_run(kube, "dies-twice", retries=1)
+    kubelet(kube, wait_pod(kube, run, 1), "Failed", 137)
+    second = wait_pod(kube, run, 2)
+    k8s_operator.kill()
+    k8s_operator.start()
+    kubelet(kube, second, "Failed", 1)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/dies-twice")
+    assert condition(get(kube, "agentrun", NS, "dies-twice"), "Failed")["reason"] == "RetriesExhausted"
+    assert len(pods_of(kube, run)) == 2, "no third attempt: retries is 1"
+
+
+def test_a_pod_the_apiserver_refuses_fails_the_run(kube: ControlPlane, k8s_operator: Operator) -> None:
+    # `operator: Exists` with a value: valid for the CRD today, invalid in a pod (if admission
+    # learns to refuse it, the run never exists, which is as good).
+    spec = {"tolerations": [{"key": "spot", "operator": "Exists", "value": "yes"}]}
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "bad-pod"}, "spec": {
+        "framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hello", **spec}}  # fmt: skip
+    if kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc), check=False).returncode != 0:
+        return
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/bad-pod")
+    failed = condition(get(kube, "agentrun", NS, "bad-pod"), "Failed")
+    assert "the runner pod was refused" in failed["message"] and "tolerations" in failed["message"]
+    assert not finalizers(kube, "bad-pod")
+
+
+def test_k8s_operator_never_crashed(k8s_operator: Operator) -> None:
+    assert k8s_operator.alive()
+    logs = k8s_operator.logs()
+    assert "Traceback" not in logs, logs[-4000:]
+    assert not list(Path(k8s_operator.workdir).glob("executions/*")), "the kubernetes executor runs nothing locally"

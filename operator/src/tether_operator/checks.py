@@ -8,6 +8,7 @@ invalid ones (a GPU type no node pool offers) are terminal.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tether.api import PROVIDER_KEY_ENV, AgentRunSpec, AgentToolSpec, Resources
 
@@ -32,7 +33,7 @@ class Resolved:
     """Secret values for the runtime's environment: API key and tools' env."""
 
 
-def check_resources(resources: Resources | None, gpu_node_pools: dict, what: str) -> list[Problem]:
+def check_resources(resources: Resources | None, gpu_node_pools: dict[str, Any], what: str) -> list[Problem]:
     gpu = resources.gpu if resources else None
     if gpu is None or gpu.count == 0:
         return []
@@ -49,7 +50,7 @@ def check_resources(resources: Resources | None, gpu_node_pools: dict, what: str
     return []
 
 
-async def _secret_value(namespace: str, name: str, key: str, what: str, env: dict, var: str) -> Problem | None:
+async def _secret_value(namespace: str, name: str, key: str, what: str, env: dict[str, Any], var: str) -> Problem | None:
     data = await kube.get_secret(namespace, name)
     if data is None:
         return Problem(Reason.MISSING_SECRET, f"Secret {namespace}/{name} ({what}) not found")
@@ -59,7 +60,7 @@ async def _secret_value(namespace: str, name: str, key: str, what: str, env: dic
     return None
 
 
-async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict) -> Resolved:
+async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_pools: dict[str, Any]) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
     for item in spec.env or []:
         ref = item.secret_key_ref
@@ -69,7 +70,7 @@ async def check_tool(namespace: str, name: str, spec: AgentToolSpec, gpu_node_po
     return out
 
 
-async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict) -> Resolved:
+async def check_run(namespace: str, spec: AgentRunSpec, gpu_node_pools: dict[str, Any]) -> Resolved:
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
     for name in spec.tools:
         obj = await kube.get_tool(namespace, name)

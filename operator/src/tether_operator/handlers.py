@@ -93,12 +93,12 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         cancellation_timeout=10.0,
         backoff=5.0,
     )
-    async def agentrun(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
+    async def agentrun(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any) -> None:
         loop = RunLoop(body=body, settings=memo.settings, executor=memo.executor, store=memo.store, logger=logger)
         await loop.run(stopped)
 
     @kopf.on.delete(GROUP, VERSION, "agentruns", id="agentrun-abort", registry=registry)
-    async def agentrun_abort(uid: str, status: kopf.Status, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    async def agentrun_abort(uid: str, status: kopf.Status, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         if status.get("phase") in FINISHED:
             return
         await memo.executor.abort(execution_name(uid))
@@ -112,7 +112,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         registry=registry,
         interval=settings.timing.tool_interval_seconds,
     )
-    async def agenttool_status(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    async def agenttool_status(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+        assert namespace is not None  # AgentTool is a namespaced resource
         change = await reconcile_tool(
             namespace,
             name,

@@ -92,7 +92,7 @@ class RunLoop:
         settings: Settings,
         executor: Executor,
         store: Store,
-        logger: logging.Logger | logging.LoggerAdapter = log,
+        logger: logging.Logger | logging.LoggerAdapter[Any] = log,
     ) -> None:
         self.body = body  # kopf keeps this view live: annotations set later show up here
         self.settings = settings
@@ -309,8 +309,7 @@ class RunLoop:
             tool = self.tools.get(request.get("tool") or "")
             policy = tool.approval if tool else None
             requested = _epoch(request.get("requestedAt"))
-            expired = policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout)
-            if expired:
+            if policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout):
                 await self._decide(request, policy.default_action == "approve", "timeout", f"no decision within {policy.timeout}")
         return requests
 

@@ -99,7 +99,7 @@ class _Wire(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def _cel(rule: str, message: str, **extra: str) -> dict[str, str]:
+def _cel(rule: str, message: str, **extra: str) -> dict[str, Any]:
     return {"rule": rule, "message": message, **extra}
 
 
@@ -408,12 +408,13 @@ class Condition(_Wire):
     observed_generation: int | None = Field(default=None, description="metadata.generation this condition was set for.")
 
 
-_CONDITIONS = dict(
-    default_factory=list,
-    max_length=32,
-    description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
-    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-)
+def _conditions() -> Any:
+    return Field(
+        default_factory=list,
+        max_length=32,
+        description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
 
 
 class Execution(_Wire):
@@ -492,7 +493,7 @@ class AgentRunStatus(_Wire):
         description="metadata.generation last acted on; -1 until the operator has looked.",
     )
     phase: Phase | None = Field(default=None, description="Pending, Running, AwaitingApproval, Succeeded or Failed.")
-    conditions: list[Condition] = Field(**_CONDITIONS)
+    conditions: list[Condition] = _conditions()
     execution: Execution | None = Field(default=None, description="Where the run executes.")
     attempts: int | None = Field(default=None, ge=0, description="Attempts started so far.")
     steps: Steps | None = Field(default=None, description="Live and replayed steps.")
@@ -516,7 +517,7 @@ class AgentToolStatus(_Wire):
         default=-1,
         description="metadata.generation last acted on; -1 until the operator has looked.",
     )
-    conditions: list[Condition] = Field(**_CONDITIONS)
+    conditions: list[Condition] = _conditions()
 
 
 # ------------------------------------------------------------------------------------ manifests
@@ -653,10 +654,10 @@ class ProgressApproval(_Wire):
             prompt=self.prompt,
             arguments=args[:1024] if args is not None else None,
             requested_at=self.requested_at or None,
-            decision=self.decision or None,  # type: ignore[arg-type]
+            decision=self.decision or None,
             by=self.by,
             decided_at=self.decided_at or None,
-            reason=self.reason,  # type: ignore[arg-type]
+            reason=self.reason,
         )
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .cost import PriceTable
-from .journal import Journal, Record
+from .journal import Counters, Journal, Record
 from .stores import Store, open_store
 from .wire.protocols.base import Usage
 from .wire.providers import upstreams as resolve_upstreams
@@ -83,6 +83,8 @@ class Run:
         self.listeners: list[Callable[[StepEvent], None]] = []
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None
+        #: Tokens under which wire.proxy serves this run (empty until an SDK is pointed at it).
+        self._proxy_tokens: list[str] = []
         from .wire.seam import WireSeam  # the seam reports back here
 
         self.seam = WireSeam(self)
@@ -92,7 +94,7 @@ class Run:
         return self.journal.attempt
 
     @property
-    def counters(self):
+    def counters(self) -> Counters:
         return self.journal.counters
 
     @contextmanager

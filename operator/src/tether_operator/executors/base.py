@@ -21,6 +21,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from tether.api import ExecRequest
 
@@ -63,7 +64,7 @@ class Submission:
     """The run was suspended awaiting approval when last seen: adopt it without starting it."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Where the runtime should run (spec + GPU node pool); used by executors that make pods."""
-    tolerations: list[dict] = field(default_factory=list)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     """Labels for objects the executor creates: the run's, without GitOps tracking keys."""
 

@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def _attempts(request_file: str, store: str, env: dict, kill_after: int, retries: int) -> int:
+def _attempts(request_file: str, store: str, env: dict[str, str], kill_after: int, retries: int) -> int:
     code = EXIT_RECOVERABLE
     for attempt in range(1, retries + 2):
         attempt_env = dict(env)

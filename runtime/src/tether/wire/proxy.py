@@ -33,7 +33,7 @@ class WireProxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # the port the OS picked
+        self.port = self._runner.addresses[0][1]  # the port the OS picked
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> WireProxy:
         run_on_wire_loop(self._start(host, port))

@@ -7,23 +7,18 @@ handed it.
 
 from __future__ import annotations
 
-import contextvars
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .cost import PriceTable
+from .current import active
+from .current import current_run as current_run  # public here since the start
 from .journal import Counters, Journal, Record
 from .stores import Store, open_store
 from .wire.protocols.base import Usage
 from .wire.providers import upstreams as resolve_upstreams
-
-_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("tether_run", default=None)
-
-
-def current_run() -> Run | None:
-    return _current.get()
 
 
 @dataclass
@@ -99,11 +94,11 @@ class Run:
 
     @contextmanager
     def activate(self) -> Iterator[Run]:
-        token = _current.set(self)
+        token = active.set(self)
         try:
             yield self
         finally:
-            _current.reset(token)
+            active.reset(token)
 
     # -- reports from the seams --------------------------------------------------------------
     def model_step(self, record: Record, *, replayed: bool) -> None:

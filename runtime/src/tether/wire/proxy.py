@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import secrets
 import threading
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ..errors import RecoverableStepError
-from ..run import Run
 from .loop import run_on_wire_loop
 from .seam import WireRequest
+
+if TYPE_CHECKING:
+    from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
 
 
 class WireProxy:

@@ -18,15 +18,18 @@ import functools
 import importlib
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import httpx
 
+from ..current import current_run
 from ..errors import RecoverableStepError
-from ..run import Run, current_run
 from .loop import run_on_wire_loop
 from .seam import WireRequest
+
+if TYPE_CHECKING:
+    from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
 
 
 @functools.lru_cache(maxsize=256)

@@ -34,6 +34,15 @@ from tether.api import (
     Progress,
     parse_duration,
 )
+from tether.contract import (
+    APPROVE_ANNOTATION,
+    DECIDED_BY_ANNOTATION,
+    DECLINE_ANNOTATION,
+    REASON_ANNOTATION,
+    RUN_LABEL,
+    RUN_UID_LABEL,
+    progress_key,
+)
 from tether.stores import Store
 
 from . import conditions as C
@@ -46,16 +55,8 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-APPROVE_ANNOTATION = "tether.dev/approve"
-DECLINE_ANNOTATION = "tether.dev/decline"
-DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
-REASON_ANNOTATION = "tether.dev/reason"
 FINISHED = (Phase.SUCCEEDED.value, Phase.FAILED.value)
 RESULT_LIMIT = 4096
-
-
-def progress_key(run_id: str) -> str:
-    return f"runs/{run_id}/progress.json"
 
 
 def _iso(value: Any) -> str | None:
@@ -204,7 +205,7 @@ class RunLoop:
         request = ExecRequest(run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools)
         where = placement(spec.resources, spec.node_selector, spec.tolerations, self.settings.gpu_node_pools)
         labels = propagated(self.body.meta.get("labels"))
-        labels.update({"tether.dev/run": self.name, "tether.dev/run-uid": self.uid})
+        labels.update({RUN_LABEL: self.name, RUN_UID_LABEL: self.uid})
         started = time.monotonic()
         ex = await self.executor.submit(
             Submission(

@@ -35,6 +35,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from . import contract
+
 GROUP = "tether.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -139,12 +141,7 @@ class Provider(str, Enum):
 
 
 # The environment variable each provider's SDKs read their API key from.
-PROVIDER_KEY_ENV = {
-    "openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "gemini": "GEMINI_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
-}
+PROVIDER_KEY_ENV = contract.PROVIDER_KEY_ENV
 
 
 class Phase(str, Enum):

@@ -22,10 +22,12 @@ import flyte
 
 from .agent import Tool, load_adapter, run_agent
 from .api import AgentToolSpec, ExecRequest
+from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE  # the exit codes, importable from here too
+from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
+from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
+from .contract import EXIT_TERMINAL as EXIT_TERMINAL
 from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreUnavailable
 from .run import StepEvent
-
-EXIT_SUCCEEDED, EXIT_RECOVERABLE, EXIT_TERMINAL, EXIT_SUSPENDED = 0, 1, 2, 3
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 

@@ -24,10 +24,9 @@ from enum import Enum
 from typing import Any
 
 from tether.api import ExecRequest
-
-EXIT_SUCCEEDED = 0
-EXIT_TERMINAL = 2
-EXIT_SUSPENDED = 3
+from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
+from tether.contract import EXIT_SUSPENDED as EXIT_SUSPENDED
+from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
 
 
 class ExecutionState(str, Enum):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..api import ExecRequest
-from ..entrypoint import EXIT_TERMINAL
+from ..contract import EXIT_TERMINAL
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from ..api import AgentRunManifest, AgentToolManifest, ExecRequest, ManifestError, load_manifests
-from ..entrypoint import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED
+from ..contract import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED
 from ..progress import read_progress
 from ..stores import default_store_url, open_store
 from ..wire.providers import API_KEY_ENV

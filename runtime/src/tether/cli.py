@@ -23,7 +23,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, help_text) in COMMANDS.items():
             print(f"  {name:<14} {help_text}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
+    try:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+    except ModuleNotFoundError as e:
+        if e.name is None or not e.name.startswith("tether.testing"):
+            raise
+        print(f"tether {argv[0]} needs the tether-testing package (pip install tether-testing)", file=sys.stderr)
+        return 2
     return int(module.main(argv[1:]) or 0)
 
 

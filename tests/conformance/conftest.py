@@ -7,7 +7,8 @@ Run it in an adapter's environment, naming that adapter's kit:
 A kit (``adapters/<id>/tests/kit.py``) defines ``FRAMEWORK``, ``MODEL``, ``PROTOCOL`` and
 ``multi_agent(tools)`` — a bring-your-own multi-agent object (handoff, sub-agent, multi-node
 graph) — and may define ``MULTI_SCRIPT`` (extra fake-provider conversations, listed before the
-shared ones) and ``MULTI_PROMPT``. Without ``TETHER_KIT`` the suite is not collected.
+shared ones) and ``MULTI_PROMPT``. Without ``TETHER_KIT`` the suite refuses to run (a usage error,
+not zero tests): the core run leaves it out with ``--ignore=tests/conformance``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from pathlib import Path
 
 import pytest
 
+if not os.environ.get("TETHER_KIT"):
+    raise pytest.UsageError(
+        "tests/conformance needs an adapter kit: TETHER_KIT=adapters/<id>/tests/kit.py "
+        "(run it in that adapter's env: scripts/env.sh <id>); to run the other tests without it, pass --ignore=tests/conformance"
+    )
+
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 
@@ -27,10 +34,6 @@ from .agents import script_for
 from .driver import load_kit
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def pytest_ignore_collect(collection_path, config):
-    return not os.environ.get("TETHER_KIT")
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.kube import ControlPlane, free_port, kube  # noqa: F401  (the session fixture)
+from tests.support.wait import wait_for as support_wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLBOX = Path(__file__).resolve().parent / "toolbox"  # the `shop` package the AgentTools name
@@ -177,15 +178,8 @@ def get(kube: ControlPlane, kind: str, ns: str, name: str) -> dict[str, Any]:
     return json.loads(kube.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout)
 
 
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.2, what: str = "condition") -> Any:
+    return support_wait_for(predicate, timeout=timeout, interval=interval, what=what)
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +116,13 @@ def attempt_pid(op: Operator, obj: dict[str, Any]) -> int:
     return int(wait_for(lambda: (folder / "pid").exists() and (folder / "pid").read_text(), what="pid"))
 
 
+def journaled_turns(op: Operator, obj: dict[str, Any]) -> int:
+    """Model turns recorded in the run's journal (the operator's store). Listed, not loaded:
+    loading a journal claims an attempt."""
+    prefix = f"journal/{obj['metadata']['uid']}/model/"
+    return sum(1 for key in open_store(op.store_url).list(prefix) if key.endswith(".rec"))
+
+
 def live_bodies(fake: FakeProvider, since: int = 0) -> list[str]:
     return [e.body_sha256 for e in fake.ledger.snapshot()[since:] if e.live]
 
@@ -157,7 +163,7 @@ def test_runtime_killed_mid_run_replays(kube: ControlPlane, fake: FakeProvider, 
     obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("execution") and o, timeout=60, what="submitted")
     # Two model turns answered: the second asked for read-source, which takes 1.5 s.
     wait_for(lambda: len(live_bodies(fake, start)) >= 2, timeout=120, what="two live turns")
-    time.sleep(0.5)  # the turn is journaled, read-source is running
+    wait_for(lambda: journaled_turns(agent_operator, obj) >= 2, timeout=30, what="the second turn journaled")
     before = live_bodies(fake, start)
     pid = attempt_pid(agent_operator, obj)
     os.killpg(pid, signal.SIGKILL)
@@ -322,7 +328,7 @@ def test_operator_restart_mid_run_one_execution(kube: ControlPlane, fake: FakePr
     obj = wait_for(lambda: (o := get(kube, "agentrun", NS, name))["status"].get("execution") and o, timeout=60, what="submitted")
     exec_name = obj["status"]["execution"]["name"]
     wait_for(lambda: len(live_bodies(fake, start)) >= 1, timeout=120, what="a live turn")
-    time.sleep(0.5)  # search (1.5 s) is running
+    wait_for(lambda: journaled_turns(agent_operator, obj) >= 1, timeout=30, what="the turn journaled")  # search (1.5 s) runs
     pid = attempt_pid(agent_operator, obj)
     agent_operator.kill()  # SIGKILL: no cleanup; the runtime dies with it (PR_SET_PDEATHSIG)
     wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=10, what="runtime gone with the operator")

@@ -6,7 +6,6 @@ test scripts); the real runtime (`python -m tether exec`) is exercised by the ku
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.wait import wait_for_async
 from tether.api import AgentRunSpec, ExecRequest
 from tether.secrets import Secrets
 from tether_operator import ExecutionState, LocalExecutor, Submission, execution_name
@@ -142,24 +142,31 @@ async def test_abort_kills_the_process(make, tmp_path: Path) -> None:
     ex = make("sleep")
     await ex.submit(_submission())
     await _until_finished(ex, "t1", (ExecutionState.RUNNING,))
-    for _ in range(100):
-        if (tmp_path / "work/t1/pid").exists():
-            break
-        await asyncio.sleep(0.02)
+    await wait_for_async(lambda: (tmp_path / "work/t1/pid").exists(), timeout=10, what="the attempt's pid file")
     pid = int((tmp_path / "work/t1/pid").read_text())
     await ex.abort("t1")
-    await asyncio.sleep(0.1)
+    await wait_for_async(lambda: not _alive(pid), timeout=10, what=f"process {pid} to be gone")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
 
-async def test_concurrency_limit_queues(make) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_concurrency_limit_queues(make, tmp_path: Path) -> None:
     ex = make("sleep", concurrency=1)
     await ex.submit(_submission("a"))
     await ex.submit(_submission("b"))
     await _until_finished(ex, "a", (ExecutionState.RUNNING,))
-    await asyncio.sleep(0.2)
+    # a's process is up and holds the only slot; b has had its chance to start and must not have.
+    await wait_for_async(lambda: (tmp_path / "work/a/pid").exists(), timeout=10, what="a's pid file")
     assert (await ex.status("b")).state is ExecutionState.QUEUED
+    assert not (tmp_path / "work/b/pid").exists()
     await ex.close()
 
 

@@ -5,12 +5,17 @@ Public surface: the executor seam (`Executor`, `LocalExecutor`, `Submission`, `e
 `python -m tether_operator`.
 """
 
+from typing import TYPE_CHECKING
+
 from .executors.base import ExecutionState, ExecutionStatus, Executor, Submission, execution_name
 from .executors.local import LocalExecutor
 from .settings import Settings
 
+if TYPE_CHECKING:
+    import kopf
 
-def build_registry(settings: Settings):  # imported lazily: kopf costs a second to import
+
+def build_registry(settings: Settings) -> "kopf.OperatorRegistry":  # imported lazily: kopf costs a second to import
     from .handlers import build_registry as build
 
     return build(settings)

@@ -130,7 +130,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         cancellation_timeout=10.0,
         backoff=5.0,
     )
-    async def agentrun(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
+    async def agentrun(
+        body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+    ) -> None:
         namespace = body.meta["namespace"]
         loop = RunLoop(
             body=body,
@@ -179,7 +181,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         registry=registry,
         interval=settings.timing.tool_interval_seconds,
     )
-    async def agenttool_status(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    async def agenttool_status(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+        assert namespace is not None  # AgentTool is a namespaced resource
         change = await reconcile_tool(
             namespace,
             name,

@@ -126,7 +126,8 @@ async def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[s
 
 
 async def get_tool(namespace: str, name: str) -> dict[str, Any] | None:
-    return await request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/agenttools/{name}")
+    tool: dict[str, Any] | None = await request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/agenttools/{name}")
+    return tool
 
 
 async def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:

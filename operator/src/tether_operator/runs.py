@@ -41,7 +41,15 @@ from tether.api import (
     parse_duration,
     read_spec,
 )
-from tether.progress import progress_key
+from tether.contract import (
+    APPROVE_ANNOTATION,
+    DECIDED_BY_ANNOTATION,
+    DECLINE_ANNOTATION,
+    REASON_ANNOTATION,
+    RUN_LABEL,
+    RUN_UID_LABEL,
+    progress_key,
+)
 from tether.secrets import Secrets
 from tether.stores import Store
 
@@ -55,10 +63,6 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-APPROVE_ANNOTATION = "tether.dev/approve"
-DECLINE_ANNOTATION = "tether.dev/decline"
-DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
-REASON_ANNOTATION = "tether.dev/reason"
 FINISHED = (Phase.SUCCEEDED.value, Phase.FAILED.value)
 FINALIZER = "tether.dev/cleanup"
 MODEL_KEY_FILE = "model/apiKey"
@@ -122,7 +126,7 @@ class RunLoop:
         executor: Executor,
         store: Store,
         store_url: str = "",
-        logger: logging.Logger | logging.LoggerAdapter = log,
+        logger: logging.Logger | logging.LoggerAdapter[Any] = log,
     ) -> None:
         self.body = body  # kopf keeps this view live: annotations set later show up here
         self.settings = settings
@@ -254,7 +258,7 @@ class RunLoop:
         request = ExecRequest(run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools)
         where = placement(spec.resources, spec.node_selector, spec.tolerations, self.settings.gpu_node_pools)
         labels = propagated(self.body.meta.get("labels"))
-        labels.update({"tether.dev/run": self.name, "tether.dev/run-uid": self.uid})
+        labels.update({RUN_LABEL: self.name, RUN_UID_LABEL: self.uid})
         started = time.monotonic()
         suspended = self.status.get("phase") == Phase.AWAITING_APPROVAL.value
         if not suspended:
@@ -392,8 +396,7 @@ class RunLoop:
             tool = self.tools.get(request.get("tool") or "")
             policy = tool.approval if tool else None
             requested = _epoch(request.get("requestedAt"))
-            expired = policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout)
-            if expired:
+            if policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout):
                 # A timeout approves only where the cluster allows it (accept() refuses such a tool otherwise).
                 approve_it = policy.default_action == "approve" and self.settings.allow_auto_approve
                 await self._decide(request, approve_it, "timeout", f"no decision within {policy.timeout}")

@@ -14,7 +14,7 @@ from .checks import Problem, check_tool
 from .conditions import Reason
 
 
-def _essence(conditions: list[dict[str, Any]]) -> list[tuple]:
+def _essence(conditions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Conditions without timestamps, to tell a real change from a repeat."""
     return sorted((c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in conditions)
 
@@ -25,7 +25,7 @@ async def reconcile_tool(
     generation: int,
     spec: dict[str, Any],
     status: dict[str, Any],
-    gpu_node_pools: dict,
+    gpu_node_pools: dict[str, Any],
     allowed: tuple[str, ...] | None = None,
     probe: Callable[[str], Awaitable[str | None]] | None = None,
     *,

@@ -3,7 +3,15 @@
 The public surface; everything else is reached through its module (``tether.stores``,
 ``tether.wire``, ``tether.testing``...). Framework packages (``tether_openai``…) re-export
 ``tool``, ``run_agent`` and ``run_agent_sync`` bound to their adapter.
+
+``tether.testing`` (the fake providers) is its own distribution, ``tether-testing`` (testing/ in a
+checkout): the package path is extended so it is found in another install location as well.
 """
+
+from pkgutil import extend_path
+
+__path__ = extend_path(__path__, __name__)
+
 
 from .agent import Adapter, AgentResult, AgentSession, AgentSpec, Tool, load_adapter, run_agent, run_agent_sync, tool
 from .errors import ConfigError, StoreError, StoreUnavailable, Suspended, TetherError, ToolError

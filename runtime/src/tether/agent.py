@@ -28,7 +28,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from .errors import ConfigError, LimitExceeded, Suspended, ToolError
 from .memory import Memory
@@ -63,8 +63,8 @@ class Tool:
     ) -> None:
         if cache not in ("off", "auto"):
             raise ConfigError(f"tool cache must be 'auto' or 'off', not {cache!r}")
-        self.task = fn if _is_flyte_task(fn) else None
-        self.fn: Callable[..., Any] = fn.func if self.task is not None else fn  # the user's function
+        self.task: Any = fn if _is_flyte_task(fn) else None  # a flyte TaskTemplate
+        self.fn: Callable[..., Any] = cast(Any, fn).func if self.task is not None else fn  # the user's function
         self.name = name or self.fn.__name__
         self.description = description or inspect.getdoc(self.fn) or self.name
         self.spec = ToolSpec(
@@ -286,9 +286,9 @@ class AgentResult:
     model_replayed: int = 0
     tool_live: int = 0
     tool_replayed: int = 0
-    first_divergence: dict | None = None
-    usage_live: dict = field(default_factory=dict)
-    usage_replayed: dict = field(default_factory=dict)
+    first_divergence: dict[str, Any] | None = None
+    usage_live: dict[str, Any] = field(default_factory=dict)
+    usage_replayed: dict[str, Any] = field(default_factory=dict)
     cost_usd: float = 0.0
     saved_usd: float = 0.0
     events: list[StepEvent] = field(default_factory=list)
@@ -516,7 +516,8 @@ def load_adapter(framework: str) -> Adapter:
     """The adapter for a framework id (``pydantic-ai`` → package ``tether_pydantic_ai``)."""
     module = f"tether_{framework.replace('-', '_')}"
     try:
-        return importlib.import_module(module).ADAPTER
+        adapter: Adapter = importlib.import_module(module).ADAPTER
+        return adapter
     except ImportError as e:
         raise ConfigError(
             f"no adapter for framework {framework!r} in this environment: install the tether-{framework} package ({e})"

@@ -37,6 +37,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from . import contract
+
 GROUP = "tether.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -61,7 +63,7 @@ MAX_NAME = 253
 MAX_RUN_NAME = 63
 
 
-def _cel(rule: str, message: str, **extra: str) -> dict[str, str]:
+def _cel(rule: str, message: str, **extra: str) -> dict[str, Any]:
     return {"rule": rule, "message": message, **extra}
 
 
@@ -213,12 +215,7 @@ class Provider(str, Enum):
 
 
 # The environment variable each provider's SDKs read their API key from.
-PROVIDER_KEY_ENV = {
-    "openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "gemini": "GEMINI_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
-}
+PROVIDER_KEY_ENV = contract.PROVIDER_KEY_ENV
 
 
 class Phase(str, Enum):
@@ -609,12 +606,13 @@ class Condition(_Wire):
     observed_generation: int | None = Field(default=None, description="metadata.generation this condition was set for.")
 
 
-_CONDITIONS = dict(
-    default_factory=list,
-    max_length=32,
-    description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
-    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-)
+def _conditions() -> Any:
+    return Field(
+        default_factory=list,
+        max_length=32,
+        description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
 
 
 class Execution(_Wire):
@@ -707,7 +705,7 @@ class AgentRunStatus(_Wire):
         description="metadata.generation last acted on; -1 until the operator has looked.",
     )
     phase: Phase | None = Field(default=None, description="Pending, Running, AwaitingApproval, Succeeded or Failed.")
-    conditions: list[Condition] = Field(**_CONDITIONS)
+    conditions: list[Condition] = _conditions()
     execution: Execution | None = Field(default=None, description="Where the run executes.")
     attempts: int | None = Field(default=None, ge=0, description="Attempts started so far.")
     steps: Steps | None = Field(default=None, description="Live and replayed steps.")
@@ -731,7 +729,7 @@ class AgentToolStatus(_Wire):
         default=-1,
         description="metadata.generation last acted on; -1 until the operator has looked.",
     )
-    conditions: list[Condition] = Field(**_CONDITIONS)
+    conditions: list[Condition] = _conditions()
 
 
 # ------------------------------------------------------------------------------------ manifests
@@ -895,10 +893,10 @@ class ProgressApproval(_Wire):
             prompt=self.prompt,
             arguments=args[:1024] if args is not None else None,
             requested_at=self.requested_at or None,
-            decision=self.decision or None,  # type: ignore[arg-type]
+            decision=self.decision or None,
             by=self.by,
             decided_at=self.decided_at or None,
-            reason=self.reason,  # type: ignore[arg-type]
+            reason=self.reason,
         )
 
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .canonical import sha256_hex
 from .errors import ConfigError, Suspended
 from .stores import Store
+
+if TYPE_CHECKING:
+    from .run import Run
+    from .tools import ToolSpec
 
 
 @dataclass
@@ -56,7 +60,7 @@ def prompt_for(approval: Any, tool: str, arguments: dict[str, Any]) -> str:
     return f"Allow {tool}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})?"
 
 
-def require_approval(run, spec, key: tuple[str, str, int], arguments: dict[str, Any]) -> Decision:
+def require_approval(run: Run, spec: ToolSpec, key: tuple[str, str, int], arguments: dict[str, Any]) -> Decision:
     """The decision for this step, or raise ``Suspended`` after recording the request."""
     aid = approval_id(key)
     decision = read_decision(run.store, run.scope, aid)

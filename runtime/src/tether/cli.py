@@ -26,7 +26,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<14} {help_text}")
         print(f"\n{EXIT_CODES_HELP.replace('exit codes:', 'exit codes of run and exec:')}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
+    try:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+    except ModuleNotFoundError as e:
+        if e.name is None or not e.name.startswith("tether.testing"):
+            raise
+        print(f"tether {argv[0]} needs the tether-testing package (pip install tether-testing)", file=sys.stderr)
+        return 2
     return int(module.main(argv[1:]) or 0)
 
 

@@ -17,17 +17,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 import flyte
 
 from .agent import Tool, load_adapter, run_agent
 from .api import AgentToolSpec, ExecRequest
+from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE  # the exit codes, importable from here too
+from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
+from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
+from .contract import EXIT_TERMINAL as EXIT_TERMINAL
 from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreUnavailable
+from .run import StepEvent
 from .secrets import tool_secrets
 from .tools import allowed_tool_modules, implementation_refusal
-
-EXIT_SUCCEEDED, EXIT_RECOVERABLE, EXIT_TERMINAL, EXIT_SUSPENDED = 0, 1, 2, 3
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 
@@ -75,11 +78,13 @@ def classify_exception(e: BaseException) -> int:
     an ``APIConnectionError`` around a refused cost limit), so the whole chain is read: a limit or
     bad input anywhere makes it terminal; else a transport-level or store failure or a retryable
     HTTP status makes it recoverable; anything else is terminal."""
-    chain, seen = [], set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        chain.append(e)
-        e = e.__cause__ or e.__context__
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    link: BaseException | None = e
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        chain.append(link)
+        link = link.__cause__ or link.__context__
     if any(isinstance(x, (ConfigError, LimitExceeded)) for x in chain):
         return EXIT_TERMINAL
     for x in chain:
@@ -93,7 +98,7 @@ def classify_exception(e: BaseException) -> int:
     return EXIT_TERMINAL
 
 
-async def execute(request: ExecRequest, store: str, on_step: Callable | None = None) -> dict[str, Any]:
+async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent], None] | None = None) -> dict[str, Any]:
     spec = request.spec
     outcome: dict[str, Any] = {"run_id": request.run_id}
     try:
@@ -149,12 +154,12 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
     return outcome
 
 
-def step_printer(stream=sys.stdout) -> Callable:
+def step_printer(stream: TextIO | None = sys.stdout) -> Callable[[StepEvent], None]:
     """Progress lines as steps complete (``stream=None``: silent); ``$TETHER_KILL_AFTER_STEP``
     SIGKILLs the process after that many steps (to watch a crash and a resume happen)."""
     kill_after = int(os.environ.get("TETHER_KILL_AFTER_STEP") or 0)
 
-    def on_step(e) -> None:
+    def on_step(e: StepEvent) -> None:
         if stream is not None:
             _print_step(e, stream)
         if kill_after and e.index >= kill_after:
@@ -165,7 +170,7 @@ def step_printer(stream=sys.stdout) -> Callable:
     return on_step
 
 
-def _print_step(e, stream) -> None:
+def _print_step(e: StepEvent, stream: TextIO) -> None:
     mode = "replayed" if e.replayed else "live    "
     what = f"turn  {e.name}" if e.kind == "model" else f"tool  {e.name}"
     tokens = f"{e.usage.total:>6} tok" if e.kind == "model" else " " * 10
@@ -177,7 +182,8 @@ def _print_step(e, stream) -> None:
 def _publish_failed_start(store: str, run_id: str, error: str) -> None:
     """Progress for an attempt that failed before the agent started: the cause, and no figures
     of an earlier attempt (the operator and ``tether run`` show this document)."""
-    from .progress import Progress, write_progress
+    from .api import Progress
+    from .progress import write_progress
     from .stores import open_store
 
     try:

@@ -15,15 +15,12 @@ from typing import Any
 
 from .api import Divergence, Progress, ProgressApproval, Steps, Usage
 from .approvals import list_approvals
+from .contract import progress_key as progress_key  # where the operator reads it
 from .errors import StoreError
 from .run import Run, StepEvent
 from .stores import Store
 
 RESULT_LIMIT = 4096
-
-
-def progress_key(scope: str) -> str:
-    return f"runs/{scope}/progress.json"
 
 
 def read_progress(store: Store, scope: str) -> dict[str, Any] | None:

@@ -7,23 +7,18 @@ handed it.
 
 from __future__ import annotations
 
-import contextvars
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .cost import PriceTable
-from .journal import Journal, Record
+from .current import active
+from .current import current_run as current_run  # public here since the start
+from .journal import Counters, Journal, Record
 from .stores import Store, open_store
 from .wire.protocols.base import Usage
 from .wire.providers import upstreams as resolve_upstreams
-
-_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("tether_run", default=None)
-
-
-def current_run() -> Run | None:
-    return _current.get()
 
 
 @dataclass
@@ -83,6 +78,8 @@ class Run:
         self.listeners: list[Callable[[StepEvent], None]] = []
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None
+        #: Tokens under which wire.proxy serves this run (empty until an SDK is pointed at it).
+        self._proxy_tokens: list[str] = []
         from .wire.seam import WireSeam  # the seam reports back here
 
         self.seam = WireSeam(self)
@@ -92,16 +89,16 @@ class Run:
         return self.journal.attempt
 
     @property
-    def counters(self):
+    def counters(self) -> Counters:
         return self.journal.counters
 
     @contextmanager
     def activate(self) -> Iterator[Run]:
-        token = _current.set(self)
+        token = active.set(self)
         try:
             yield self
         finally:
-            _current.reset(token)
+            active.reset(token)
 
     # -- reports from the seams --------------------------------------------------------------
     def model_step(self, record: Record, *, replayed: bool) -> None:

@@ -59,7 +59,7 @@ def encode_result(value: Any) -> bytes:
     return json.dumps(value, default=_jsonable, sort_keys=True, ensure_ascii=False).encode()
 
 
-def code_hash(fn: Callable) -> str:
+def code_hash(fn: Callable[..., Any]) -> str:
     """Hash of a tool's source (its bytecode if the source is unavailable): the cache key part
     that makes ``cache="auto"`` forget results when the tool's code changes."""
     try:
@@ -104,7 +104,7 @@ class ToolSpec:
         return self.cache == "auto" and (self.approval is None or self.cached_without_approval)
 
 
-def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict, str]:
+def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
     try:
         canonical = {"tool": spec.name, "version": spec.version, "arguments": json.loads(canonical_json(args))}
     except (TypeError, ValueError):
@@ -112,7 +112,7 @@ def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict, str]:
     return canonical, fingerprint("tool", canonical)
 
 
-def _cache_key(spec: ToolSpec, canonical: dict) -> str:
+def _cache_key(spec: ToolSpec, canonical: dict[str, Any]) -> str:
     return f"cache/tools/{spec.name}/{spec.code}/{sha256_hex(canonical_json(canonical['arguments']))}.rec"
 
 
@@ -167,7 +167,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     return _from_record(spec, record)
 
 
-def _cached(run: Run, spec: ToolSpec, canonical: dict) -> Record | None:
+def _cached(run: Run, spec: ToolSpec, canonical: dict[str, Any]) -> Record | None:
     data = run.store.get(_cache_key(spec, canonical))
     record = Record.decode(data) if data else None
     return record if record is not None and record.outcome == "ok" else None
@@ -186,7 +186,7 @@ async def _invoke(spec: ToolSpec, args: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(spec.fn):
         return await spec.fn(**args)
     ctx = contextvars.copy_context()  # the worker thread sees the idempotency key and the run
-    result = await asyncio.to_thread(ctx.run, spec.fn, **args)
+    result = await asyncio.to_thread(ctx.run, functools.partial(spec.fn, **args))
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -29,11 +29,10 @@ from enum import Enum
 from typing import Any
 
 from tether.api import AgentRunSpec, AgentToolSpec, ExecRequest
+from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
+from tether.contract import EXIT_SUSPENDED as EXIT_SUSPENDED
+from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
 from tether.secrets import Secrets
-
-EXIT_SUCCEEDED = 0
-EXIT_TERMINAL = 2
-EXIT_SUSPENDED = 3
 
 
 class ExecutionState(str, Enum):

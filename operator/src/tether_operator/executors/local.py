@@ -83,7 +83,7 @@ class _Execution:
     exit_code: int | None = None
     message: str = ""
     proc: asyncio.subprocess.Process | None = None
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def status(self) -> ExecutionStatus:

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import os
 
-#: The exit codes of ``tether run`` and ``tether exec`` (values: tether.entrypoint.EXIT_*), for
-#: ``--help``; kept here so that ``tether --help`` does not import Flyte.
-EXIT_CODES_HELP = """exit codes:
-  0  succeeded
-  1  recoverable failure, or the agent process died and retries ran out: run the same command
-     again (finished steps replay)
-  2  terminal failure or bad input (the cause is printed), or the run id belongs to another manifest
-  3  suspended: waiting for a human approval (approve, then run the same command again)"""
+from ..contract import EXIT_CODES_HELP as EXIT_CODES_HELP  # for --help, without importing Flyte
 
 
 def command_name() -> str:

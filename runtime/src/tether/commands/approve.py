@@ -14,6 +14,7 @@ import getpass
 import sys
 
 from ..approvals import decide, list_approvals
+from ..contract import APPROVE_ANNOTATION, DECIDED_BY_ANNOTATION, DECLINE_ANNOTATION, REASON_ANNOTATION
 from ..errors import ConfigError
 from ..stores import open_store
 from . import command_name
@@ -59,9 +60,9 @@ def _annotate(run: str, approval_id: str, approved: bool, by: str, reason: str |
         print("tether approve NAMESPACE/NAME needs the kubernetes package (pip install kubernetes)", file=sys.stderr)
         return 2
     namespace, _, name = run.partition("/")
-    annotations = {f"tether.dev/{'approve' if approved else 'decline'}": approval_id, "tether.dev/decided-by": by}
+    annotations = {APPROVE_ANNOTATION if approved else DECLINE_ANNOTATION: approval_id, DECIDED_BY_ANNOTATION: by}
     if reason:
-        annotations["tether.dev/reason"] = reason
+        annotations[REASON_ANNOTATION] = reason
     config.load_kube_config()
     try:
         client.CustomObjectsApi().patch_namespaced_custom_object(

@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 from .. import secrets as tether_secrets
+from ..contract import EXIT_TERMINAL
 from . import EXIT_CODES_HELP, command_name
-
-EXIT_TERMINAL = 2  # tether.entrypoint's; not imported before the secrets are in hand
 
 
 def main(argv: list[str]) -> int:

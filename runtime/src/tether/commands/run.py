@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
-from ..entrypoint import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
+from ..contract import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
 from ..progress import read_progress
 from ..stores import Store, default_store_url, open_store
 from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
@@ -149,8 +149,16 @@ def main(argv: list[str]) -> int:
         if not script.exists():
             print(f"tether run: no {API_KEY_ENV[provider]} set and no fake-provider script at {script}", file=sys.stderr)
             return 2
-        from ..testing.fake_provider import FakeProvider
-        from ..testing.script import Script
+        try:  # a separate distribution: the runtime wheel does not ship test doubles
+            from tether.testing.fake_provider import FakeProvider
+            from tether.testing.script import Script
+        except ImportError:
+            print(
+                f"tether run: no {API_KEY_ENV[provider]} set; running against the fake provider needs tether-testing "
+                "(pip install tether-testing; in a checkout, ./tether has it)",
+                file=sys.stderr,
+            )
+            return 2
 
         fake = FakeProvider(Script.load(script), latency=0.2).start()
         spec = spec.model_copy(update={"model": spec.model.model_copy(update={"base_url": fake.base_url(provider)})})

@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .base import Store
@@ -20,7 +21,7 @@ _TRANSIENT_CODES = {"500", "502", "503", "504", "SlowDown", "Throttling", "Reque
 
 
 @functools.lru_cache(maxsize=16)
-def _client(endpoint_url: str | None, region: str, max_attempts: int, connect_timeout: float, read_timeout: float, pool: int):
+def _client(endpoint_url: str | None, region: str, max_attempts: int, connect_timeout: float, read_timeout: float, pool: int) -> Any:
     """One boto3 client per endpoint and settings, shared by every store of the process: making
     one costs tens of milliseconds (every attempt opens its store), and clients are thread-safe."""
     config = Config(

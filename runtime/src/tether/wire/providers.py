@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from ..contract import PROVIDER_KEY_ENV
+
 PROVIDERS = ("openai", "anthropic", "gemini", "mistral")
 
 DEFAULT_UPSTREAMS = {
@@ -20,12 +22,7 @@ DEFAULT_UPSTREAMS = {
 }
 
 #: Environment variable holding each provider's API key (what SDKs read by default).
-API_KEY_ENV = {
-    "openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "gemini": "GEMINI_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
-}
+API_KEY_ENV = PROVIDER_KEY_ENV
 
 #: Request headers and query parameters that carry credentials: never stored, never fingerprinted.
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"})

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import secrets
 import threading
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ..errors import RecoverableStepError
-from ..run import Run
 from .loop import run_on_wire_loop
 from .seam import WireRequest
+
+if TYPE_CHECKING:
+    from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
 
 
 class WireProxy:
@@ -33,7 +36,7 @@ class WireProxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # the port the OS picked
+        self.port = self._runner.addresses[0][1]  # the port the OS picked
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> WireProxy:
         run_on_wire_loop(self._start(host, port))

@@ -17,16 +17,16 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import httpx
 
 from ..canonical import fingerprint
 from ..errors import RecoverableStepError, StoreError
-from ..journal import Record
+from ..journal import Record, StepKey
 from . import protocols
 from .protocols.base import WireProtocol
 
@@ -99,7 +99,7 @@ class WireSeam:
         self.run = run
         self.timeout = timeout
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
-        self._pumps: set[asyncio.Task] = set()  # strong refs: a pump outlives an early-closing reader
+        self._pumps: set[asyncio.Task[None]] = set()  # strong refs: a pump outlives an early-closing reader
 
     def _client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
@@ -121,7 +121,7 @@ class WireSeam:
     async def handle(self, request: WireRequest) -> WireResponse:
         protocol = protocols.find(request.provider, request.method, request.path)
         canonical = self._canonical(protocol, request) if protocol else None
-        if canonical is None:
+        if protocol is None or canonical is None:
             return await self._forward(request)
         journal = self.run.journal
         key = journal.next_key("model", fingerprint("model", canonical))
@@ -144,7 +144,7 @@ class WireSeam:
         return WireResponse(402, [("content-type", "application/json")], _once(body))
 
     @staticmethod
-    def _canonical(protocol: WireProtocol, request: WireRequest) -> dict | None:
+    def _canonical(protocol: WireProtocol, request: WireRequest) -> dict[str, Any] | None:
         try:
             body = json.loads(request.body) if request.body else None
             query = dict(parse_qsl(request.query, keep_blank_values=True))
@@ -186,7 +186,7 @@ class WireSeam:
         finally:
             await response.aclose()
 
-    async def _live(self, protocol: WireProtocol, request: WireRequest, key, canonical: dict) -> WireResponse:
+    async def _live(self, protocol: WireProtocol, request: WireRequest, key: StepKey, canonical: dict[str, Any]) -> WireResponse:
         started = time.time()
         response = await self._send(request)
         headers = self._response_headers(response)
@@ -226,7 +226,7 @@ class WireSeam:
             return WireResponse(response.status_code, headers, _once(body))
         return WireResponse(response.status_code, headers, self._tee(response, commit))
 
-    async def _tee(self, response: httpx.Response, commit) -> AsyncIterator[bytes]:
+    async def _tee(self, response: httpx.Response, commit: Callable[[bytes], Awaitable[None]]) -> AsyncIterator[bytes]:
         """Pass a stream through as it arrives, record it whole, then release the last chunk.
 
         A pump task reads upstream independently of the consumer, so a caller that stops
@@ -234,7 +234,7 @@ class WireSeam:
         the step recorded. The last chunk waits for the record: the framework never holds a
         complete response that is not durable.
         """
-        queue: asyncio.Queue = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()  # chunks, then _END or the error
 
         async def pump() -> None:
             chunks: list[bytes] = []

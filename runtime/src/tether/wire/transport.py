@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import httpx
 
+from ..current import current_run
 from ..errors import RecoverableStepError
-from ..run import Run, current_run
 from .loop import run_on_wire_loop
 from .seam import WireRequest
+
+if TYPE_CHECKING:
+    from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
 
 
 @functools.lru_cache(maxsize=256)
@@ -52,16 +55,17 @@ def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireReq
 
 
 @functools.cache
-def transports_for(http: ModuleType | str) -> tuple[type, type]:
+def transports_for(module: ModuleType | str) -> tuple[type, type]:
     """``(AsyncWireTransport, WireTransport)`` built on an httpx-compatible module."""
-    if isinstance(http, str):
-        http = importlib.import_module(http)
+    # Any: the module is chosen at run time (httpx, or a vendored copy such as httpx2).
+    http: Any = importlib.import_module(module) if isinstance(module, str) else module
 
     def translate(e: RecoverableStepError) -> Exception:
         # SDKs treat transport errors as retryable connection failures: exactly our meaning.
-        return http.ReadError(str(e))
+        error: Exception = http.ReadError(str(e))
+        return error
 
-    class AsyncStream(http.AsyncByteStream):
+    class AsyncStream(http.AsyncByteStream):  # type: ignore[misc]
         def __init__(self, stream: AsyncIterator[bytes]) -> None:
             self._stream = stream
 
@@ -73,9 +77,11 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
                 raise translate(e) from e
 
         async def aclose(self) -> None:
-            await self._stream.aclose()
+            aclose = getattr(self._stream, "aclose", None)  # the seam's streams are async generators
+            if aclose is not None:
+                await aclose()
 
-    class AsyncWireTransport(http.AsyncBaseTransport):
+    class AsyncWireTransport(http.AsyncBaseTransport):  # type: ignore[misc]
         """Async transport into the seam of the current run (or of ``run``)."""
 
         def __init__(self, provider: str, run: Run | None = None) -> None:
@@ -83,9 +89,9 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
             self.run = run
             # Built on first use: an HTTP transport loads the CA bundle (~0.2 s), and requests
             # that reach a run's seam never need it.
-            self._plain = None
+            self._plain: Any = None
 
-        async def handle_async_request(self, request):
+        async def handle_async_request(self, request: Any) -> Any:
             run = self.run or current_run()
             if run is None:
                 if self._plain is None:
@@ -102,31 +108,34 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
             if self._plain is not None:
                 await self._plain.aclose()
 
-    class SyncStream(http.SyncByteStream):
+    class SyncStream(http.SyncByteStream):  # type: ignore[misc]
         def __init__(self, stream: AsyncIterator[bytes]) -> None:
             self._stream = stream
 
         def __iter__(self) -> Iterator[bytes]:
             while True:
                 try:
-                    yield run_on_wire_loop(self._stream.__anext__())
+                    # An async generator's __anext__() is awaitable by run_coroutine_threadsafe.
+                    yield run_on_wire_loop(cast("Coroutine[Any, Any, bytes]", self._stream.__anext__()))
                 except StopAsyncIteration:
                     return
                 except RecoverableStepError as e:
                     raise translate(e) from e
 
         def close(self) -> None:
-            run_on_wire_loop(self._stream.aclose())
+            aclose = getattr(self._stream, "aclose", None)
+            if aclose is not None:
+                run_on_wire_loop(aclose())
 
-    class WireTransport(http.BaseTransport):
+    class WireTransport(http.BaseTransport):  # type: ignore[misc]
         """Sync transport: runs the seam on the process's wire loop."""
 
         def __init__(self, provider: str, run: Run | None = None) -> None:
             self.provider = provider
             self.run = run
-            self._plain = None  # built on first use, as above
+            self._plain: Any = None  # built on first use, as above
 
-        def handle_request(self, request):
+        def handle_request(self, request: Any) -> Any:
             run = self.run or current_run()
             if run is None:
                 if self._plain is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -61,7 +61,7 @@ class WireProtocol(ABC):
         """True when ``method path`` asks the model for a turn (and so is journaled)."""
 
     @abstractmethod
-    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
+    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         """The part of the request that can change the answer, and nothing else.
 
         No credentials, request/trace ids, user/metadata/safety/cache identifiers. Tool schemas
@@ -104,7 +104,7 @@ def drop_keys(obj: Mapping[str, Any], keys: frozenset[str] | set[str]) -> dict[s
     return {k: v for k, v in obj.items() if k not in keys}
 
 
-def sort_by_name(tools: Any, name_of=lambda t: t.get("name") or t.get("function", {}).get("name") or "") -> Any:
+def sort_by_name(tools: Any, name_of: Callable[[Any], str] = lambda t: t.get("name") or t.get("function", {}).get("name") or "") -> Any:
     """Tool schemas sorted by name, so the order an SDK lists them in never changes a fingerprint."""
     if not isinstance(tools, list):
         return tools

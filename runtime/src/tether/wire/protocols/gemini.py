@@ -65,7 +65,7 @@ def _tools(tools: Any) -> Any:
     return sort_by_name(sorted_inside, _tool_name)
 
 
-def _body(body: Any) -> dict:
+def _body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ValueError("generateContent request body is not a JSON object")
     out = drop_keys(body, DROPPED_KEYS)
@@ -101,7 +101,7 @@ class Gemini(WireProtocol):
     def is_model_turn(self, method: str, path: str) -> bool:
         return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
-    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
+    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         return {
             "path": path,
             "query": kept_query(query, DROPPED_QUERY),
@@ -111,7 +111,7 @@ class Gemini(WireProtocol):
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
         match = _TURN.search(route(path))
-        return bool(match) and match.group(3) == "streamGenerateContent"
+        return match is not None and match.group(3) == "streamGenerateContent"
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:

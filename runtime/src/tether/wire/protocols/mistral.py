@@ -54,7 +54,7 @@ def _tool_name(tool: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _body(body: Any, dropped: frozenset[str]) -> dict:
+def _body(body: Any, dropped: frozenset[str]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ValueError("mistral request body is not a JSON object")
     out = drop_keys(body, dropped)
@@ -90,7 +90,7 @@ class Mistral(WireProtocol):
     def is_model_turn(self, method: str, path: str) -> bool:
         return method.upper() == "POST" and bool(self._turn.search(route(path)))
 
-    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
+    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         return {
             "path": path,
             "query": kept_query(query, DROPPED_QUERY),

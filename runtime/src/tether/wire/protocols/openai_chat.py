@@ -46,7 +46,7 @@ def _tool_name(tool: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _body(body: Any) -> dict:
+def _body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ValueError("chat completions request body is not a JSON object")
     out = drop_keys(body, DROPPED_KEYS)
@@ -79,7 +79,7 @@ class OpenAIChat(WireProtocol):
     def is_model_turn(self, method: str, path: str) -> bool:
         return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
-    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
+    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         return {
             "path": path,
             "query": kept_query(query, DROPPED_QUERY),

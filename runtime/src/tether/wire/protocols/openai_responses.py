@@ -62,7 +62,7 @@ def _tools(tools: Any) -> Any:
     return sort_by_name(tools, _tool_name)
 
 
-def _body(body: Any) -> dict:
+def _body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ValueError("responses request body is not a JSON object")
     out = drop_keys(body, DROPPED_KEYS)
@@ -95,7 +95,7 @@ class OpenAIResponses(WireProtocol):
     def is_model_turn(self, method: str, path: str) -> bool:
         return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
-    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict:
+    def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         return {
             "path": path,
             "query": kept_query(query, DROPPED_QUERY),

@@ -59,7 +59,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -415,7 +415,7 @@ class FakeProvider:
                         self._faults.remove(pending)
                     else:
                         pending[1] = left - 1
-                    return fault
+                    return cast(Fault, fault)
         return None
 
     # --- other handlers (named in ROUTES) --------------------------------------------------------

@@ -21,12 +21,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from ..errors import ToolError
-from ..run import Run
+from ..run import Run, StepEvent
 from ..tools import ToolSpec, call_tool, idempotency_key
 
 _sleeps: dict[str, float] = {}
@@ -39,7 +40,7 @@ def _log_execution(tool: str, arguments: dict[str, Any]) -> None:
             f.write(json.dumps(line) + "\n")
 
 
-async def get_weather(city: str) -> dict:
+async def get_weather(city: str) -> dict[str, Any]:
     """The weather in a city."""
     await asyncio.sleep(_sleeps.get("get_weather", 0))
     _log_execution("get_weather", {"city": city})
@@ -62,7 +63,7 @@ def flaky(reason: str) -> str:
 DEMO_TOOLS = [ToolSpec("get_weather", get_weather), ToolSpec("lookup", lookup), ToolSpec("flaky", flaky)]
 
 
-def _schema(spec: ToolSpec) -> dict:
+def _schema(spec: ToolSpec) -> dict[str, Any]:
     params = {name: {"type": "string"} for name in spec.fn.__annotations__ if name != "return"}
     return {
         "type": "function",
@@ -77,7 +78,7 @@ def _schema(spec: ToolSpec) -> dict:
 async def chat_loop(client: Any, model: str, question: str, tools: list[ToolSpec], *, stream: bool = False, max_turns: int = 8) -> str:
     """Ask, run the tools the model asks for through the tool seam, until it answers."""
     by_name = {t.name: t for t in tools}
-    messages: list[dict] = [{"role": "user", "content": question}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     schemas = [_schema(t) for t in tools]
     for _ in range(max_turns):
         if stream:
@@ -107,15 +108,15 @@ async def chat_loop(client: Any, model: str, question: str, tools: list[ToolSpec
     raise RuntimeError(f"no answer after {max_turns} turns")
 
 
-def _kill_after(n: int):
-    def listener(event) -> None:
+def _kill_after(n: int) -> Callable[[StepEvent], None]:
+    def listener(event: StepEvent) -> None:
         if event.index >= n:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return listener
 
 
-async def main_async(args: argparse.Namespace) -> dict:
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from openai import AsyncOpenAI
 
     from ..wire.proxy import shared_proxy
@@ -130,7 +131,8 @@ async def main_async(args: argparse.Namespace) -> dict:
         client = AsyncOpenAI(base_url=shared_proxy().base_url(run, "openai") + "/v1", api_key=key, max_retries=0)
     else:
         http = httpx.AsyncClient(transport=AsyncWireTransport("openai", run))
-        client = AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key=key, http_client=http, max_retries=0)
+        # The SDK accepts a plain httpx client as well as its typed httpx2 one.
+        client = AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key=key, http_client=http, max_retries=0)  # type: ignore[arg-type]
     with run.activate():
         answer = await chat_loop(client, args.model, args.question, DEMO_TOOLS, stream=args.stream)
     await client.close()  # its connections belong to this event loop: close them before it ends

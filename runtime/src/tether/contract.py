@@ -1,0 +1,51 @@
+"""What the runtime process, the operator and ``tether approve`` agree on, in one place.
+
+Both sides import these names; a change here changes both ends together. The CRDs themselves are
+in :mod:`tether.api`.
+"""
+
+from __future__ import annotations
+
+# -- exit codes of one attempt (`tether exec`, `python -m tether.entrypoint`) -------------------
+EXIT_SUCCEEDED = 0
+#: Transient failure (network, 429/5xx, store unavailable): the executor retries the attempt.
+EXIT_RECOVERABLE = 1
+#: Bad input, a limit, or a non-retryable error: retrying would fail the same way.
+EXIT_TERMINAL = 2
+#: Waiting for a human decision on an approval-required tool; no compute is held.
+EXIT_SUSPENDED = 3
+
+
+# -- store layout read by the operator ------------------------------------------------------------
+def progress_key(run_id: str) -> str:
+    """The progress record the runtime rewrites on each step and the operator mirrors to status."""
+    return f"runs/{run_id}/progress.json"
+
+
+# -- AgentRun annotations (written by `tether approve` or a person, read by the operator) ---------
+APPROVE_ANNOTATION = "tether.dev/approve"
+DECLINE_ANNOTATION = "tether.dev/decline"
+DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
+REASON_ANNOTATION = "tether.dev/reason"
+
+# -- labels the operator puts on what it creates for a run ----------------------------------------
+RUN_LABEL = "tether.dev/run"
+RUN_UID_LABEL = "tether.dev/run-uid"
+
+# -- environment ----------------------------------------------------------------------------------
+#: The environment variable each provider's SDKs read their API key from: the operator puts the
+#: key from the AgentRun's Secret there, the runtime checks for it.
+PROVIDER_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+}
+
+#: The exit codes of ``tether run`` and ``tether exec`` (the values above), for ``--help``.
+EXIT_CODES_HELP = """exit codes:
+  0  succeeded
+  1  recoverable failure, or the agent process died and retries ran out: run the same command
+     again (finished steps replay)
+  2  terminal failure or bad input (the cause is printed), or the run id belongs to another manifest
+  3  suspended: waiting for a human approval (approve, then run the same command again)"""

@@ -1,0 +1,50 @@
+"""Every file path, link and `tether` subcommand the READMEs and docs/ mention exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tether.cli import COMMANDS
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = sorted(
+    {*REPO.glob("*.md"), *REPO.glob("*/README.md"), *REPO.glob("*/*/README.md"), *REPO.glob("docs/*.md")} - set(REPO.glob(".*/**/*.md"))
+)
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+CODE = re.compile(r"`([^`\s]+)`")
+SUBCOMMAND = re.compile(r"(?:\./|\b)tether ([a-z][a-z-]+)\b")
+PATHLIKE = re.compile(r"^[\w.-]+(/[\w.-]+)*/?$")
+
+
+def _mentioned_paths(doc: Path) -> set[str]:
+    text = doc.read_text()
+    found = {m.group(1) for m in LINK.finditer(text) if not m.group(1).startswith(("http:", "https:", "mailto:"))}
+    for m in CODE.finditer(text):
+        ref = m.group(1)
+        # a repository path: has a folder part and a file suffix or a trailing slash, no placeholder
+        if "/" in ref and PATHLIKE.match(ref) and ("." in ref.rsplit("/", 1)[-1] or ref.endswith("/")):
+            placeholder = any(part.split(".")[0].isupper() for part in ref.split("/"))  # envs/NAME.txt
+            if not placeholder and not ref.startswith(("tether.dev/", "app.kubernetes.io/", "http")):
+                found.add(ref)
+    return found
+
+
+def test_paths_in_docs_exist() -> None:
+    assert DOCS, "no docs found"
+    missing = []
+    for doc in DOCS:
+        for ref in sorted(_mentioned_paths(doc)):
+            if not ((doc.parent / ref).exists() or (REPO / ref).exists()):
+                missing.append(f"{doc.relative_to(REPO)}: {ref}")
+    assert not missing, "docs mention paths that do not exist:\n" + "\n".join(missing)
+
+
+def test_tether_subcommands_in_docs_exist() -> None:
+    unknown = []
+    for doc in DOCS:
+        for m in SUBCOMMAND.finditer(doc.read_text()):
+            word = m.group(1)
+            if word not in COMMANDS and word not in ("and", "charts", "operator"):
+                unknown.append(f"{doc.relative_to(REPO)}: tether {word}")
+    assert not unknown, "docs mention tether subcommands that do not exist:\n" + "\n".join(unknown)

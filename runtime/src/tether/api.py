@@ -253,6 +253,12 @@ class Limits(_Wire):
         le=100_000,
         description="Maximum live model spend of the run in US dollars.",
     )
+    unknown_cost: Literal["stop", "ignore"] = Field(
+        default="stop",
+        description="With maxCostUSD: what a live turn of unknown cost does (the provider's usage could not be read, or the "
+        "model is not in the price table). `stop` (default, fail closed): the next live turn is refused like a limit hit. "
+        "`ignore` (fail open): the turn counts as $0 and the run goes on. Status counts such turns in usage.unknownCostTurns.",
+    )
 
 
 class AgentRunSpec(_Wire):
@@ -454,6 +460,16 @@ class Usage(_Wire):
     cost_usd: float = Field(default=0.0, alias="costUSD", description="Cost of all turns in US dollars.")
     live_cost_usd: float = Field(default=0.0, alias="liveCostUSD", description="Cost of the turns called live.")
     saved_usd: float = Field(default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again).")
+    unknown_cost_turns: int = Field(
+        default=0,
+        ge=0,
+        description="Live turns whose cost is unknown (usage unreadable or model not priced): liveCostUSD is a lower bound.",
+    )
+    unknown_saved_turns: int = Field(
+        default=0,
+        ge=0,
+        description="Replayed turns whose cost is unknown: savedUSD is a lower bound.",
+    )
 
 
 class ApprovalStatus(_Wire):

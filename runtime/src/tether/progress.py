@@ -54,6 +54,8 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
             "liveCostUSD": round(a.live_cost_usd, 6),
             "savedUSD": round(a.saved_usd, 6),
             "unpricedModels": sorted(a.unpriced_models),
+            "unknownCostTurns": a.unknown_cost_live,
+            "unknownSavedTurns": a.unknown_cost_replayed,
         },
         "approvals": [
             {
@@ -76,6 +78,13 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
         "error": error,
         "updatedAt": time.time(),
     }
+
+
+def unknown_cost_note(usage: dict[str, Any]) -> str:
+    """What the summary adds when some turns' cost is unknown: the figures are lower bounds."""
+    live, saved = usage.get("unknownCostTurns", 0), usage.get("unknownSavedTurns", 0)
+    parts = [f"{n} {what} turn(s) of unknown cost" for n, what in ((live, "live"), (saved, "replayed")) if n]
+    return f" (at least: {', '.join(parts)})" if parts else ""
 
 
 class ProgressWriter:

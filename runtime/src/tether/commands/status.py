@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..progress import read_progress
+from ..progress import read_progress, unknown_cost_note
 from ..stores import open_store
 
 
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     print(f"run {args.run}: {progress['phase']} (attempt {progress['attempt']})")
     print(f"  model turns {s['modelLive']} live / {s['modelReplayed']} replayed; tools {s['toolLive']} live / {s['toolReplayed']} replayed")
     print(
-        f"  tokens {u['inputTokens'] + u['outputTokens'] + u['cachedInputTokens'] + u['cacheWriteTokens']}; cost ${u['liveCostUSD']:.6f} live, ${u['savedUSD']:.6f} saved by replay"
+        f"  tokens {u['inputTokens'] + u['outputTokens'] + u['cachedInputTokens'] + u['cacheWriteTokens']}; cost ${u['liveCostUSD']:.6f} live, ${u['savedUSD']:.6f} saved by replay{unknown_cost_note(u)}"
     )
     for a in progress["approvals"]:
         print(f"  approval {a['id']} {a['decision'] or 'pending'}: {a['prompt']}")

@@ -101,8 +101,10 @@ class Fault:
     """A failure for the next ``times`` calls that match ``match_protocol``.
 
     ``kind``: ``status:<code>`` (the provider's own error JSON), ``reset`` (a stream is cut after
-    about half its events; a non-streamed call is dropped before any response), or
-    ``slow_first_byte:<seconds>`` (an otherwise normal answer, that much later).
+    about half its events; a non-streamed call is dropped before any response),
+    ``slow_first_byte:<seconds>`` (an otherwise normal answer, that much later), or
+    ``stall:<seconds>`` (a stream pauses that long after about half its events, then ends
+    normally; a non-streamed answer comes that much later).
     ``match_protocol`` is a protocol (``openai-chat``, ``openai-responses``, ``anthropic``,
     ``gemini``, ``mistral-chat``, ``mistral-conversations``), a provider (``openai``,
     ``mistral``…) or None for any call.
@@ -115,13 +117,13 @@ class Fault:
     def __post_init__(self) -> None:
         name, _, arg = self.kind.partition(":")
         valid = (name == "status" and arg.isdigit()) or (name == "reset" and not arg)
-        if name == "slow_first_byte":
+        if name in ("slow_first_byte", "stall"):
             try:
                 valid = float(arg) >= 0
             except ValueError:
                 valid = False
         if not valid:
-            raise ValueError(f"unknown fault kind {self.kind!r}: use status:<code>, reset or slow_first_byte:<seconds>")
+            raise ValueError(f"unknown fault kind {self.kind!r}: use status:<code>, reset, slow_first_byte:<seconds> or stall:<seconds>")
 
     @property
     def status(self) -> int | None:
@@ -132,9 +134,13 @@ class Fault:
         return float(self.kind.partition(":")[2]) if self.kind.startswith("slow_first_byte:") else 0.0
 
     @property
+    def stall(self) -> float:
+        return float(self.kind.partition(":")[2]) if self.kind.startswith("stall:") else 0.0
+
+    @property
     def answers(self) -> bool:
         """True when the model still answers in full (the fault only delays it)."""
-        return self.kind.startswith("slow_first_byte:")
+        return self.kind.startswith(("slow_first_byte:", "stall:"))
 
     def matches(self, protocol: Protocol) -> bool:
         return self.match_protocol in (None, protocol.name, protocol.provider)
@@ -169,7 +175,7 @@ class LedgerEntry:
     @property
     def live(self) -> bool:
         """The model answered this call in full (a 2xx, not cut off by a fault)."""
-        return self.status == 200 and (self.fault is None or self.fault.startswith("slow_first_byte:"))
+        return self.status == 200 and (self.fault is None or self.fault.startswith(("slow_first_byte:", "stall:")))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
@@ -400,11 +406,14 @@ class FakeProvider:
         record(view=view, status=200, fault=fault.kind if fault else None, usage=reply.usage)
         if fault is None or fault.answers:
             protocol.commit(view, reply, call)
+        stall = fault.stall if fault else 0.0
         if not view.stream:
+            if stall:
+                await asyncio.sleep(stall)
             return _json(protocol.render(reply, call, ids), 200)
         frames = protocol.frames(reply, call, ids)
         cut = max(1, len(frames) // 2) if fault and fault.kind == "reset" else None
-        return await _stream(request, frames, cut)
+        return await _stream(request, frames, cut, stall)
 
     def _take_fault(self, protocol: Protocol) -> Fault | None:
         with self._faults_lock:
@@ -514,10 +523,12 @@ def _json(body: Any, status: int, headers: Mapping[str, str] | None = None) -> w
     return web.json_response(body, status=status, headers=headers, dumps=lambda o: json.dumps(o, separators=(",", ":")))
 
 
-async def _stream(request: web.Request, frames: Sequence[bytes], cut: int | None) -> web.StreamResponse:
+async def _stream(request: web.Request, frames: Sequence[bytes], cut: int | None, stall: float = 0.0) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    for frame in frames[:cut] if cut is not None else frames:
+    for i, frame in enumerate(frames[:cut] if cut is not None else frames):
+        if stall and i == max(1, len(frames) // 2):
+            await asyncio.sleep(stall)
         await response.write(frame)
     if cut is not None:
         return _drop(request, response)

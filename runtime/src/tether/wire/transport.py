@@ -35,6 +35,7 @@ def _base_path(base: str) -> str:
 
 
 def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireRequest:
+    timeout = request.extensions.get("timeout")
     # Plain string work: parsing URLs with httpx here cost ~0.1 ms per step, a third of a replay.
     path = request.url.path
     prefix = _base_path(run.upstreams[provider])
@@ -48,6 +49,7 @@ def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireReq
         query=request.url.query.decode(),
         headers=list(request.headers.multi_items()),
         body=body,
+        timeout=dict(timeout) if isinstance(timeout, dict) else None,
     )
 
 
@@ -59,6 +61,9 @@ def transports_for(http: ModuleType | str) -> tuple[type, type]:
 
     def translate(e: RecoverableStepError) -> Exception:
         # SDKs treat transport errors as retryable connection failures: exactly our meaning.
+        # An upstream timeout stays a timeout (the SDK's own timeout, applied upstream).
+        if isinstance(e.__cause__, httpx.TimeoutException):
+            return http.ReadTimeout(str(e))
         return http.ReadError(str(e))
 
     class AsyncStream(http.AsyncByteStream):

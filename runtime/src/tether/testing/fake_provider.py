@@ -104,7 +104,10 @@ class Fault:
     about half its events; a non-streamed call is dropped before any response),
     ``slow_first_byte:<seconds>`` (an otherwise normal answer, that much later), or
     ``stall:<seconds>`` (a stream pauses that long after about half its events, then ends
-    normally; a non-streamed answer comes that much later).
+    normally; a non-streamed answer comes that much later), or a malformed 200 to a
+    non-streamed call: ``malformed:no-usage`` (the answer without its usage),
+    ``malformed:usage`` (usage counts that are not counts: strings, negatives, nested objects),
+    ``malformed:body`` (a body that is not JSON at all, though labelled so).
     ``match_protocol`` is a protocol (``openai-chat``, ``openai-responses``, ``anthropic``,
     ``gemini``, ``mistral-chat``, ``mistral-conversations``), a provider (``openai``,
     ``mistral``…) or None for any call.
@@ -117,13 +120,17 @@ class Fault:
     def __post_init__(self) -> None:
         name, _, arg = self.kind.partition(":")
         valid = (name == "status" and arg.isdigit()) or (name == "reset" and not arg)
+        valid = valid or (name == "malformed" and arg in ("no-usage", "usage", "body"))
         if name in ("slow_first_byte", "stall"):
             try:
                 valid = float(arg) >= 0
             except ValueError:
                 valid = False
         if not valid:
-            raise ValueError(f"unknown fault kind {self.kind!r}: use status:<code>, reset, slow_first_byte:<seconds> or stall:<seconds>")
+            raise ValueError(
+                f"unknown fault kind {self.kind!r}: use status:<code>, reset, slow_first_byte:<seconds>, stall:<seconds> "
+                "or malformed:no-usage|usage|body"
+            )
 
     @property
     def status(self) -> int | None:
@@ -140,7 +147,7 @@ class Fault:
     @property
     def answers(self) -> bool:
         """True when the model still answers in full (the fault only delays it)."""
-        return self.kind.startswith(("slow_first_byte:", "stall:"))
+        return self.kind.startswith(("slow_first_byte:", "stall:", "malformed:"))
 
     def matches(self, protocol: Protocol) -> bool:
         return self.match_protocol in (None, protocol.name, protocol.provider)
@@ -175,7 +182,7 @@ class LedgerEntry:
     @property
     def live(self) -> bool:
         """The model answered this call in full (a 2xx, not cut off by a fault)."""
-        return self.status == 200 and (self.fault is None or self.fault.startswith(("slow_first_byte:", "stall:")))
+        return self.status == 200 and (self.fault is None or self.fault.startswith(("slow_first_byte:", "stall:", "malformed:")))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
@@ -410,7 +417,9 @@ class FakeProvider:
         if not view.stream:
             if stall:
                 await asyncio.sleep(stall)
-            return _json(protocol.render(reply, call, ids), 200)
+            if fault and fault.kind == "malformed:body":
+                return web.Response(status=200, body=b'{"id": "cut', content_type="application/json")
+            return _json(_malformed(protocol.render(reply, call, ids), fault.kind if fault else ""), 200)
         frames = protocol.frames(reply, call, ids)
         cut = max(1, len(frames) // 2) if fault and fault.kind == "reset" else None
         return await _stream(request, frames, cut, stall)
@@ -500,6 +509,16 @@ def _reply(protocol: Protocol, view: RequestView, turn: Turn, ids: Ids, body_byt
         cache_write_tokens=max(1, body_bytes // 8) if first and protocol.reports_cache_writes else 0,
     )
     return Reply(id=protocol.response_id(ids), model=view.model, text=text, tool_calls=calls, usage=usage)
+
+
+def _malformed(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The rendered answer with its usage removed or garbled (``malformed:*`` faults)."""
+    for key in ("usage", "usageMetadata"):
+        if key in body and kind == "malformed:no-usage":
+            del body[key]
+        elif isinstance(body.get(key), dict) and kind == "malformed:usage":
+            body[key] = {k: ("lots", -7, {"n": 3}, None)[i % 4] for i, k in enumerate(body[key])}
+    return body
 
 
 def _has_credentials(request: web.Request) -> bool:

@@ -212,3 +212,34 @@ def wait_for_ledger(provider: FakeProvider, fault: str) -> int:
             assert time.monotonic() < deadline, "the slow call never reached the ledger"
             time.sleep(0.02)
     return len(provider.ledger)
+
+
+@pytest.mark.parametrize("via", ["transport", "proxy"])
+def test_identical_requests_in_flight_together_number_their_recorded_answers(provider, sdk, tmp_path, via):
+    """Three identical requests at once, one hit by a 429 and retried by the SDK while the others
+    are still in flight: the three answers are occurrences 1, 2, 3, and a next attempt sending the
+    same three at once replays all of them without a call."""
+    sdk(True)
+    store = str(tmp_path / "store")
+    provider.inject(Fault("status:429", match_protocol="openai-chat"))
+
+    async def three(run: Run) -> list[str]:
+        http, base = connect(run, "openai-chat", via)
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(base_url=base + "/v1", api_key="k", http_client=http, max_retries=2)
+        q = [{"role": "user", "content": "What is the weather in Paris?"}]
+        try:
+            with run.activate():
+                answers = await asyncio.gather(*(client.chat.completions.create(model="gpt-4o-mini", messages=q) for _ in range(3)))
+            return [a.choices[0].message.tool_calls[0].function.name for a in answers]
+        finally:
+            await run.aclose()
+
+    first = new_run(provider, store, "c", "openai-chat")
+    assert asyncio.run(three(first)) == ["get_weather"] * 3
+    assert sorted(r.occurrence for r in records(store, "c")) == [1, 2, 3]
+    assert provider.live_calls() == 3 and len(provider.ledger) == 4
+    second = new_run(provider, store, "c", "openai-chat")
+    assert asyncio.run(three(second)) == ["get_weather"] * 3
+    assert len(provider.ledger) == 4 and (second.counters.model_live, second.counters.model_replayed) == (0, 3)

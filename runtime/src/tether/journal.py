@@ -122,7 +122,6 @@ class Journal:
         self._lock = threading.Lock()
         self._unused: dict[str, int] = {"model": 0, "tool": 0}
         self._corrupt_keys: set[StepKey] = set()
-        self._steps = 0
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -198,7 +197,6 @@ class Journal:
     def replay(self, key: StepKey) -> Record | None:
         """The recorded step, counted as replayed; or ``None`` (a miss: the step runs live and is
         counted when its record is appended)."""
-        self._steps += 1
         record = self.records.get(key)
         kind = key[0]
         if record is not None:
@@ -206,15 +204,20 @@ class Journal:
             self._unused[kind] -= 1
             return record
         if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
-            self.counters.first_divergence = {"kind": kind, "step": self._steps, "attempt": self.attempt, "fingerprint": key[1]}
+            self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": key[1]}
         return None
+
+    def _step(self) -> int:
+        """The index of the step now asked for: steps done so far + 1 (a retried request, or one
+        whose outcome was not recorded, is not a step)."""
+        c = self.counters
+        return c.model_live + c.model_replayed + c.tool_live + c.tool_replayed + 1
 
     def replay_next(self, kind: str, fingerprint: str) -> Record | None:
         """The lowest recorded occurrence of this request not used yet by this attempt, counted as
         replayed; or ``None`` (a miss: the request runs live and takes its occurrence in
         :meth:`append_next` if its outcome is recorded)."""
         with self._lock:
-            self._steps += 1
             used = self._used.setdefault((kind, fingerprint), set())
             free = [n for n in self._recorded.get((kind, fingerprint), ()) if n not in used]
             if free:
@@ -224,7 +227,7 @@ class Journal:
                 self._unused[kind] -= 1
                 return self.records[(kind, fingerprint, n)]
             if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
-                self.counters.first_divergence = {"kind": kind, "step": self._steps, "attempt": self.attempt, "fingerprint": fingerprint}
+                self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": fingerprint}
             return None
 
     def append_next(self, record: Record) -> StepKey:

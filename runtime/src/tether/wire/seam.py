@@ -99,6 +99,14 @@ def _usage(protocol: WireProtocol, body: bytes, streamed: bool) -> dict[str, int
     return usage.to_dict() if usage.total > 0 else {}
 
 
+def _caller_timeout(timeout: dict[str, float | None] | None) -> httpx.Timeout | None:
+    """The caller's httpx timeout extension as a ``Timeout``; None when absent or not understood."""
+    try:
+        return httpx.Timeout(**timeout) if timeout else None
+    except TypeError:
+        return None
+
+
 def _well_formed(body: bytes, streamed: bool) -> bool:
     """A 2xx body that can be an answer: a JSON object, or an event stream with a JSON event."""
     if streamed:
@@ -201,7 +209,7 @@ class WireSeam:
         headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_HEADERS]
         url = request.url + (f"?{request.query}" if request.query else "")
         client = self._client()
-        timeout = httpx.Timeout(**request.timeout) if request.timeout else None
+        timeout = _caller_timeout(request.timeout)
         try:
             built = client.build_request(request.method, url, headers=headers, content=request.body, timeout=timeout or client.timeout)
             return await client.send(built, stream=True)

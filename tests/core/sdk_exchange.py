@@ -29,6 +29,15 @@ PROVIDER = {
     "mistral-conversations": "mistral",
 }
 QUESTION = "What is the weather in Paris?"
+#: How the SDK clients are built: ``retries`` the SDK's own retries (0: none), ``timeout`` its
+#: request timeout in seconds (None: the SDK's default). Tests set them in-process.
+SDK: dict = {"retries": 0, "timeout": None}
+
+
+def _timeout(scale: float = 1.0) -> dict:
+    return {} if SDK["timeout"] is None else {"timeout": SDK["timeout"] * scale}
+
+
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
@@ -58,7 +67,7 @@ def tap(http, inner, digest):
 async def openai_chat(http, base, stream):
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=base + "/v1", api_key=KEY, http_client=http, max_retries=0)
+    client = AsyncOpenAI(base_url=base + "/v1", api_key=KEY, http_client=http, max_retries=SDK["retries"], **_timeout())
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}]
     messages = [{"role": "user", "content": QUESTION}]
 
@@ -85,7 +94,7 @@ async def openai_chat(http, base, stream):
 async def openai_responses(http, base, stream):
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=base + "/v1", api_key=KEY, http_client=http, max_retries=0)
+    client = AsyncOpenAI(base_url=base + "/v1", api_key=KEY, http_client=http, max_retries=SDK["retries"], **_timeout())
     tools = [{"type": "function", "name": "get_weather", "parameters": PARAMS}]
     items: list = [{"role": "user", "content": QUESTION}]
 
@@ -107,7 +116,7 @@ async def openai_responses(http, base, stream):
 async def anthropic(http, base, stream):
     from anthropic import AsyncAnthropic
 
-    client = AsyncAnthropic(base_url=base, api_key=KEY, http_client=http, max_retries=0)  # an httpx2 client
+    client = AsyncAnthropic(base_url=base, api_key=KEY, http_client=http, max_retries=SDK["retries"], **_timeout())  # an httpx2 client
     tools = [{"name": "get_weather", "input_schema": PARAMS}]
     messages: list = [{"role": "user", "content": QUESTION}]
 
@@ -130,7 +139,9 @@ async def gemini(http, base, stream):
     from google import genai
     from google.genai import types
 
-    client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=base, httpx_async_client=http))
+    retry = types.HttpRetryOptions(attempts=1 + SDK["retries"], initial_delay=0.01, max_delay=0.05) if SDK["retries"] else None
+    options = types.HttpOptions(base_url=base, httpx_async_client=http, retry_options=retry, **_timeout(1000))  # ms
+    client = genai.Client(api_key=KEY, http_options=options)
     config = types.GenerateContentConfig(
         tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="get_weather", parameters_json_schema=PARAMS)])],
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
@@ -159,10 +170,18 @@ async def gemini(http, base, stream):
     return "".join(p.text or "" for p in (await turn()).parts)
 
 
-async def mistral_chat(http, base, stream):
+def mistral_client(http, base):
     from mistralai.client import Mistral
+    from mistralai.client.utils import BackoffStrategy, RetryConfig
 
-    client = Mistral(api_key=KEY, server_url=base, async_client=http)
+    options: dict = {"timeout_ms": int(SDK["timeout"] * 1000)} if SDK["timeout"] else {}
+    if SDK["retries"]:
+        options["retry_config"] = RetryConfig("backoff", BackoffStrategy(10, 50, 1.5, 10_000), True)
+    return Mistral(api_key=KEY, server_url=base, async_client=http, **options)
+
+
+async def mistral_chat(http, base, stream):
+    client = mistral_client(http, base)
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}]
     messages: list = [{"role": "user", "content": QUESTION}]
 
@@ -213,16 +232,24 @@ EXCHANGES = {
 }
 
 
-async def main(protocol: str, stream: bool, via: str, store: str, scope: str, origin: str) -> dict:
+def connect(run: Run, protocol: str, via: str, digest=None):
+    """``(http client, base URL)`` for ``protocol``'s SDK into ``run``, through the proxy or the
+    in-process transport; ``digest`` (a hashlib object) gets every response byte the SDK received."""
     provider = PROVIDER[protocol]
-    run = Run(scope, store, upstreams={provider: f"{origin}/{provider}"})
-    digest = hashlib.sha256()
     http_module = importlib.import_module("httpx2" if provider == "anthropic" else "httpx")
     if via == "proxy":
         base, inner = shared_proxy().base_url(run, provider), http_module.AsyncHTTPTransport()
     else:
         base, inner = run.upstreams[provider], transports_for(http_module)[0](provider, run)
-    http = http_module.AsyncClient(transport=tap(http_module, inner, digest), timeout=30)
+    transport = tap(http_module, inner, digest) if digest is not None else inner
+    return http_module.AsyncClient(transport=transport, timeout=30), base
+
+
+async def main(protocol: str, stream: bool, via: str, store: str, scope: str, origin: str) -> dict:
+    provider = PROVIDER[protocol]
+    run = Run(scope, store, upstreams={provider: f"{origin}/{provider}"})
+    digest = hashlib.sha256()
+    http, base = connect(run, protocol, via, digest)
     with run.activate():
         answer = await EXCHANGES[protocol](http, base, stream)
     await run.aclose()

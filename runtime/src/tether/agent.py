@@ -374,6 +374,7 @@ async def run_agent(
     upstreams: dict[str, str] | None = None,
     max_turns: int | None = None,
     max_cost_usd: float | None = None,
+    unknown_cost: str = "stop",
     stream: bool = False,
     report: bool | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
@@ -383,6 +384,8 @@ async def run_agent(
     Give ``model`` (+ ``instructions``, ``tools``) for a declarative agent, or ``agent`` (an
     object of the framework, or an import path ``"pkg.mod:name"``) to bring your own.
     ``run_id`` names the run scope: the same id after a crash replays the finished steps.
+    ``max_cost_usd`` refuses live turns once reached; ``unknown_cost`` says what a live turn whose
+    cost cannot be read does under it: ``"stop"`` (default, fail closed) or ``"ignore"`` ($0).
     A tool waiting for approval ends the call with ``status="suspended"``; call again (same
     ``run_id``) after ``tether approve`` to continue.
     """
@@ -392,7 +395,7 @@ async def run_agent(
     prov = provider or prov
     the_store = open_store(store) if store is not None else default_store()
     scope = run_id or default_scope()
-    run = Run(scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd) if durable else None
+    run = Run(scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost) if durable else None
     memory = Memory(the_store, namespace, memory_key) if memory_key else None
     session = AgentSession(
         run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
@@ -430,8 +433,8 @@ async def run_agent(
         raise
     finally:
         if run is not None:
+            await run.aclose()  # first: it waits for streams still being recorded, which the figures count
             _fill(result, run)
-            await run.aclose()
     if progress:
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
         progress.publish(phase, result=result.output)

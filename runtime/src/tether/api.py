@@ -352,6 +352,12 @@ class Limits(_Wire):
         strict=True,
         description="Maximum live model spend of the run in US dollars.",
     )
+    unknown_cost: Literal["stop", "ignore"] = Field(
+        default="stop",
+        description="With maxCostUSD: what a live turn of unknown cost does (the provider's usage could not be read, or the "
+        "model is not in the price table). `stop` (default, fail closed): the next live turn is refused like a limit hit. "
+        "`ignore` (fail open): the turn counts as $0 and the run goes on. Status counts such turns in usage.unknownCostTurns.",
+    )
 
 
 class AgentRunSpec(_Wire):
@@ -667,6 +673,16 @@ class Usage(_Wire):
     live_tokens: int = Field(default=0, ge=0, description="Tokens of the turns called live.")
     replayed_tokens: int = Field(default=0, ge=0, description="Tokens of the turns replayed from the journal.")
     unpriced_models: list[str] = Field(default_factory=list, max_length=32, description="Models with no price: their cost is not counted.")
+    unknown_cost_turns: int = Field(
+        default=0,
+        ge=0,
+        description="Live turns whose cost is unknown (usage unreadable or model not priced): liveCostUSD is a lower bound.",
+    )
+    unknown_saved_turns: int = Field(
+        default=0,
+        ge=0,
+        description="Replayed turns whose cost is unknown: savedUSD is a lower bound.",
+    )
 
 
 class ApprovalStatus(_Wire):

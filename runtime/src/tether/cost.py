@@ -3,7 +3,10 @@
 Prices are USD per million tokens: ``input`` (uncached), ``cached_input`` (read from the
 provider's prompt cache), ``cache_write`` and ``output``. The built-in table covers common models;
 ``$TETHER_PRICES`` (or ``load_prices(path)``) names a YAML/JSON file of the same shape that
-overrides or extends it. A model missing from the table costs $0 and is listed as unpriced.
+overrides or extends it. A model missing from the table is listed as unpriced, and its turns,
+like turns whose usage cannot be read, are of *unknown* cost, never $0: the run counts them
+(``unknownCostTurns``) and ``maxCostUSD`` refuses the next live turn after one unless
+``limits.unknownCost: ignore`` (``Run(unknown_cost=...)``).
 Model names match exactly first, then by the longest table key that prefixes them
 (``gpt-4o-mini-2024-07-18`` → ``gpt-4o-mini``).
 """

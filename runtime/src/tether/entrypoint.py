@@ -132,6 +132,7 @@ async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent
             upstreams={provider: _upstream(spec.model.base_url)} if spec.model.base_url else None,
             max_turns=spec.limits.max_turns if spec.limits else None,
             max_cost_usd=spec.limits.max_cost_usd if spec.limits else None,
+            unknown_cost=spec.limits.unknown_cost if spec.limits else "stop",
             on_step=on_step,
         )
     except Exception as e:

@@ -5,6 +5,17 @@ listing, parallel reads) and serves replays from memory; a live step is written 
 is handed back. Records are immutable once written: a second writer of the same key loses quietly
 (``create`` is exclusive), except over a record that failed its checksum.
 
+Occurrences of model turns count recorded outcomes only. A request replays the lowest recorded
+occurrence of its fingerprint that this attempt has not used yet (:meth:`Journal.replay_next`); a
+request that misses goes live *without* an occurrence, and takes one only once its outcome is known
+to be recordable (:meth:`Journal.append_next`): the lowest occurrence neither recorded nor being
+written. So a 429, a 5xx, a timeout or a reset followed by the SDK's own retry never shifts the
+keys (the failure took no number), and identical requests in flight together number their answers
+in the order those answers were recorded: whichever request of the next attempt asks first gets
+occurrence 1, and identical requests are interchangeable. Tool steps keep an occurrence fixed on
+arrival (:meth:`Journal.next_key`), since a tool's idempotency key and approval id need it before
+the tool runs.
+
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.
 """
@@ -12,6 +23,7 @@ corrupt record fails the checksum and counts as a miss.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -102,9 +114,14 @@ class Journal:
         self.counters = Counters()
         self.attempt = 0
         self._occurrences: dict[tuple[str, str], int] = {}
+        #: Recorded occurrences per ``(kind, fingerprint)``; those this attempt replayed or wrote;
+        #: those being written now. Guarded by ``_lock``: seams on several loops and threads share it.
+        self._recorded: dict[tuple[str, str], set[int]] = {}
+        self._used: dict[tuple[str, str], set[int]] = {}
+        self._writing: dict[tuple[str, str], set[int]] = {}
+        self._lock = threading.Lock()
         self._unused: dict[str, int] = {"model": 0, "tool": 0}
         self._corrupt_keys: set[StepKey] = set()
-        self._steps = 0
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -130,9 +147,13 @@ class Journal:
             self.counters.corrupt += 1
             self._corrupt_keys.add(self._key_of(name))
             return False
-        self.records[record.key] = record
-        self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+        self._index(record)
         return True
+
+    def _index(self, record: Record) -> None:
+        self.records[record.key] = record
+        self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
+        self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
 
     def _read_pack(self, name: str) -> set[str]:
         """Records of a pack, by object key; a corrupt entry is skipped (its loose record is read)."""
@@ -142,8 +163,7 @@ class Journal:
             record = Record.decode(data[i + 8 : i + 8 + size])
             i += 8 + size
             if record is not None and record.key not in self.records:
-                self.records[record.key] = record
-                self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+                self._index(record)
                 packed.add(self._object_key(record.key))
         return packed
 
@@ -168,7 +188,8 @@ class Journal:
 
     # -- one step ----------------------------------------------------------------------------
     def next_key(self, kind: str, fingerprint: str) -> StepKey:
-        """The key of the next step with this fingerprint: occurrence counts identical requests."""
+        """The key of the next tool step with this fingerprint: occurrence counts identical calls
+        on arrival (a tool needs its key before it runs)."""
         n = self._occurrences.get((kind, fingerprint), 0) + 1
         self._occurrences[(kind, fingerprint)] = n
         return (kind, fingerprint, n)
@@ -176,7 +197,6 @@ class Journal:
     def replay(self, key: StepKey) -> Record | None:
         """The recorded step, counted as replayed; or ``None`` (a miss: the step runs live and is
         counted when its record is appended)."""
-        self._steps += 1
         record = self.records.get(key)
         kind = key[0]
         if record is not None:
@@ -184,8 +204,51 @@ class Journal:
             self._unused[kind] -= 1
             return record
         if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
-            self.counters.first_divergence = {"kind": kind, "step": self._steps, "attempt": self.attempt, "fingerprint": key[1]}
+            self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": key[1]}
         return None
+
+    def _step(self) -> int:
+        """The index of the step now asked for: steps done so far + 1 (a retried request, or one
+        whose outcome was not recorded, is not a step)."""
+        c = self.counters
+        return c.model_live + c.model_replayed + c.tool_live + c.tool_replayed + 1
+
+    def replay_next(self, kind: str, fingerprint: str) -> Record | None:
+        """The lowest recorded occurrence of this request not used yet by this attempt, counted as
+        replayed; or ``None`` (a miss: the request runs live and takes its occurrence in
+        :meth:`append_next` if its outcome is recorded)."""
+        with self._lock:
+            used = self._used.setdefault((kind, fingerprint), set())
+            free = [n for n in self._recorded.get((kind, fingerprint), ()) if n not in used]
+            if free:
+                n = min(free)
+                used.add(n)
+                self.counters.count(kind, replayed=True)
+                self._unused[kind] -= 1
+                return self.records[(kind, fingerprint, n)]
+            if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
+                self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": fingerprint}
+            return None
+
+    def append_next(self, record: Record) -> StepKey:
+        """Durably write a live outcome at the lowest occurrence of its request that is neither
+        recorded nor being written (a corrupt record's slot counts as free and is overwritten).
+        The occurrence is fixed here, not when the request arrived: see the module docstring.
+        Raises ``StoreError`` like :meth:`append`; the occurrence is then free again."""
+        ident = (record.kind, record.fingerprint)
+        with self._lock:
+            taken = self._recorded.get(ident, set()) | self._writing.setdefault(ident, set())
+            n = 1
+            while n in taken:
+                n += 1
+            self._writing[ident].add(n)
+        record.occurrence = n
+        try:
+            self.append(record)
+        finally:
+            with self._lock:
+                self._writing[ident].discard(n)
+        return record.key
 
     def append(self, record: Record, *, replayed: bool = False) -> None:
         """Durably write a completed step and count it (``replayed`` for a result reused from
@@ -199,5 +262,8 @@ class Journal:
             self._corrupt_keys.discard(record.key)
         else:
             self.store.create(name, data)
-        self.records[record.key] = record
-        self.counters.count(record.kind, replayed=replayed)
+        with self._lock:
+            self.records[record.key] = record
+            self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
+            self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
+            self.counters.count(record.kind, replayed=replayed)

@@ -54,6 +54,8 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
                 "live_cost_usd": round(a.live_cost_usd, 6),
                 "saved_usd": round(a.saved_usd, 6),
                 "unpriced_models": sorted(a.unpriced_models),
+                "unknown_cost_turns": a.unknown_cost_live,
+                "unknown_saved_turns": a.unknown_cost_replayed,
             }
         ),
         approvals=[] if phase == "Running" else [approval_progress(r) for r in list_approvals(run.store, run.scope)],
@@ -82,6 +84,13 @@ def approval_progress(request: dict[str, Any]) -> ProgressApproval:
 
 def write_progress(store: Store, scope: str, progress: Progress) -> None:
     store.put(progress_key(scope), json.dumps(progress.wire()).encode())
+
+
+def unknown_cost_note(usage: dict[str, Any]) -> str:
+    """What the summary adds when some turns' cost is unknown: the figures are lower bounds."""
+    live, saved = usage.get("unknownCostTurns", 0), usage.get("unknownSavedTurns", 0)
+    parts = [f"{n} {what} turn(s) of unknown cost" for n, what in ((live, "live"), (saved, "replayed")) if n]
+    return f" (at least: {', '.join(parts)})" if parts else ""
 
 
 class ProgressWriter:

@@ -44,6 +44,10 @@ class Accounting:
     #: Dollars the replayed turns would have cost live: what replay saved.
     saved_usd: float = 0.0
     unpriced_models: set[str] = field(default_factory=set)
+    #: Successful turns whose cost is unknown (usage unreadable, or a model missing from the price
+    #: table): counted, never taken as $0. ``live_cost_usd``/``saved_usd`` are then lower bounds.
+    unknown_cost_live: int = 0
+    unknown_cost_replayed: int = 0
 
     @property
     def total(self) -> Usage:
@@ -61,12 +65,18 @@ class Run:
         upstreams: dict[str, str] | None = None,
         prices: PriceTable | None = None,
         max_cost_usd: float | None = None,
+        unknown_cost: str = "stop",
     ) -> None:
         #: The attempt starts here: replay time counts the store and journal load too.
         self.started_at = time.time()
         self.scope = scope
         #: Live model spend at which further live turns are refused (replays are free and go on).
         self.max_cost_usd = max_cost_usd
+        #: With a cost limit, what a live turn of unknown cost does: ``stop`` (fail closed: the
+        #: next live turn is refused like a limit hit) or ``ignore`` (fail open: it counts as $0).
+        if unknown_cost not in ("stop", "ignore"):
+            raise ValueError(f"unknown_cost must be 'stop' or 'ignore', not {unknown_cost!r}")
+        self.unknown_cost = unknown_cost
         #: Set when a limit refused a live turn: the reason the run failed.
         self.limit_exceeded: str | None = None
         self.store = open_store(store)
@@ -103,10 +113,12 @@ class Run:
     # -- reports from the seams --------------------------------------------------------------
     def model_step(self, record: Record, *, replayed: bool) -> None:
         usage = Usage(**record.usage) if record.usage else Usage()
-        dollars = self.prices.dollars(record.model, usage)
+        dollars = self.prices.dollars(record.model, usage) if record.usage else None
         if dollars is None:
             if record.usage:
                 self.accounting.unpriced_models.add(record.model)
+            if record.outcome == "ok":  # an error answer is not billed; an answer without a readable cost is unknown
+                self._unknown_cost(replayed)
             dollars = 0.0
         if replayed:
             self.accounting.replayed += usage
@@ -115,6 +127,32 @@ class Run:
             self.accounting.live += usage
             self.accounting.live_cost_usd += dollars
         self._emit(StepEvent(0, "model", record.model, replayed, record.outcome, usage, 0.0 if replayed else dollars, record.duration_ms))
+
+    def unrecorded_live_turn(self, model: str) -> None:
+        """A live 2xx the seam could not record (no answer in it): paid for, cost unknown."""
+        self._unknown_cost(replayed=False)
+        self._emit(StepEvent(0, "model", model, False, "error"))
+
+    def _unknown_cost(self, replayed: bool) -> None:
+        if replayed:
+            self.accounting.unknown_cost_replayed += 1
+        else:
+            self.accounting.unknown_cost_live += 1
+
+    def cost_refusal(self) -> str | None:
+        """Why the next live turn may not run under ``max_cost_usd``, or ``None``."""
+        limit, a = self.max_cost_usd, self.accounting
+        if limit is None:
+            return None
+        if a.live_cost_usd >= limit:
+            return f"tether: run {self.scope} reached its cost limit of ${limit:.2f} (spent ${a.live_cost_usd:.4f} live)"
+        if a.unknown_cost_live and self.unknown_cost == "stop":
+            return (
+                f"tether: run {self.scope} cannot keep to its cost limit of ${limit:.2f}: the cost of {a.unknown_cost_live} live "
+                f"turn(s) is unknown (usage unreadable or model not in the price table; known spend ${a.live_cost_usd:.4f}). "
+                "Set limits.unknownCost: ignore to count such turns as $0, or add the model to $TETHER_PRICES"
+            )
+        return None
 
     def tool_step(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0) -> None:
         self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms))

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
 from ..contract import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
-from ..progress import read_progress
+from ..progress import read_progress, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
@@ -248,6 +248,6 @@ def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], starte
             f"\nSummary (last attempt {progress.get('attempt')}): model turns {steps['modelLive']} live / {steps['modelReplayed']} replayed, "
             f"tools {steps['toolLive']} live / {steps['toolReplayed']} replayed; "
             f"tokens {usage.get('liveTokens', 0)} live / {usage.get('replayedTokens', 0)} replayed; "
-            f"cost ${usage.get('liveCostUSD', 0):.6f}, saved by replay ${usage.get('savedUSD', 0):.6f}"
+            f"cost ${usage.get('liveCostUSD', 0):.6f}, saved by replay ${usage.get('savedUSD', 0):.6f}{unknown_cost_note(usage)}"
         )
     print(json.dumps({"run_id": run_id, "exit_code": code, "phase": progress.get("phase")}))

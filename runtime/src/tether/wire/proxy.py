@@ -32,7 +32,10 @@ class WireProxy:
     async def _start(self, host: str, port: int) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/r/{token}/{provider}/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a client that hangs up (an SDK timing out before its retry) cancels
+        # its request here too, so an answer nobody reads is not recorded; a stream already
+        # being recorded finishes on its own (see WireSeam._tee).
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()

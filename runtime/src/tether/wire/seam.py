@@ -7,6 +7,7 @@ canonicalisation, the journal and error classification live here, once.
     replay   recorded key          → the recorded bytes, no upstream call
     live     success / terminal    → call upstream, record, then hand back
     live     recoverable           → call upstream, hand back, record nothing
+    refused  over a cost limit     → 402 for the provider, nothing sent upstream
     passthru not a model turn, or a body no protocol module understands → forwarded unrecorded
 """
 
@@ -26,9 +27,9 @@ import httpx
 
 from ..canonical import fingerprint
 from ..errors import RecoverableStepError, StoreError
-from ..journal import Record, StepKey
+from ..journal import Record
 from . import protocols
-from .protocols.base import WireProtocol
+from .protocols.base import WireProtocol, sse_data
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -69,6 +70,9 @@ class WireRequest:
     query: str = ""
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
+    #: The caller's own timeouts (httpx's ``timeout`` extension: connect/read/write/pool seconds),
+    #: applied upstream so an SDK's timeout-and-retry works through the in-process transport too.
+    timeout: dict[str, float | None] | None = None
 
 
 @dataclass
@@ -86,6 +90,33 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 _END = object()
 
 
+def _usage(protocol: WireProtocol, body: bytes, streamed: bool) -> dict[str, int]:
+    """Usage of a successful turn; ``{}`` when it cannot be read (the turn's cost is unknown)."""
+    try:
+        usage = protocol.usage(body, streamed)
+    except Exception:  # a protocol module promises not to raise; a malformed body must not break the record either
+        return {}
+    return usage.to_dict() if usage.total > 0 else {}
+
+
+def _caller_timeout(timeout: dict[str, float | None] | None) -> httpx.Timeout | None:
+    """The caller's httpx timeout extension as a ``Timeout``; None when absent or not understood."""
+    try:
+        return httpx.Timeout(**timeout) if timeout else None
+    except TypeError:
+        return None
+
+
+def _well_formed(body: bytes, streamed: bool) -> bool:
+    """A 2xx body that can be an answer: a JSON object, or an event stream with a JSON event."""
+    if streamed:
+        return next(sse_data(body), None) is not None
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """The CA bundle, loaded once per process (~0.1-0.2 s a load) for every run's upstream client."""
@@ -100,6 +131,8 @@ class WireSeam:
         self.timeout = timeout
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._pumps: set[asyncio.Task[None]] = set()  # strong refs: a pump outlives an early-closing reader
+        #: How long the end of the attempt waits for streams still being recorded.
+        self.settle_timeout = 60.0
 
     def _client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
@@ -109,7 +142,30 @@ class WireSeam:
             client = self._clients[loop] = httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=_tls_context())
         return client
 
+    async def settle(self, timeout: float | None = None) -> int:
+        """Wait until every stream still being read upstream is recorded (or failed), at most
+        ``timeout`` seconds; a pump still running then is cancelled, so nothing is written after
+        the attempt ended (its turn runs again next attempt). Pumps live on the loop that served
+        their request: those of another running loop are awaited there. Returns how many were
+        cancelled."""
+        timeout = self.settle_timeout if timeout is None else timeout
+        here = asyncio.get_running_loop()
+        waits: list[asyncio.Future[Any]] = []
+        for task in list(self._pumps):
+            loop = task.get_loop()
+            if loop is here:
+                waits.append(task)
+            elif loop.is_running():
+                waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.wait([task]), loop)))
+        if waits:
+            await asyncio.wait(waits, timeout=timeout)
+        late = [t for t in list(self._pumps) if not t.done()]
+        for task in late:
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        return len(late)
+
     async def aclose(self) -> None:
+        await self.settle()
         for client in self._clients.values():
             try:
                 await client.aclose()
@@ -123,18 +179,14 @@ class WireSeam:
         canonical = self._canonical(protocol, request) if protocol else None
         if protocol is None or canonical is None:
             return await self._forward(request)
-        journal = self.run.journal
-        key = journal.next_key("model", fingerprint("model", canonical))
-        record = journal.replay(key)
+        fp = fingerprint("model", canonical)
+        record = self.run.journal.replay_next("model", fp)
         if record is not None:
             self.run.model_step(record, replayed=True)
             return WireResponse(record.response["status"], record.response["headers"], _once(record.body), replayed=True)
-        limit = self.run.max_cost_usd
-        if limit is not None and self.run.accounting.live_cost_usd >= limit:
-            return self._refuse(
-                f"tether: run {self.run.scope} reached its cost limit of ${limit:.2f} (spent ${self.run.accounting.live_cost_usd:.4f} live)"
-            )
-        return await self._live(protocol, request, key, canonical)
+        if refusal := self.run.cost_refusal():
+            return self._refuse(refusal)
+        return await self._live(protocol, request, fp, canonical)
 
     def _refuse(self, message: str) -> WireResponse:
         """Answer for the provider with 402: every SDK raises it as a non-retryable status error,
@@ -157,8 +209,10 @@ class WireSeam:
         headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_HEADERS]
         url = request.url + (f"?{request.query}" if request.query else "")
         client = self._client()
+        timeout = _caller_timeout(request.timeout)
         try:
-            return await client.send(client.build_request(request.method, url, headers=headers, content=request.body), stream=True)
+            built = client.build_request(request.method, url, headers=headers, content=request.body, timeout=timeout or client.timeout)
+            return await client.send(built, stream=True)
         except httpx.TransportError as e:
             raise RecoverableStepError(f"{request.provider} upstream unreachable: {type(e).__name__}") from e
 
@@ -186,31 +240,39 @@ class WireSeam:
         finally:
             await response.aclose()
 
-    async def _live(self, protocol: WireProtocol, request: WireRequest, key: StepKey, canonical: dict[str, Any]) -> WireResponse:
+    async def _live(self, protocol: WireProtocol, request: WireRequest, fp: str, canonical: dict[str, Any]) -> WireResponse:
         started = time.time()
         response = await self._send(request)
         headers = self._response_headers(response)
-        if classify(response.status_code) in ("recoverable", "credentials"):
-            return WireResponse(response.status_code, self._passthrough_headers(response), self._drain(response))
+        status = response.status_code
+        if classify(status) in ("recoverable", "credentials"):
+            return WireResponse(status, self._passthrough_headers(response), self._drain(response))
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
         model = protocol.model(request.path, json.loads(request.body))
 
         async def commit(body: bytes) -> None:
+            """Record the outcome, taking its occurrence now (``Journal.append_next``). A 2xx body
+            that is no answer at all (not JSON, no events) is passed on unrecorded: the journal
+            holds only what can be replayed as an answer."""
+            ok = classify(status) == "success"
+            if ok and not _well_formed(body, streamed):
+                self.run.unrecorded_live_turn(model)
+                return
             record = Record(
                 kind="model",
-                fingerprint=key[1],
-                occurrence=key[2],
-                outcome="ok" if classify(response.status_code) == "success" else "error",
+                fingerprint=fp,
+                occurrence=0,
+                outcome="ok" if ok else "error",
                 request=canonical,
-                response={"status": response.status_code, "headers": headers, "streamed": streamed, "protocol": protocol.name},
+                response={"status": status, "headers": headers, "streamed": streamed, "protocol": protocol.name},
                 body=body,
-                usage=protocol.usage(body, streamed).to_dict() if response.status_code < 300 else {},
+                usage=_usage(protocol, body, streamed) if ok else {},
                 model=model,
                 started_at=started,
                 duration_ms=(time.time() - started) * 1000,
             )
             try:
-                await asyncio.to_thread(self.run.journal.append, record)
+                await asyncio.to_thread(self.run.journal.append_next, record)
             except StoreError as e:
                 raise RecoverableStepError(f"journal write failed, step not done: {e}") from e
             self.run.model_step(record, replayed=False)
@@ -222,9 +284,11 @@ class WireSeam:
                 raise RecoverableStepError(f"upstream response broke: {type(e).__name__}") from e
             finally:
                 await response.aclose()
-            await commit(body)
-            return WireResponse(response.status_code, headers, _once(body))
-        return WireResponse(response.status_code, headers, self._tee(response, commit))
+            # Shielded: a caller that gave up (a proxy client that disconnected) after the answer
+            # arrived does not cut the record in two (written, but never counted).
+            await asyncio.shield(asyncio.ensure_future(commit(body)))
+            return WireResponse(status, headers, _once(body))
+        return WireResponse(status, headers, self._tee(response, commit))
 
     async def _tee(self, response: httpx.Response, commit: Callable[[bytes], Awaitable[None]]) -> AsyncIterator[bytes]:
         """Pass a stream through as it arrives, record it whole, then release the last chunk.
@@ -250,9 +314,13 @@ class WireSeam:
                     queue.put_nowait(held)
                 queue.put_nowait(_END)
             except httpx.TransportError as e:
-                queue.put_nowait(RecoverableStepError(f"upstream stream broke: {type(e).__name__}"))
+                broke = RecoverableStepError(f"upstream stream broke: {type(e).__name__}")
+                broke.__cause__ = e
+                queue.put_nowait(broke)
             except BaseException as e:
                 queue.put_nowait(e)
+                if isinstance(e, asyncio.CancelledError):
+                    raise  # cancelled by settle(): it did not finish, and shows so
             finally:
                 await response.aclose()
 

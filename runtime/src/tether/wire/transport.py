@@ -38,6 +38,7 @@ def _base_path(base: str) -> str:
 
 
 def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireRequest:
+    timeout = request.extensions.get("timeout")
     # Plain string work: parsing URLs with httpx here cost ~0.1 ms per step, a third of a replay.
     path = request.url.path
     prefix = _base_path(run.upstreams[provider])
@@ -51,6 +52,7 @@ def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireReq
         query=request.url.query.decode(),
         headers=list(request.headers.multi_items()),
         body=body,
+        timeout=dict(timeout) if isinstance(timeout, dict) else None,
     )
 
 
@@ -62,7 +64,11 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
 
     def translate(e: RecoverableStepError) -> Exception:
         # SDKs treat transport errors as retryable connection failures: exactly our meaning.
-        error: Exception = http.ReadError(str(e))
+        # An upstream timeout stays a timeout (the SDK's own timeout, applied upstream).
+        if isinstance(e.__cause__, httpx.TimeoutException):
+            error: Exception = http.ReadTimeout(str(e))
+            return error
+        error = http.ReadError(str(e))
         return error
 
     class AsyncStream(http.AsyncByteStream):  # type: ignore[misc]

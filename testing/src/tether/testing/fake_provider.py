@@ -101,8 +101,13 @@ class Fault:
     """A failure for the next ``times`` calls that match ``match_protocol``.
 
     ``kind``: ``status:<code>`` (the provider's own error JSON), ``reset`` (a stream is cut after
-    about half its events; a non-streamed call is dropped before any response), or
-    ``slow_first_byte:<seconds>`` (an otherwise normal answer, that much later).
+    about half its events; a non-streamed call is dropped before any response),
+    ``slow_first_byte:<seconds>`` (an otherwise normal answer, that much later), or
+    ``stall:<seconds>`` (a stream pauses that long after about half its events, then ends
+    normally; a non-streamed answer comes that much later), or a malformed 200 to a
+    non-streamed call: ``malformed:no-usage`` (the answer without its usage),
+    ``malformed:usage`` (usage counts that are not counts: strings, negatives, nested objects),
+    ``malformed:body`` (a body that is not JSON at all, though labelled so).
     ``match_protocol`` is a protocol (``openai-chat``, ``openai-responses``, ``anthropic``,
     ``gemini``, ``mistral-chat``, ``mistral-conversations``), a provider (``openai``,
     ``mistral``…) or None for any call.
@@ -115,13 +120,17 @@ class Fault:
     def __post_init__(self) -> None:
         name, _, arg = self.kind.partition(":")
         valid = (name == "status" and arg.isdigit()) or (name == "reset" and not arg)
-        if name == "slow_first_byte":
+        valid = valid or (name == "malformed" and arg in ("no-usage", "usage", "body"))
+        if name in ("slow_first_byte", "stall"):
             try:
                 valid = float(arg) >= 0
             except ValueError:
                 valid = False
         if not valid:
-            raise ValueError(f"unknown fault kind {self.kind!r}: use status:<code>, reset or slow_first_byte:<seconds>")
+            raise ValueError(
+                f"unknown fault kind {self.kind!r}: use status:<code>, reset, slow_first_byte:<seconds>, stall:<seconds> "
+                "or malformed:no-usage|usage|body"
+            )
 
     @property
     def status(self) -> int | None:
@@ -132,9 +141,13 @@ class Fault:
         return float(self.kind.partition(":")[2]) if self.kind.startswith("slow_first_byte:") else 0.0
 
     @property
+    def stall(self) -> float:
+        return float(self.kind.partition(":")[2]) if self.kind.startswith("stall:") else 0.0
+
+    @property
     def answers(self) -> bool:
         """True when the model still answers in full (the fault only delays it)."""
-        return self.kind.startswith("slow_first_byte:")
+        return self.kind.startswith(("slow_first_byte:", "stall:", "malformed:"))
 
     def matches(self, protocol: Protocol) -> bool:
         return self.match_protocol in (None, protocol.name, protocol.provider)
@@ -169,7 +182,7 @@ class LedgerEntry:
     @property
     def live(self) -> bool:
         """The model answered this call in full (a 2xx, not cut off by a fault)."""
-        return self.status == 200 and (self.fault is None or self.fault.startswith("slow_first_byte:"))
+        return self.status == 200 and (self.fault is None or self.fault.startswith(("slow_first_byte:", "stall:", "malformed:")))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
@@ -400,11 +413,16 @@ class FakeProvider:
         record(view=view, status=200, fault=fault.kind if fault else None, usage=reply.usage)
         if fault is None or fault.answers:
             protocol.commit(view, reply, call)
+        stall = fault.stall if fault else 0.0
         if not view.stream:
-            return _json(protocol.render(reply, call, ids), 200)
+            if stall:
+                await asyncio.sleep(stall)
+            if fault and fault.kind == "malformed:body":
+                return web.Response(status=200, body=b'{"id": "cut', content_type="application/json")
+            return _json(_malformed(protocol.render(reply, call, ids), fault.kind if fault else ""), 200)
         frames = protocol.frames(reply, call, ids)
         cut = max(1, len(frames) // 2) if fault and fault.kind == "reset" else None
-        return await _stream(request, frames, cut)
+        return await _stream(request, frames, cut, stall)
 
     def _take_fault(self, protocol: Protocol) -> Fault | None:
         with self._faults_lock:
@@ -493,6 +511,16 @@ def _reply(protocol: Protocol, view: RequestView, turn: Turn, ids: Ids, body_byt
     return Reply(id=protocol.response_id(ids), model=view.model, text=text, tool_calls=calls, usage=usage)
 
 
+def _malformed(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The rendered answer with its usage removed or garbled (``malformed:*`` faults)."""
+    for key in ("usage", "usageMetadata"):
+        if key in body and kind == "malformed:no-usage":
+            del body[key]
+        elif isinstance(body.get(key), dict) and kind == "malformed:usage":
+            body[key] = {k: ("lots", -7, {"n": 3}, None)[i % 4] for i, k in enumerate(body[key])}
+    return body
+
+
 def _has_credentials(request: web.Request) -> bool:
     bearer = request.headers.get("Authorization", "").partition(" ")[2].strip()
     return bool(bearer or any(request.headers.get(h) for h in _CREDENTIAL_HEADERS) or request.query.get("key"))
@@ -514,10 +542,12 @@ def _json(body: Any, status: int, headers: Mapping[str, str] | None = None) -> w
     return web.json_response(body, status=status, headers=headers, dumps=lambda o: json.dumps(o, separators=(",", ":")))
 
 
-async def _stream(request: web.Request, frames: Sequence[bytes], cut: int | None) -> web.StreamResponse:
+async def _stream(request: web.Request, frames: Sequence[bytes], cut: int | None, stall: float = 0.0) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    for frame in frames[:cut] if cut is not None else frames:
+    for i, frame in enumerate(frames[:cut] if cut is not None else frames):
+        if stall and i == max(1, len(frames) // 2):
+            await asyncio.sleep(stall)
         await response.write(frame)
     if cut is not None:
         return _drop(request, response)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from google.adk.agents import LlmAgent, ParallelAgent, SequentialAgent
+from google.adk.models import Gemini
 from google.adk.tools import FunctionTool
 from tether_google_adk import ADAPTER, adk_tool, run_agent, tool
 
@@ -79,7 +80,8 @@ def options(fake: FakeProvider, tmp_path: Path, run_id: str, **extra: object) ->
 
 def pipeline() -> SequentialAgent:
     researcher = LlmAgent(name="researcher", model=MODEL, instruction="Research the topic.", tools=[adk_tool(lookup)], output_key="notes")
-    writer = LlmAgent(name="writer", model=MODEL, instruction="Write a report from: {notes}", include_contents="none")
+    # One stage names its model, the other brings a Gemini object (its settings are kept).
+    writer = LlmAgent(name="writer", model=Gemini(model=MODEL), instruction="Write a report from: {notes}", include_contents="none")
     return SequentialAgent(name="pipeline", sub_agents=[researcher, writer])
 
 
@@ -144,10 +146,12 @@ async def test_plain_adk_tools_of_your_own_agent_are_not_journaled(fake, tmp_pat
 
 
 async def test_your_agent_object_is_never_changed(fake, tmp_path):
-    """The adapter routes a clone of the tree: the user's agents keep their model strings."""
+    """The adapter routes a clone of the tree: the user's agents keep their models."""
     tree = pipeline()
+    writer_model = tree.sub_agents[1].model
     await run_agent("seq: research Paris", agent=tree, **options(fake, tmp_path, "untouched"))
-    assert [a.model for a in tree.sub_agents] == [MODEL, MODEL]
+    assert tree.sub_agents[0].model == MODEL and tree.sub_agents[1].model is writer_model
+    assert writer_model.client_kwargs is None and fake.live_calls() == 3
 
 
 def test_declarative_agents_speak_gemini_only():

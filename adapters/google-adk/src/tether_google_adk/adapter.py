@@ -72,7 +72,9 @@ class SeamModels:
             return Gemini(model=model, client_kwargs=kwargs)
         theirs = dict(model.client_kwargs or {})
         theirs.update(kwargs if "api_key" not in theirs else {"http_options": options})
-        return model.model_copy(update={"client_kwargs": theirs, "client": None, "base_url": None})
+        # A new instance, not model_copy: a copy would share the user's per-loop client cache.
+        fields = {name: getattr(model, name) for name in type(model).model_fields if name not in ("client", "client_kwargs", "base_url")}
+        return type(model)(**fields, client_kwargs=theirs)
 
     def route(self, agent: BaseAgent) -> BaseAgent:
         """A copy of the user's agent tree whose every model call goes through the seam."""

@@ -80,6 +80,7 @@ def main() -> None:
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT / "benchmarks"),
+            "TETHER_TOOL_MODULES": "reference_tools",  # the benchmark's tools (tools.allowedModules)
             "TETHER_TOOL_LOG": str(tool_log),
             "TETHER_BENCH_SCALE": str(args.scale),
             "OPENAI_API_KEY": "sk-bench",

@@ -56,9 +56,9 @@ def test_weather_runs_again_by_replaying(examples, tmp_path):
 def test_refund_waits_for_approval(examples, tmp_path):
     first = tether("run", str(examples / "refund.yaml"), store=tmp_path)
     assert outcome(first)["exit_code"] == 3 and "Waiting for approval" in first.stdout
-    approval_id = re.search(r"tether approve refund (\w+) --yes", first.stdout).group(1)
+    run_id, approval_id = re.search(r"tether approve (refund-[-\w]+) (\w+) --yes", first.stdout).groups()
     assert "issue_refund(" not in first.stdout
-    tether("approve", "refund", approval_id, "--yes", "--by", "alice", store=tmp_path)
+    tether("approve", run_id, approval_id, "--yes", "--by", "alice", store=tmp_path)
     done = tether("run", str(examples / "refund.yaml"), store=tmp_path)
     assert outcome(done)["exit_code"] == 0
     assert done.stdout.count("issue_refund(") == 1 and "Refunded 40 USD on order A1" in done.stdout

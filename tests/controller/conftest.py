@@ -24,11 +24,15 @@ import pytest
 from tests.support.kube import ControlPlane, free_port, kube  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
+TOOLBOX = Path(__file__).resolve().parent / "toolbox"  # the `shop` package the AgentTools name
 CHART = REPO / "charts" / "tether"
 RELEASE_NS = "tether-system"
 SA = "tether"
 SERVED = ("op-a", "op-b")
 UNSERVED = "op-other"
+# The fake providers listen on loopback, which the operator refuses as a baseURL unless the
+# chart's providers.allowedBaseURLs (env TETHER_ALLOWED_BASE_URLS) lists it, as a dev install would.
+LOOPBACK_PROVIDER = "http://127.0.0.1"
 
 
 @dataclass
@@ -59,6 +63,8 @@ def tether_release(kube: ControlPlane) -> Release:
         "watchNamespaces={" + ",".join(SERVED) + "}",
         "--set",
         "gpuNodePools.A100.nodeSelector.gpu=a100",
+        "--set",
+        "providers.allowedBaseURLs={" + LOOPBACK_PROVIDER + "}",
         "--wait=false",
     )
     kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
@@ -97,6 +103,7 @@ class Operator:
             "TETHER_STATUS_INTERVAL_SECONDS": "0.5",
             "TETHER_TOOL_INTERVAL_SECONDS": "1",
             "TETHER_GPU_NODE_POOLS": json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
+            "TETHER_ALLOWED_BASE_URLS": json.dumps([LOOPBACK_PROVIDER]),
             **env,
         }
         self.proc: subprocess.Popen | None = None
@@ -149,7 +156,13 @@ class Operator:
 @pytest.fixture(scope="session")
 def operator(operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
     # op-a only: the end-to-end tests run their own operator (with an agent environment) on op-b.
-    op = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator"), (SERVED[0],))
+    op = Operator(
+        operator_kubeconfig,
+        tmp_path_factory.mktemp("operator"),
+        (SERVED[0],),
+        PYTHONPATH=str(TOOLBOX),
+        TETHER_TOOL_MODULES="shop",  # chart value tools.allowedModules
+    )
     op.start()
     yield op
     op.stop()

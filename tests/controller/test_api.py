@@ -56,7 +56,7 @@ def test_tool_manifest_and_multi_document(tmp_path: Path) -> None:
     run, tool = api.load_manifests(path)
     assert isinstance(tool, api.AgentToolManifest)
     assert tool.spec.approval and tool.spec.approval.default_action == "decline"
-    assert tool.spec.cache == "auto"
+    assert tool.spec.cache is None and tool.spec.effective_cache == "off"  # approval required: no cross-run cache
     with pytest.raises(api.ManifestError, match="expected one document"):
         api.load_manifest(str(path))
 
@@ -129,3 +129,43 @@ def _walk(node: dict, path: str) -> None:
 def test_crd_schema_is_structural_and_documented() -> None:
     for model in (api.AgentRunSpec, api.AgentRunStatus, api.AgentToolSpec, api.AgentToolStatus):
         _walk(crds.schema_of(model), model.__name__)
+
+
+def test_framework_enum_lists_exactly_the_adapters() -> None:
+    # The API promises only what runs: `framework:` accepts an id iff adapters/<id> exists.
+    adapters = {d.name for d in (Path(__file__).resolve().parents[2] / "adapters").iterdir() if (d / "pyproject.toml").is_file()}
+    assert {f.value for f in api.Framework} == adapters
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("input: Refund order 42", "input: '   '"), "spec.input: must not be blank"),
+        (("memoryKey: customer-42", "memoryKey: customer-42\n  instructions: ' '"), "spec.instructions: must not be blank"),
+        (("memoryKey: customer-42", "memoryKey: customer-42\n  timeout: 0s"), "spec.timeout: must be a duration longer than zero"),
+        (("memoryKey: customer-42", "memoryKey: customer-42\n  retries: '2'"), "spec.retries: Input should be a valid integer"),
+        (("memoryKey: customer-42", "memoryKey: customer-42\n  durable: 'yes'"), "spec.durable: Input should be a valid boolean"),
+        (("baseURL: http://", "baseURL: https://u:p@"), "spec.model.baseURL: must not carry credentials"),
+        (("name: demo,", "name: " + "d" * 64 + ","), "metadata.name: String should have at most 63 characters"),
+    ],
+)
+def test_runtime_says_what_the_apiserver_says(change: tuple[str, str], expected: str) -> None:
+    with pytest.raises(api.ManifestError) as caught:
+        api.load_manifest(RUN.replace(*change))
+    assert expected in str(caught.value)
+    assert "Value error," not in str(caught.value)
+
+
+def test_duplicate_env_names_are_refused() -> None:
+    doubled = TOOL + "  - name: SHOP_TOKEN\n    secretKeyRef: {name: other, key: token}\n"
+    with pytest.raises(api.ManifestError, match="spec.env: duplicate env names: SHOP_TOKEN"):
+        api.load_manifest(doubled)
+
+
+def test_read_spec_names_fields_without_a_pydantic_dump() -> None:
+    with pytest.raises(api.ManifestError) as caught:
+        api.read_spec(api.AgentRunSpec, {"framework": "claude", "model": {"name": " "}, "input": ""})
+    text = str(caught.value)
+    assert "spec.framework: Input should be 'openai', 'langgraph', 'langchain' or 'pydantic-ai'" in text
+    assert "spec.model.name: must not be blank" in text and "spec.input: String should have at least 1 character" in text
+    assert "errors.pydantic.dev" not in text and "type=" not in text and "\n" not in text

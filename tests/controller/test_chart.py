@@ -81,6 +81,14 @@ def test_store_executor_and_gpu_pools_reach_the_operator(helm: Path) -> None:
     pools = json.loads(env["TETHER_GPU_NODE_POOLS"]["value"])
     assert pools["A100"]["nodeSelector"] == {"pool": "a100"}
     assert pools["A100"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert json.loads(env["TETHER_ALLOWED_BASE_URLS"]["value"]) == []  # default: no allowlist, unsafe addresses refused
+
+
+def test_allowed_base_urls_reach_the_operator(helm: Path) -> None:
+    docs = render(helm, "providers.allowedBaseURLs={https://llm.internal/v1,http://127.0.0.1}")
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["TETHER_ALLOWED_BASE_URLS"]["value"]) == ["https://llm.internal/v1", "http://127.0.0.1"]
 
 
 def test_crds_switch_and_keep_policy(helm: Path) -> None:
@@ -105,6 +113,9 @@ def test_crds_switch_and_keep_policy(helm: Path) -> None:
         ("watchNamespaces[0]=Not_A_Namespace", "watchNamespaces"),
         ("store.s3.bukket=x", "additional properties 'bukket' not allowed"),
         ("gpuNodePools.A100.nodeSelectr.x=y", "nodeSelectr"),
+        ("providers.allowedBaseURLs={ftp://llm}", "allowedBaseURLs"),
+        ("providers.allowedBaseURLs={https://user:pw@llm}", "allowedBaseURLs"),
+        ("providers.allowedBaseURL={https://llm}", "additional properties 'allowedBaseURL' not allowed"),
     ],
 )
 def test_values_schema_rejects_mistakes(helm: Path, setting: str, complaint: str) -> None:
@@ -190,3 +201,20 @@ def test_chart_installed_objects(kube: ControlPlane, tether_release: Release) ->
     assert "deployment.apps/tether" in out and "serviceaccount/tether" in out
     crd = json.loads(kube.kubectl("get", "crd", "agentruns.tether.dev", "-o", "json").stdout)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_tool_allowlist_runtime_env_and_secret_policy(helm: Path) -> None:
+    docs = render(helm, "tools.allowedModules={shop.tools,billing}", "executor.runtimeEnv={HTTPS_PROXY}")
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_TOOL_MODULES"] == "shop.tools,billing" and env["TETHER_RUNTIME_ENV"] == "HTTPS_PROXY"
+    (policy,) = of_kind(docs, "ValidatingAdmissionPolicy")
+    (binding,) = of_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    # Defaults: the image's declared tool modules (no variable), the policy on.
+    default = render(helm)
+    (deploy,) = of_kind(default, "Deployment")
+    assert "TETHER_TOOL_MODULES" not in {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert of_kind(default, "ValidatingAdmissionPolicy")
+    assert not of_kind(render(helm, "secretAccessPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    assert "allowedModules" in render(helm, "tools.allowedModules={os system}", check=False)  # the schema refuses it

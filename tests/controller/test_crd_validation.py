@@ -80,7 +80,10 @@ MALFORMED = {
     "unknown nested field": (edit(RUN, "spec.model.temperature", 0.2), 'unknown field "spec.model.temperature"'),
     "oversized input": (edit(RUN, "spec.input", "x" * (api.MAX_INPUT + 1)), "spec.input: Too long: may not be more than 32768"),
     "unknown provider": (edit(RUN, "spec.model.provider", "cohere"), 'spec.model.provider: Unsupported value: "cohere"'),
-    "baseURL not http": (edit(RUN, "spec.model.baseURL", "ftp://models"), "spec.model.baseURL in body should match"),
+    "baseURL not http": (
+        edit(RUN, "spec.model.baseURL", "ftp://models"),
+        'spec.model.baseURL: Invalid value: "ftp://models": must be an http:// or https:// URL',
+    ),
     "secret ref without key": (
         edit(RUN, "spec.model.apiKeySecretRef", {"name": "openai"}),
         "spec.model.apiKeySecretRef.key: Required value",
@@ -93,7 +96,7 @@ MALFORMED = {
         edit(RUN, "spec.retries", "two"),
         'spec.retries: Invalid value: "string": spec.retries in body must be of type integer',
     ),
-    "bad timeout": (edit(RUN, "spec.timeout", "soon"), "spec.timeout in body should match"),
+    "bad timeout": (edit(RUN, "spec.timeout", "soon"), 'spec.timeout: Invalid value: "soon": must be a duration longer than zero'),
     "negative cost limit": (edit(RUN, "spec.limits.maxCostUSD", -1), "spec.limits.maxCostUSD: Invalid value: -1"),
     "bad tool name": (edit(RUN, "spec.tools", ["Refund_Tool"]), "spec.tools[0] in body should match"),
     "duplicate tools": (edit(RUN, "spec.tools", ["refund", "refund"]), 'spec.tools[1]: Duplicate value: "refund"'),
@@ -110,9 +113,149 @@ MALFORMED = {
     "tool cache": (edit(TOOL, "spec.cache", "sometimes"), 'spec.cache: Unsupported value: "sometimes"'),
 }
 
+BLANK = "must not be blank"
+DURATION = "must be a duration longer than zero such as 90s, 30m or 1h30m"
+QUANTITY = "must be a non-negative Kubernetes quantity"
+URL = "must be an http:// or https:// URL with a host and no spaces"
+
+
+def tol(**toleration: Any) -> dict[str, Any]:
+    return edit(RUN, "spec.tolerations", [toleration])
+
+
+# Issue 8 item 7 and issue 13 item 10: every kind of bad value, each message naming its field.
+MALFORMED_MORE = {
+    # frameworks without an adapter are not promised
+    "framework without adapter: claude": (edit(RUN, "spec.framework", "claude"), 'spec.framework: Unsupported value: "claude"'),
+    "framework without adapter: crewai": (edit(RUN, "spec.framework", "crewai"), 'spec.framework: Unsupported value: "crewai"'),
+    # blank strings
+    "blank input": (edit(RUN, "spec.input", "  \n\t"), f'spec.input: Invalid value: "  \\n\\t": {BLANK}'),
+    "blank instructions": (edit(RUN, "spec.instructions", " "), f'spec.instructions: Invalid value: " ": {BLANK}'),
+    "blank model name": (edit(RUN, "spec.model.name", "   "), f'spec.model.name: Invalid value: "   ": {BLANK}'),
+    "blank image": (edit(RUN, "spec.image", " "), f'spec.image: Invalid value: " ": {BLANK}'),
+    "blank tool description": (edit(TOOL, "spec.description", "   "), f'spec.description: Invalid value: "   ": {BLANK}'),
+    "blank tool version": (edit(TOOL, "spec.version", " "), f'spec.version: Invalid value: " ": {BLANK}'),
+    "blank tool image": (edit(TOOL, "spec.image", "\t"), f'spec.image: Invalid value: "\\t": {BLANK}'),
+    # types
+    "input not a string": (edit(RUN, "spec.input", 42), 'spec.input: Invalid value: "integer": spec.input in body must be of type string'),
+    "durable not a boolean": (
+        edit(RUN, "spec.durable", "yes"),
+        'spec.durable: Invalid value: "string": spec.durable in body must be of type boolean',
+    ),
+    "tools not a list": (
+        edit(RUN, "spec.tools", "refund"),
+        'spec.tools: Invalid value: "string": spec.tools in body must be of type array',
+    ),
+    "maxTurns not a number": (
+        edit(RUN, "spec.limits.maxTurns", "ten"),
+        'spec.limits.maxTurns: Invalid value: "string": spec.limits.maxTurns in body must be of type integer',
+    ),
+    # ranges
+    "zero max turns": (
+        edit(RUN, "spec.limits.maxTurns", 0),
+        "spec.limits.maxTurns: Invalid value: 0: spec.limits.maxTurns in body should be greater",
+    ),
+    "too many max turns": (edit(RUN, "spec.limits.maxTurns", 10_001), "spec.limits.maxTurns: Invalid value: 10001"),
+    "cost limit too high": (
+        edit(RUN, "spec.limits.maxCostUSD", 1_000_000),
+        "spec.limits.maxCostUSD: Invalid value: 1000000: spec.limits.maxCostUSD in body should be less than or equal to 100000",
+    ),
+    "too many gpus": (edit(RUN, "spec.resources.gpu.count", 17), "spec.resources.gpu.count: Invalid value: 17"),
+    "negative retries": (edit(RUN, "spec.retries", -1), "spec.retries: Invalid value: -1"),
+    "tool retries too high": (edit(TOOL, "spec.retries", 21), "spec.retries: Invalid value: 21"),
+    # durations: what parse_duration reads, and not zero
+    "zero timeout": (edit(RUN, "spec.timeout", "0s"), f'spec.timeout: Invalid value: "0s": {DURATION}'),
+    "timeout in days": (edit(RUN, "spec.timeout", "1d"), f'spec.timeout: Invalid value: "1d": {DURATION}'),
+    "timeout without unit": (edit(RUN, "spec.timeout", "90"), f'spec.timeout: Invalid value: "90": {DURATION}'),
+    "tool timeout in words": (edit(TOOL, "spec.timeout", "5 minutes"), f'spec.timeout: Invalid value: "5 minutes": {DURATION}'),
+    "tool timeout zero": (edit(TOOL, "spec.timeout", "0ms"), f'spec.timeout: Invalid value: "0ms": {DURATION}'),
+    # quantities
+    "cpu with a unit in words": (edit(RUN, "spec.resources.cpu", "2 cores"), f'spec.resources.cpu: Invalid value: "2 cores": {QUANTITY}'),
+    "negative memory": (edit(RUN, "spec.resources.memory", "-1Gi"), f'spec.resources.memory: Invalid value: "-1Gi": {QUANTITY}'),
+    "tool memory with lowercase suffix": (
+        edit(TOOL, "spec.resources.memory", "5ki"),
+        f'spec.resources.memory: Invalid value: "5ki": {QUANTITY}',
+    ),
+    "tool gpu without type": (
+        edit(TOOL, "spec.resources.gpu", {"count": 1}),
+        "spec.resources.gpu: Invalid value: gpu.type is required",
+    ),
+    # provider endpoint
+    "baseURL with credentials": (
+        edit(RUN, "spec.model.baseURL", "https://user:pw@llm.example.com/v1"),
+        'spec.model.baseURL: Invalid value: "https://user:pw@llm.example.com/v1": must not carry credentials',
+    ),
+    "baseURL without host": (edit(RUN, "spec.model.baseURL", "http:///v1"), f'spec.model.baseURL: Invalid value: "http:///v1": {URL}'),
+    "baseURL with a space": (
+        edit(RUN, "spec.model.baseURL", "http://llm example/v1"),
+        'spec.model.baseURL: Invalid value: "http://llm example/v1": ' + URL,
+    ),
+    "baseURL file scheme": (
+        edit(RUN, "spec.model.baseURL", "file:///etc/passwd"),
+        f'spec.model.baseURL: Invalid value: "file:///etc/passwd": {URL}',
+    ),
+    "baseURL port out of range": (
+        edit(RUN, "spec.model.baseURL", "http://llm:99999/v1"),
+        f'spec.model.baseURL: Invalid value: "http://llm:99999/v1": {URL}',
+    ),
+    "unknown provider azure": (edit(RUN, "spec.model.provider", "azure"), 'spec.model.provider: Unsupported value: "azure"'),
+    # names
+    "run name too long for a label": (edit(RUN, "metadata.name", "r" * 64), "metadata.name: Too long: may not be more than 63"),
+    "secret name not a DNS name": (
+        edit(RUN, "spec.model.apiKeySecretRef.name", "OpenAI"),
+        "spec.model.apiKeySecretRef.name in body should match",
+    ),
+    "secret key with a slash": (
+        edit(TOOL, "spec.env", [{"name": "T", "secretKeyRef": {"name": "shop", "key": "a/b"}}]),
+        "spec.env[0].secretKeyRef.key in body should match",
+    ),
+    "memoryKey starting with a dash": (edit(RUN, "spec.memoryKey", "-chat"), "spec.memoryKey in body should match"),
+    "implementation without function": (edit(TOOL, "spec.implementation", "shop.tools.refund"), "spec.implementation in body should match"),
+    "duplicate env names": (
+        edit(
+            TOOL,
+            "spec.env",
+            [{"name": "T", "secretKeyRef": {"name": "a", "key": "k"}}, {"name": "T", "secretKeyRef": {"name": "b", "key": "k"}}],
+        ),
+        'spec.env[1]: Duplicate value: {"name":"T"}',
+    ),
+    # scheduling: the Pod's own rules, said before a pod is ever made
+    "nodeSelector value with a space": (
+        edit(RUN, "spec.nodeSelector", {"disk": "fast ssd"}),
+        "spec.nodeSelector.disk in body should match",
+    ),
+    "nodeSelector value too long": (
+        edit(RUN, "spec.nodeSelector", {"disk": "s" * 64}),
+        "spec.nodeSelector.disk: Too long: may not be more than 63",
+    ),
+    "toleration Exists with a value": (
+        tol(key="spot", operator="Exists", value="yes"),
+        "spec.tolerations[0]: Invalid value: value must be empty when operator is Exists",
+    ),
+    "toleration Equal without key": (
+        tol(operator="Equal", value="yes"),
+        "spec.tolerations[0]: Invalid value: key is required unless operator is Exists",
+    ),
+    "tolerationSeconds without NoExecute": (
+        tol(key="spot", operator="Exists", effect="NoSchedule", tolerationSeconds=60),
+        "spec.tolerations[0]: Invalid value: tolerationSeconds is only allowed with effect NoExecute",
+    ),
+    "toleration effect unknown": (
+        tol(key="spot", operator="Exists", effect="Never"),
+        'spec.tolerations[0].effect: Unsupported value: "Never"',
+    ),
+}
+MALFORMED.update(MALFORMED_MORE)
+
 
 def apply(kube: ControlPlane, ns: str, doc: dict[str, Any], *extra: str):
     return kube.kubectl("create", "-n", ns, "-f", "-", *extra, input=json.dumps(doc), check=False)
+
+
+def dry_run(kube: ControlPlane, ns: str, doc: dict[str, Any]) -> tuple[int, Any]:
+    """`kubectl create --dry-run=server` over HTTP: the same answer, without a process per case."""
+    plural = {"AgentRun": "agentruns", "AgentTool": "agenttools"}[doc["kind"]]
+    return kube.request("POST", f"/apis/tether.dev/v1alpha1/namespaces/{ns}/{plural}?dryRun=All&fieldValidation=Strict", doc)
 
 
 def test_valid_manifests_are_accepted(kube: ControlPlane, tether_release: Release) -> None:
@@ -126,16 +269,17 @@ def test_valid_manifests_are_accepted(kube: ControlPlane, tether_release: Releas
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_malformed_manifest_is_rejected_clearly(kube: ControlPlane, tether_release: Release, case: str) -> None:
     doc, message = MALFORMED[case]
-    proc = apply(kube, tether_release.unserved, doc, "--dry-run=server")
-    assert proc.returncode != 0, f"{case}: accepted by the apiserver"
-    assert message in proc.stderr, f"{case}: unclear message:\n{proc.stderr}"
+    status, body = dry_run(kube, tether_release.unserved, doc)
+    assert status != 201, f"{case}: accepted by the apiserver"
+    said = body["message"] if isinstance(body, dict) else str(body)  # what kubectl prints
+    assert message in said, f"{case}: unclear message:\n{said}"
     # `tether run` rejects the same manifest offline, naming the same field
     with pytest.raises(api.ManifestError):
         api.parse_manifest(doc)
 
 
 def test_there_are_at_least_fifteen_cases() -> None:
-    assert len(MALFORMED) >= 15
+    assert len(MALFORMED) >= 15 + 30 and len(MALFORMED_MORE) >= 30
 
 
 def test_defaults_and_kstatus_fields(kube: ControlPlane, tether_release: Release) -> None:
@@ -157,6 +301,16 @@ def test_spec_is_immutable(kube: ControlPlane, tether_release: Release) -> None:
     assert "spec is immutable: create a new AgentRun instead of changing this one" in proc.stderr
     # metadata stays editable: that is how approvals are given
     kube.kubectl("annotate", "agentrun", "frozen", "-n", ns, "tether.dev/approve=abc")
+
+
+def test_tool_spec_is_immutable(kube: ControlPlane, tether_release: Release) -> None:
+    ns = tether_release.unserved
+    assert apply(kube, ns, edit(TOOL, "metadata.name", "frozen-tool")).returncode == 0
+    patch = '{"spec":{"implementation":"shop.tools:refund_all"}}'
+    proc = kube.kubectl("patch", "agenttool", "frozen-tool", "-n", ns, "--type=merge", "-p", patch, check=False)
+    assert proc.returncode != 0
+    assert "spec: Invalid value" in proc.stderr
+    assert "spec is immutable: create a new AgentTool instead of changing this one" in proc.stderr
 
 
 def test_get_columns_short_names_category_and_explain(kube: ControlPlane, tether_release: Release) -> None:

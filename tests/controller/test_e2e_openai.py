@@ -5,6 +5,8 @@ against Tether's fake OpenAI provider.
     apply -> kubectl wait --for=condition=Succeeded; status holds result, steps and usage
     runtime killed mid-run -> the retry replays; the provider saw no completed turn twice
     approvals: approve by annotation, decline with `tether approve`, timeout -> default action
+    a diverged run keeps updating status; unreadable progress -> condition + Event; a failed
+    start shows its cause
     operator killed mid-run and restarted -> one execution, the run completes
     deleting a running AgentRun kills its process (finalizer)
 
@@ -29,6 +31,8 @@ import pytest
 import yaml
 
 from tests.support.kube import ControlPlane
+from tether.journal import Journal, Record
+from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
@@ -70,14 +74,17 @@ def fake() -> Iterator[FakeProvider]:
 @pytest.fixture(scope="module")
 def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
     kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789")
+    kube.kubectl("label", "secret", "openai", "-n", NS, "tether.dev/usable=true")
     op = Operator(
         operator_kubeconfig,
         tmp_path_factory.mktemp("agent-operator"),
         (NS,),
         TETHER_EXEC_PYTHON=_agent_python(),
         PYTHONPATH=str(EXAMPLES),  # the AgentTools' implementations (example_tools:...)
+        TETHER_TOOL_MODULES="example_tools",  # chart value tools.allowedModules
         OPENAI_AGENTS_DISABLE_TRACING="1",
         TETHER_CONCURRENCY="4",
+        TETHER_ALLOW_AUTO_APPROVE="1",  # chart value approvals.allowAutoApprove: the timeout test approves
     )
     op.start()
     yield op
@@ -231,16 +238,81 @@ def test_decline_with_tether_approve(kube: ControlPlane, fake: FakeProvider, age
 def test_approval_timeout_applies_the_default(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     docs = list(yaml.safe_load_all((EXAMPLES / "refund.yaml").read_text()))
     tool = next(d for d in docs if d["metadata"]["name"] == "issue-refund")
-    tool["spec"]["approval"].update(timeout="2s", defaultAction="approve")
+    tool["spec"]["approval"].update(timeout="1m", defaultAction="approve")  # 1m: the shortest admission accepts
     run = next(d for d in docs if d["kind"] == "AgentRun")
     run["metadata"]["name"] = "refund-timeout"
     run["spec"]["model"]["baseURL"] = fake.base_url("openai")
-    # AgentTool specs are immutable too: replace the example's tool with a 2 s timeout version.
+    # AgentTool specs are immutable too: replace the example's tool with a 1 min timeout version.
     kube.kubectl("delete", "agenttool", "issue-refund", "-n", NS, "--ignore-not-found")
     kube.kubectl("apply", "-n", NS, "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
-    obj = wait_condition(kube, "refund-timeout", "Succeeded")
+    try:
+        obj = wait_condition(kube, "refund-timeout", "Succeeded")
+    finally:  # put the example's own tool back for the tests after this one
+        kube.kubectl("delete", "agenttool", "issue-refund", "-n", NS)
+        original = next(d for d in yaml.safe_load_all((EXAMPLES / "refund.yaml").read_text()) if d["metadata"]["name"] == "issue-refund")
+        kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(original))
     (decided,) = obj["status"]["approvals"]
     assert (decided["decision"], decided["by"]) == ("approved", "timeout")
+
+
+def test_a_run_that_diverges_keeps_updating_status(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
+    """The runtime's progress (firstDivergence included) is what the operator reads: status keeps
+    following a diverged run to the end — steps, usage and result, not only the phase."""
+    kube.kubectl("delete", "secret", "openai-later", "-n", NS, "--ignore-not-found")
+    model = {"name": "gpt-4o-mini", "provider": "openai", "baseURL": fake.base_url("openai")}
+    model["apiKeySecretRef"] = {"name": "openai-later", "key": "api-key"}  # missing: the run waits
+    name = apply_example(kube, fake, "weather", name="weather-diverged", model=model)
+    wait_for(lambda: condition(get(kube, "agentrun", NS, name), "Accepted").get("reason") == "MissingSecret", what="waiting")
+    # Meanwhile an earlier attempt left a model turn this run will not ask for: its first turn diverges.
+    uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
+    journal = Journal(open_store(agent_operator.store_url), uid).load()
+    journal.append(Record("model", "0" * 64, 1, "ok", {"model": "gpt-4o-mini", "turn": "of an earlier attempt"}, body=b"{}"))
+    kube.kubectl("create", "secret", "generic", "openai-later", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789")
+
+    obj = wait_condition(kube, name, "Succeeded")
+    st = obj["status"]
+    assert st["steps"]["firstDivergence"]["kind"] == "model" and st["steps"]["firstDivergence"]["step"] == 1
+    assert st["steps"]["firstDivergence"]["attempt"] == 2
+    assert st["steps"]["modelLive"] >= 2 and st["usage"]["inputTokens"] > 0
+    assert "sunny" in st["result"]["output"]
+    assert condition(obj, "ProgressReadable") == {}  # nothing to report
+
+
+def test_unreadable_progress_is_a_condition_and_an_event(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
+    name = apply_example(kube, fake, "refund", name="refund-unreadable")
+    approval = _pending_approval(kube, name)
+    uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
+    # Suspended: no runtime rewrites progress now. Make it a document the operator cannot read.
+    open_store(agent_operator.store_url).put(f"runs/{uid}/progress.json", b'{"steps": {"modelLive": "many"}}')
+    obj = wait_for(
+        lambda: condition(o := get(kube, "agentrun", NS, name), "ProgressReadable").get("status") == "False" and o, what="condition"
+    )
+    unreadable = condition(obj, "ProgressReadable")
+    assert unreadable["reason"] == "ProgressUnreadable" and "steps.modelLive" in unreadable["message"]
+    events = kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
+    assert "ProgressUnreadable" in {e["reason"] for e in json.loads(events)["items"]}
+    # The run goes on, and status with it.
+    kube.kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={approval['id']}")
+    obj = wait_condition(kube, name, "Succeeded")
+    assert condition(obj, "ProgressReadable")["status"] == "True"
+    assert "Refunded" in obj["status"]["result"]["output"]
+
+
+def test_failed_start_shows_its_cause(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
+    docs = list(yaml.safe_load_all((EXAMPLES / "weather.yaml").read_text()))
+    tool = next(d for d in docs if d["kind"] == "AgentTool")
+    tool["metadata"]["name"] = "weather-missing-module"
+    tool["spec"]["implementation"] = "no_such_module:get_weather"
+    run = next(d for d in docs if d["kind"] == "AgentRun")
+    run["metadata"]["name"] = "weather-broken"
+    run["spec"].update(tools=["weather-missing-module"])
+    run["spec"]["model"]["baseURL"] = fake.base_url("openai")
+    kube.kubectl("apply", "-n", NS, "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+    obj = wait_condition(kube, "weather-broken", "Stalled")
+    cause = "AgentTool weather-missing-module: cannot import no_such_module:get_weather"
+    assert cause in condition(obj, "Failed")["message"], condition(obj, "Failed")
+    events = kube.kubectl("get", "events", "-n", NS, "--field-selector", "involvedObject.name=weather-broken", "-o", "json").stdout
+    assert any(cause in e["message"] for e in json.loads(events)["items"] if e["type"] == "Warning")
 
 
 def test_operator_restart_mid_run_one_execution(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tether.api import AgentRunSpec, ExecRequest
+from tether.secrets import Secrets
 from tether_operator import ExecutionState, LocalExecutor, Submission, execution_name
 
 # Exits with the n-th code of $CODES on the n-th attempt ("kill" = SIGKILL itself, "sleep" hangs).
@@ -24,7 +25,7 @@ request, store = sys.argv[1], sys.argv[3]
 folder = os.path.dirname(request)
 n = len([f for f in os.listdir(folder) if f.startswith("seen-")]) + 1
 open(os.path.join(folder, f"seen-{n}"), "w").write(json.dumps({
-    "key": os.environ.get("OPENAI_API_KEY"), "kube": os.environ.get("KUBECONFIG"),
+    "secrets": os.environ.get("TETHER_SECRETS"), "env": dict(os.environ),
     "request": json.load(open(request))}))
 codes = os.environ["CODES"].split(",")
 code = codes[min(n, len(codes)) - 1]
@@ -39,14 +40,19 @@ sys.exit(int(code))
 def _submission(name: str = "t1", retries: int = 2, **kw) -> Submission:
     spec = AgentRunSpec.model_validate({"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi"})
     request = ExecRequest(run_id="uid-" + name, namespace="ns", name=name, spec=spec)
-    return Submission(name=name, request=request, env={"OPENAI_API_KEY": "sk-secret"}, retries=retries, **kw)
+    secrets = Secrets(model_key="sk-secret", tools={"crm": {"CRM_TOKEN": "crm-secret"}})
+    return Submission(name=name, request=request, secrets=secrets, retries=retries, **kw)
 
 
 @pytest.fixture
 def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN)
+    # The operator's own environment: none of it may reach the runtime, except the store's keys.
     monkeypatch.setenv("KUBECONFIG", "/should/not/leak")
+    monkeypatch.setenv("OPERATOR_DB_PASSWORD", "operator-only-secret")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "store-key")
 
     def make(codes: str, concurrency: int = 4) -> LocalExecutor:
         monkeypatch.setenv("CODES", codes)
@@ -56,6 +62,7 @@ def make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             concurrency=concurrency,
             retry_backoff=0.01,
             command=[sys.executable, str(script)],
+            passed_env=("CODES",),  # the stand-in's script: named, as the chart's executor.runtimeEnv does
         )
 
     return make
@@ -76,7 +83,12 @@ async def test_success_passes_key_only_through_env(make, tmp_path: Path) -> None
     await ex.submit(_submission())
     assert await _until_finished(ex, "t1") is ExecutionState.SUCCEEDED
     seen = json.loads((tmp_path / "work/t1/seen-1").read_text())
-    assert seen["key"] == "sk-secret" and seen["kube"] is None
+    assert json.loads(seen["secrets"]) == {"model": {"apiKey": "sk-secret"}, "tools": {"crm": {"CRM_TOKEN": "crm-secret"}}}
+    env = seen["env"]
+    assert "KUBECONFIG" not in env and "KUBERNETES_SERVICE_HOST" not in env
+    assert "operator-only-secret" not in json.dumps(env)
+    assert "OPENAI_API_KEY" not in env  # the key travels in TETHER_SECRETS only; the runtime places it
+    assert env["AWS_SECRET_ACCESS_KEY"] == "store-key" and env["PATH"] == os.environ["PATH"]  # the store's credentials pass
     assert seen["request"]["runId"] == "uid-t1" and seen["request"]["spec"]["framework"] == "openai"
     on_disk = (tmp_path / "work/t1/request.json").read_text()
     assert "sk-secret" not in on_disk
@@ -162,3 +174,20 @@ def test_execution_name_is_deterministic() -> None:
     a = execution_name("0b5e3c1e-8a4e-4c55-9b8f-0a1b2c3d4e5f")
     assert a == execution_name("0b5e3c1e-8a4e-4c55-9b8f-0a1b2c3d4e5f")
     assert a != execution_name("another") and len(a) == 20 and a[0].isalpha() and a.islower()
+
+
+async def test_tool_probe_imports_where_the_runtime_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "probe_shop.py").write_text("def lookup():\n    return 1\n")
+    (mods / "probe_broken.py").write_text("raise RuntimeError('broken at import')\n")
+    monkeypatch.setenv("PYTHONPATH", str(mods))
+    monkeypatch.setenv("TETHER_TOOL_MODULES", "probe_shop,probe_broken,probe_missing")
+    ex = LocalExecutor(f"file://{tmp_path}/store", tmp_path / "work")
+    assert await ex.probe_tool("probe_shop:lookup") is None
+    assert "probe_shop" not in sys.modules  # imported in a child process, never in the operator
+    assert "is in the Python standard library" in (await ex.probe_tool("subprocess:getoutput") or "")
+    assert "not an allowed tool module" in (await ex.probe_tool("elsewhere:f") or "")
+    assert "RuntimeError: broken at import" in (await ex.probe_tool("probe_broken:f") or "")
+    assert "cannot import probe_missing:f: ModuleNotFoundError" in (await ex.probe_tool("probe_missing:f") or "")
+    assert "has no attribute" in (await ex.probe_tool("probe_shop:nope") or "")

@@ -82,6 +82,9 @@ def test_missing_secret_and_unknown_tool_are_conditions_then_picked_up(
     )
     wait_for(lambda: reason_of(kube, "waits", "Accepted") == "MissingSecret", what="MissingSecret")
     kube.kubectl("create", "secret", "generic", "llm-key", "-n", NS, "--from-literal=WRONG_KEY=x")
+    wait_for(lambda: reason_of(kube, "waits", "Accepted") == "SecretNotUsable", what="SecretNotUsable")
+    assert "is not labelled tether.dev/usable=true" in condition(get(kube, "agentrun", NS, "waits"), "Accepted")["message"]
+    kube.kubectl("label", "secret", "llm-key", "-n", NS, "tether.dev/usable=true")
     wait_for(lambda: reason_of(kube, "waits", "Accepted") == "MissingSecretKey", what="MissingSecretKey")
     assert "has no key 'OPENAI_API_KEY'" in condition(get(kube, "agentrun", NS, "waits"), "Accepted")["message"]
     kube.kubectl(
@@ -99,7 +102,7 @@ def test_missing_secret_and_unknown_tool_are_conditions_then_picked_up(
     assert obj["status"]["execution"]["executor"] == "local"
     assert obj["status"]["execution"]["name"].startswith("t")
     reasons = events_of(kube, "waits")
-    assert {"UnknownTool", "MissingSecret", "MissingSecretKey", "Accepted", "Submitted"} <= set(reasons)
+    assert {"UnknownTool", "MissingSecret", "SecretNotUsable", "MissingSecretKey", "Accepted", "Submitted"} <= set(reasons)
     # The key never shows up in the object, its Events or the operator's log.
     everything = kube.kubectl("get", "agentrun", "waits", "-n", NS, "-o", "json").stdout
     everything += kube.kubectl("get", "events", "-n", NS, "-o", "json").stdout + operator.logs()
@@ -112,8 +115,9 @@ def test_gpu_type_without_node_pool_is_a_terminal_condition(kube: ControlPlane, 
     obj = get(kube, "agentrun", NS, "h100")
     assert obj["status"]["phase"] == "Failed"
     assert condition(obj, "Accepted")["reason"] == "InvalidResources"
-    assert "no GPU node pool 'H100' is configured" in condition(obj, "Failed")["message"]
-    assert "configured: A100" in condition(obj, "Failed")["message"]
+    message = condition(obj, "Accepted")["message"]
+    assert message.startswith("spec.resources.gpu.type of the run: 'H100' is not a GPU type this cluster offers"), message
+    assert "gpuNodePools configures: A100" in message and message in condition(obj, "Failed")["message"]
     assert condition(obj, "Reconciling")["status"] == "False"  # never Stalled and Reconciling
     assert "InvalidResources" in events_of(kube, "h100")
     # the configured type passes the resource check
@@ -146,6 +150,7 @@ def test_agenttool_ready_follows_its_secrets(kube: ControlPlane, tether_release:
     assert condition(tool, "Ready")["status"] == "False"
     assert condition(tool, "Ready")["reason"] == "MissingSecret"
     kube.kubectl("create", "secret", "generic", "crm", "-n", NS, "--from-literal=token=t0k3n-crm")
+    kube.kubectl("label", "secret", "crm", "-n", NS, "tether.dev/usable=true")
     kube.kubectl("wait", "-n", NS, "--for=condition=Ready", "--timeout=30s", "agenttool/crm")
     assert get(kube, "agenttool", NS, "crm")["status"]["observedGeneration"] == 1
     assert "t0k3n-crm" not in kube.kubectl("get", "events", "-n", NS, "-o", "json").stdout

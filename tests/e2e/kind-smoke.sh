@@ -45,6 +45,7 @@ kind load docker-image "$IMAGE" --name "$CLUSTER"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f -
 k -n "$NS" create secret generic openai --from-literal=api-key="$OPENAI_API_KEY" \
   --dry-run=client -o yaml | k apply -f -
+k -n "$NS" label secret openai tether.dev/usable=true --overwrite  # the operator reads only labelled Secrets
 helm --kube-context "$KCTX" upgrade --install "$RELEASE" charts/tether -n "$NS" --wait \
   --timeout "${TIMEOUT}s" --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
   --set image.pullPolicy=IfNotPresent ${HELM_ARGS:-}

@@ -20,6 +20,8 @@ FAILED = "Failed"
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
+#: False while the runtime's progress document cannot be read (status then follows the executor only).
+PROGRESS_READABLE = "ProgressReadable"
 
 
 class Reason:
@@ -30,7 +32,14 @@ class Reason:
     TOOL_NOT_READY = "ToolNotReady"
     MISSING_SECRET = "MissingSecret"
     MISSING_SECRET_KEY = "MissingSecretKey"
+    SECRET_NOT_USABLE = "SecretNotUsable"
+    TOOL_NOT_ALLOWED = "ToolNotAllowed"
+    TOOL_NOT_IMPORTABLE = "ToolNotImportable"
     INVALID_RESOURCES = "InvalidResources"
+    INVALID_SPEC = "InvalidSpec"
+    BASE_URL_NOT_ALLOWED = "BaseURLNotAllowed"
+    BASE_URL_UNRESOLVED = "BaseURLUnresolved"
+    AUTO_APPROVE_NOT_ALLOWED = "AutoApproveNotAllowed"
     QUEUED = "Queued"
     SUBMITTED = "Submitted"
     RUNNING = "Running"
@@ -41,6 +50,8 @@ class Reason:
     FAILED = "Failed"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     ABORTED = "Aborted"
+    PROGRESS_UNREADABLE = "ProgressUnreadable"
+    PROGRESS_READ = "ProgressRead"
     # AgentTool
     VALID = "Valid"
 

@@ -34,6 +34,7 @@ def make_executor(settings: Settings) -> Executor:
             settings.executor.workdir,
             concurrency=settings.executor.concurrency,
             python=settings.executor.python or None,
+            passed_env=settings.executor.runtime_env,
         )
     raise kopf.PermanentError(f"unknown executor {settings.executor.kind!r} (supported: local)")
 
@@ -120,6 +121,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             dict(body.spec),
             dict(body.get("status") or {}),
             memo.settings.gpu_node_pools,
+            memo.settings.tool_modules,
+            memo.executor.probe_tool,
+            allow_auto_approve=memo.settings.allow_auto_approve,
         )
         if change is not None:
             reason, message = change

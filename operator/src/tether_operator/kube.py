@@ -116,6 +116,15 @@ async def get_secret(namespace: str, name: str) -> dict[str, str] | None:
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
+async def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The Secret's labels and decoded data, or None if it does not exist."""
+    secret = await request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    if secret is None:
+        return None
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    return labels, {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
 async def get_tool(namespace: str, name: str) -> dict[str, Any] | None:
     return await request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/agenttools/{name}")
 

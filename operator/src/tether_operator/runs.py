@@ -30,10 +30,14 @@ from tether.api import (
     AgentToolSpec,
     ApprovalStatus,
     ExecRequest,
+    ManifestError,
     Phase,
     Progress,
     parse_duration,
+    read_spec,
 )
+from tether.progress import progress_key
+from tether.secrets import Secrets
 from tether.stores import Store
 
 from . import conditions as C
@@ -52,10 +56,6 @@ DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
 REASON_ANNOTATION = "tether.dev/reason"
 FINISHED = (Phase.SUCCEEDED.value, Phase.FAILED.value)
 RESULT_LIMIT = 4096
-
-
-def progress_key(run_id: str) -> str:
-    return f"runs/{run_id}/progress.json"
 
 
 def _iso(value: Any) -> str | None:
@@ -78,6 +78,16 @@ def _epoch(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _first_line(exc: Exception) -> str:
+    """A validation error in a few words (pydantic's full dump is many lines)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        e = errors()[0]
+        where = ".".join(str(p) for p in e.get("loc", ()))
+        return f"{where}: {e.get('msg')}" if where else str(e.get("msg"))
+    return str(exc).splitlines()[0]
 
 
 def _ids(annotation: str | None) -> set[str]:
@@ -107,7 +117,7 @@ class RunLoop:
         self.exec_name = execution_name(self.uid)
         self.status: dict[str, Any] = json.loads(json.dumps(dict(body.get("status") or {})))
         self.tools: dict[str, AgentToolSpec] = {}
-        self.env: dict[str, str] = {}  # Secret values for the runtime's environment only
+        self.run_secrets = Secrets()  # for the runtime only: never logged, never in status
         self.secrets: list[str] = []  # values to scrub from anything written
         self._sent: dict[str, Any] | None = None
         self._sent_at = 0.0
@@ -158,9 +168,10 @@ class RunLoop:
         if self.status.get("phase") in FINISHED:
             return
         try:
-            spec = AgentRunSpec.model_validate(dict(self.body.spec))
-        except ValueError as exc:  # a spec this operator version cannot read
-            return await self._fail(Reason.FAILED, f"invalid spec: {exc}", "InvalidSpec")
+            spec = read_spec(AgentRunSpec, dict(self.body.spec))
+        except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
+            self._set(C.ACCEPTED, False, Reason.INVALID_SPEC, str(exc))
+            return await self._fail(Reason.FAILED, f"invalid spec: {exc}", Reason.INVALID_SPEC)
         if not await self.accept(spec, stopped):
             return
         await self.follow(await self.submit(spec), stopped)
@@ -170,10 +181,17 @@ class RunLoop:
         last_reason = last_seen = None
         delay = self.settings.timing.recheck_seconds
         while not stopped:
-            resolved = await check_run(self.namespace, spec, self.settings.gpu_node_pools)
+            resolved = await check_run(
+                self.namespace,
+                spec,
+                self.settings.gpu_node_pools,
+                self.settings.tool_modules,
+                self.settings.allowed_base_urls,
+                allow_auto_approve=self.settings.allow_auto_approve,
+            )
             if not resolved.problems:
-                self.tools, self.env = resolved.tools, resolved.env
-                self.secrets = list(resolved.env.values())
+                self.tools, self.run_secrets = resolved.tools, resolved.secrets
+                self.secrets = self.run_secrets.values()
                 was_accepted = C.is_true(self._conditions(), C.ACCEPTED)
                 self._set(C.ACCEPTED, True, Reason.ACCEPTED, "tools, Secrets and resources resolved")
                 if not was_accepted:
@@ -210,7 +228,7 @@ class RunLoop:
             Submission(
                 name=self.exec_name,
                 request=request,
-                env=self.env,
+                secrets=self.run_secrets,
                 retries=spec.retries,
                 timeout_seconds=spec.timeout_seconds,
                 attempts=int(self.status.get("attempts") or 0),
@@ -268,12 +286,27 @@ class RunLoop:
     # ------------------------------------------------------------------------------ pieces
 
     async def _progress(self) -> Progress | None:
+        """The runtime's progress, or None. A document that cannot be read never stops status
+        from following the executor: it sets ProgressReadable=False and a Warning Event."""
         try:
             data = await asyncio.to_thread(self.store.get, progress_key(self.uid))
-            return None if data is None else Progress.model_validate_json(data)
-        except Exception as exc:  # a torn or newer-format record must not stop the run
+        except Exception as exc:  # the store did not answer: look again next time
             self.logger.warning("cannot read progress of %s: %s", self.uid, exc)
             return None
+        if data is None:
+            return None
+        try:
+            progress = Progress.model_validate_json(data)
+        except ValueError as exc:  # a torn or newer-format record
+            message = f"cannot read the runtime's progress at {progress_key(self.uid)}: {_first_line(exc)}"
+            condition = C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}
+            if condition.get("message") != self._scrub(message):
+                self.event(Reason.PROGRESS_UNREADABLE, message, warning=True)
+            self._set(C.PROGRESS_READABLE, False, Reason.PROGRESS_UNREADABLE, message)
+            return None
+        if C.get_condition(self._conditions(), C.PROGRESS_READABLE) is not None:
+            self._set(C.PROGRESS_READABLE, True, Reason.PROGRESS_READ, "the runtime's progress is readable again")
+        return progress
 
     async def _approvals(self) -> list[dict[str, Any]] | None:
         """The run's approval requests with decisions; None if the store cannot say (retry)."""
@@ -311,7 +344,9 @@ class RunLoop:
             requested = _epoch(request.get("requestedAt"))
             expired = policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout)
             if expired:
-                await self._decide(request, policy.default_action == "approve", "timeout", f"no decision within {policy.timeout}")
+                # A timeout approves only where the cluster allows it (accept() refuses such a tool otherwise).
+                approve_it = policy.default_action == "approve" and self.settings.allow_auto_approve
+                await self._decide(request, approve_it, "timeout", f"no decision within {policy.timeout}")
         return requests
 
     def _mirror(self, ex: ExecutionStatus, progress: Progress | None, requests: list[dict[str, Any]] | None) -> bool:

@@ -26,6 +26,10 @@ class ExecutorSettings:
     """Scratch directory for request files and attempt logs (default: under the temp dir)."""
     python: str = ""
     """Interpreter that runs `python -m tether exec` (default: the operator's own)."""
+    runtime_env: tuple[str, ...] = ()
+    """Extra variable names the local executor passes from its own environment to the runtime
+    (env TETHER_RUNTIME_ENV, comma-separated); beyond these only harmless ones pass (see
+    executors/local.py): the operator's credentials never reach agent or tool code."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,16 @@ class Settings:
     """Port of the Prometheus /metrics endpoint (env TETHER_METRICS_PORT; 0 disables)."""
     gpu_node_pools: dict[str, Any] = field(default_factory=dict)
     """GPU type -> {nodeSelector, tolerations} (env TETHER_GPU_NODE_POOLS, JSON)."""
+    allowed_base_urls: tuple[str, ...] = ()
+    """Base URLs a run's spec.model.baseURL may point under (env TETHER_ALLOWED_BASE_URLS, JSON
+    list). Empty: any, except loopback, link-local, unspecified and cloud metadata addresses."""
+    tool_modules: tuple[str, ...] | None = None
+    """Modules AgentTool implementations may come from (env TETHER_TOOL_MODULES, comma-separated;
+    chart value tools.allowedModules). None: the runtime image's default (the modules installed
+    distributions declare in the entry-point group `tether.tools`), enforced by the runtime."""
+    allow_auto_approve: bool = False
+    """Honour `approval.defaultAction: approve` (env TETHER_ALLOW_AUTO_APPROVE, chart value
+    approvals.allowAutoApprove). Off: such a tool is not Ready and a timeout can only decline."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -71,6 +85,7 @@ class Settings:
                 concurrency=int(num("TETHER_CONCURRENCY", 4)),
                 workdir=env.get("TETHER_WORKDIR") or f"{tmp}/tether-executions",
                 python=env.get("TETHER_EXEC_PYTHON", ""),
+                runtime_env=_names(env.get("TETHER_RUNTIME_ENV", "")),
             ),
             timing=TimingSettings(
                 poll_seconds=num("TETHER_POLL_SECONDS", 0.5),
@@ -81,4 +96,11 @@ class Settings:
             ),
             metrics_port=int(num("TETHER_METRICS_PORT", 9090)),
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
+            allowed_base_urls=tuple(json.loads(env.get("TETHER_ALLOWED_BASE_URLS") or "[]")),
+            tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
+            allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
         )
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())

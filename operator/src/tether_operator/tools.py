@@ -1,10 +1,12 @@
-"""AgentTool status: Ready when every Secret its env names exists and its resources are valid."""
+"""AgentTool status: Ready when its implementation is allowed and importable where it will run,
+every Secret its env names exists (labelled for Tether) and its resources are valid."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tether.api import AgentToolSpec
+from tether.api import AgentToolSpec, ManifestError, read_spec
 
 from . import conditions as C
 from . import kube
@@ -24,16 +26,25 @@ async def reconcile_tool(
     spec: dict[str, Any],
     status: dict[str, Any],
     gpu_node_pools: dict,
+    allowed: tuple[str, ...] | None = None,
+    probe: Callable[[str], Awaitable[str | None]] | None = None,
+    *,
+    allow_auto_approve: bool = False,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
-        tool = AgentToolSpec.model_validate(spec)
-        problems = (await check_tool(namespace, name, tool, gpu_node_pools)).problems
-    except ValueError as exc:
-        problems = [Problem("InvalidSpec", str(exc), terminal=True)]
+        tool = read_spec(AgentToolSpec, spec)
+        problems = (await check_tool(namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve)).problems
+        if probe is not None and not any(p.reason == Reason.TOOL_NOT_ALLOWED for p in problems):
+            # Importability is checked where the runtime runs, never in the operator's process.
+            refusal = await probe(tool.implementation)
+            if refusal:
+                problems.append(Problem(Reason.TOOL_NOT_IMPORTABLE, f"AgentTool {name}: {refusal}", terminal=True))
+    except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
+        problems = [Problem(Reason.INVALID_SPEC, str(exc), terminal=True)]
     if not problems:
-        reason, message = Reason.VALID, "the tool's Secrets and resources resolve"
+        reason, message = Reason.VALID, "the tool's implementation, Secrets and resources resolve"
         new = C.kstatus(conditions, ready=(reason, message), generation=generation)
     else:
         reason, message = problems[0].reason, "; ".join(p.message for p in problems)

@@ -7,6 +7,7 @@ The public surface; everything else is reached through its module (``tether.stor
 
 from .agent import Adapter, AgentResult, AgentSession, AgentSpec, Tool, load_adapter, run_agent, run_agent_sync, tool
 from .errors import ConfigError, StoreError, StoreUnavailable, Suspended, TetherError, ToolError
+from .secrets import secret
 from .tools import idempotency_key
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "load_adapter",
     "run_agent",
     "run_agent_sync",
+    "secret",
     "tool",
 ]

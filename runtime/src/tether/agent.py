@@ -59,6 +59,7 @@ class Tool:
         retryable: Sequence[type[BaseException]] = (),
         approval: Any = None,
         version: str = "",
+        cached_without_approval: bool = False,
     ) -> None:
         if cache not in ("off", "auto"):
             raise ConfigError(f"tool cache must be 'auto' or 'off', not {cache!r}")
@@ -66,7 +67,15 @@ class Tool:
         self.fn: Callable[..., Any] = fn.func if self.task is not None else fn  # the user's function
         self.name = name or self.fn.__name__
         self.description = description or inspect.getdoc(self.fn) or self.name
-        self.spec = ToolSpec(self.name, self._execute, version=version, cache=cache, retryable=tuple(retryable), approval=approval)
+        self.spec = ToolSpec(
+            self.name,
+            self._execute,
+            version=version,
+            cache=cache,
+            retryable=tuple(retryable),
+            approval=approval,
+            cached_without_approval=cached_without_approval,
+        )
         self.spec.code = ToolSpec(self.name, self.fn).code  # the cache key follows the user's code
         functools.update_wrapper(self, self.fn)
 
@@ -133,6 +142,7 @@ def tool(
     retryable: Sequence[type[BaseException]] = (),
     approval: Any = None,
     version: str = "",
+    cached_without_approval: bool = False,
 ) -> Any:
     """Make a function or a Flyte task a durable tool. Stack it over ``@env.task``::
 
@@ -141,11 +151,22 @@ def tool(
         async def get_weather(city: str) -> str: ...
 
     ``approval`` (``True``, a prompt template such as ``"Refund {amount} to {order}?"``, or a
-    callable) makes every call wait for a human decision without holding compute.
+    callable) makes every call wait for a human decision without holding compute. Such a tool
+    never reuses a result cached by an earlier run: ``cache="auto"`` with ``approval`` is refused
+    unless ``cached_without_approval=True`` says a cached result may skip the human.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, cache=cache, retryable=retryable, approval=approval, version=version)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            cache=cache,
+            retryable=retryable,
+            approval=approval,
+            version=version,
+            cached_without_approval=cached_without_approval,
+        )
 
     return wrap(fn) if fn is not None else wrap
 
@@ -497,7 +518,9 @@ def load_adapter(framework: str) -> Adapter:
     try:
         return importlib.import_module(module).ADAPTER
     except ImportError as e:
-        raise ConfigError(f"framework {framework!r} needs the adapter package: pip install tether-{framework} ({e})") from e
+        raise ConfigError(
+            f"no adapter for framework {framework!r} in this environment: install the tether-{framework} package ({e})"
+        ) from e
 
 
 __all__ = [

@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from decimal import Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -46,18 +48,34 @@ SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
 DURATION = r"^([0-9]+(ms|s|m|h))+$"
-# A non-negative Kubernetes quantity (500m, 2, 1.5, 4Gi, 1e3).
-QUANTITY = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+# A Kubernetes quantity (500m, +2, 1.5, 4Gi, 1e3): sign, number, suffix, as the apiserver parses it.
+QUANTITY = r"^([+-]?)([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+# A label value (also what a nodeSelector value must be).
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 # Sizes bounded so that etcd objects stay small and CEL cost estimates stay finite.
 MAX_INPUT = 32 * 1024
 MAX_INSTRUCTIONS = 32 * 1024
 MAX_NAME = 253
+# An AgentRun's name is a label value (tether.dev/run) on what executors create: at most 63.
+MAX_RUN_NAME = 63
+
+
+def _cel(rule: str, message: str, **extra: str) -> dict[str, str]:
+    return {"rule": rule, "message": message, **extra}
+
+
+def _rules(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+_QUANTITY_MESSAGE = "must be a non-negative Kubernetes quantity such as 500m, 2, 512Mi or 4Gi"
 
 
 def _quantity(value: str) -> str:
-    if not re.fullmatch(QUANTITY, value):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
+    match = re.fullmatch(QUANTITY, value)
+    if not match or Decimal(match.group(1) + match.group(2)) < 0:
+        raise ValueError(_QUANTITY_MESSAGE)
     return value
 
 
@@ -68,24 +86,86 @@ Quantity = Annotated[
     AfterValidator(_quantity),
     Field(
         max_length=32,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "isQuantity(self) && !quantity(self).isLessThan(quantity('0'))",
-                    "message": "must be a non-negative Kubernetes quantity such as 500m, 2, 512Mi or 4Gi",
-                }
-            ]
-        },
+        json_schema_extra=_rules(_cel("isQuantity(self) && !quantity(self).isLessThan(quantity('0'))", _QUANTITY_MESSAGE)),
+    ),
+]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+# Free text that must say something: empty or only whitespace is refused on both sides.
+Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra=_rules(_cel("self.trim() != ''", "must not be blank")))]
+
+
+_DURATION_MESSAGE = "must be a duration longer than zero such as 90s, 30m or 1h30m"
+
+
+def _positive_duration(value: str) -> str:
+    if not re.fullmatch(DURATION, value) or parse_duration(value) <= 0:
+        raise ValueError(_DURATION_MESSAGE)
+    return value
+
+
+# A duration `parse_duration` reads and that is not zero; the CEL rule is the same regex.
+Duration = Annotated[
+    str,
+    AfterValidator(_positive_duration),
+    Field(
+        max_length=32,
+        json_schema_extra=_rules(_cel(f"self.matches('{DURATION}') && self.matches('[1-9]')", _DURATION_MESSAGE)),
+    ),
+]
+
+_BASE_URL_MESSAGE = "must be an http:// or https:// URL with a host and no spaces, e.g. https://api.example.com/v1"
+_BASE_URL_CREDENTIALS = "must not carry credentials (user:password@); give the API key with apiKeySecretRef"
+# userinfo sits between `scheme://` and the first `/`, `?` or `#`.
+_USERINFO = "^[^:/?#]+://[^/?#]*@"
+
+
+def _base_url(value: str) -> str:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises on a port that is not a number in range)
+    except ValueError:  # e.g. an unclosed [IPv6 literal
+        raise ValueError(_BASE_URL_MESSAGE) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", value):
+        raise ValueError(_BASE_URL_MESSAGE)
+    if re.match(_USERINFO, value):
+        raise ValueError(_BASE_URL_CREDENTIALS)
+    return value
+
+
+BaseURL = Annotated[
+    str,
+    AfterValidator(_base_url),
+    Field(
+        max_length=2048,
+        json_schema_extra=_rules(
+            _cel(
+                "isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != '' && !self.matches('\\\\s')"
+                " && (url(self).getPort() == '' || int(url(self).getPort()) <= 65535)",
+                _BASE_URL_MESSAGE,
+            ),
+            _cel(f"!self.matches('{_USERINFO}')", _BASE_URL_CREDENTIALS),
+        ),
     ),
 ]
 
 # Item types for lists and maps (bounded, again for CEL cost estimates).
 ObjectName = Annotated[str, Field(max_length=MAX_NAME, pattern=DNS_SUBDOMAIN)]
-LabelValue = Annotated[str, Field(max_length=253)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
 
 
 class _Wire(BaseModel):
-    """Base of every API model: camelCase on the wire, snake_case in Python, unknown keys rejected."""
+    """Base of every API model: camelCase on the wire, snake_case in Python, unknown keys rejected.
+
+    Numbers and booleans of a spec are `strict`: the apiserver refuses "2" for an integer and
+    "yes" for a boolean, so `tether run` must too.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -97,10 +177,6 @@ class _Wire(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The camelCase JSON form, without unset optional fields."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def _cel(rule: str, message: str, **extra: str) -> dict[str, str]:
-    return {"rule": rule, "message": message, **extra}
 
 
 def parse_duration(text: str) -> float:
@@ -115,18 +191,16 @@ def parse_duration(text: str) -> float:
 
 
 class Framework(str, Enum):
-    """The agent framework whose loop runs the agent; Tether records underneath it."""
+    """The agent framework whose loop runs the agent; Tether records underneath it.
+
+    Only frameworks with an adapter (adapters/<id>, package tether_<id>) are listed: the API
+    promises only what runs. Add the member when an adapter lands (a test keeps the two in step).
+    """
 
     OPENAI = "openai"
-    CLAUDE = "claude"
     LANGGRAPH = "langgraph"
     LANGCHAIN = "langchain"
-    DEEPAGENTS = "deepagents"
-    CREWAI = "crewai"
     PYDANTIC_AI = "pydantic-ai"
-    GOOGLE_ADK = "google-adk"
-    MISTRAL = "mistral"
-    HERMES = "hermes"
 
 
 class Provider(str, Enum):
@@ -186,7 +260,7 @@ class GPU(_Wire):
         description="GPU type, e.g. A100, H100 or L4; selects the matching entry of the chart's "
         "gpuNodePools (its node selector and tolerations are added to the run).",
     )
-    count: int = Field(default=0, ge=0, le=16, description="Number of GPUs.")
+    count: int = Field(default=0, ge=0, le=16, strict=True, description="Number of GPUs.")
 
     @model_validator(mode="after")
     def _type_when_count(self) -> GPU:
@@ -203,20 +277,46 @@ class Resources(_Wire):
     gpu: GPU | None = Field(default=None, description="GPUs, e.g. {type: A100, count: 1}.")
 
 
-class Toleration(_Wire):
-    """A Kubernetes toleration, as on a Pod."""
+_EXISTS_HAS_NO_VALUE = "value must be empty when operator is Exists"
+_KEY_OR_EXISTS = "key is required unless operator is Exists (an empty key with Exists tolerates every taint)"
+_SECONDS_NEED_NO_EXECUTE = "tolerationSeconds is only allowed with effect NoExecute"
 
-    key: str | None = Field(default=None, max_length=316, description="Taint key to tolerate.")
+
+class Toleration(_Wire):
+    """A Kubernetes toleration, as on a Pod (the same rules as the Pod's)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            _cel("self.operator != 'Exists' || !has(self.value) || self.value == ''", _EXISTS_HAS_NO_VALUE),
+            _cel("self.operator == 'Exists' || (has(self.key) && self.key != '')", _KEY_OR_EXISTS),
+            _cel("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')", _SECONDS_NEED_NO_EXECUTE),
+        )
+    )
+
+    key: str | None = Field(
+        default=None, max_length=316, description="Taint key to tolerate; empty (with operator Exists) matches all keys."
+    )
     operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists matches any value; Equal matches `value`.")
-    value: str | None = Field(default=None, max_length=63, description="Taint value to match.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        default=None, description="Taint effect to match; empty matches all effects."
+    value: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE, description="Taint value to match.")
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty or absent matches all effects."
     )
     toleration_seconds: int | None = Field(
         default=None,
         ge=0,
+        strict=True,
         description="For NoExecute: how long the pod stays bound after the taint appears.",
     )
+
+    @model_validator(mode="after")
+    def _as_kubernetes_does(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError(_EXISTS_HAS_NO_VALUE)
+        if self.operator != "Exists" and not self.key:
+            raise ValueError(_KEY_OR_EXISTS)
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(_SECONDS_NEED_NO_EXECUTE)
+        return self
 
 
 # ---------------------------------------------------------------------------------- AgentRun
@@ -225,15 +325,16 @@ class Toleration(_Wire):
 class Model(_Wire):
     """The model the agent calls and how to reach it."""
 
-    name: str = Field(min_length=1, max_length=256, description="Model name as the provider knows it, e.g. gpt-4.1.")
+    name: Text = Field(min_length=1, max_length=256, description="Model name as the provider knows it, e.g. gpt-4.1.")
     provider: Provider = Field(default=Provider.OPENAI, description="Wire protocol of the model provider.")
-    base_url: str | None = Field(
+    base_url: BaseURL | None = Field(
         default=None,
         alias="baseURL",
-        max_length=2048,
-        pattern=r"^https?://[^\s]+$",
         description="Endpoint to call instead of the provider's default, e.g. an "
-        "OpenAI-compatible server (with provider: openai) or a fake provider in tests.",
+        "OpenAI-compatible server (with provider: openai) or a fake provider in tests. http or "
+        "https, without credentials. The operator refuses loopback, link-local and cloud metadata "
+        "addresses (also when the host name resolves to one) unless the chart's "
+        "providers.allowedBaseURLs lists it; when that list is set, only its entries are allowed.",
     )
     api_key_secret_ref: SecretKeyRef | None = Field(
         default=None,
@@ -245,12 +346,13 @@ class Model(_Wire):
 class Limits(_Wire):
     """Hard limits that stop a run (as a terminal failure) when reached."""
 
-    max_turns: int | None = Field(default=None, ge=1, le=10_000, description="Maximum model turns in the run.")
+    max_turns: int | None = Field(default=None, ge=1, le=10_000, strict=True, description="Maximum model turns in the run.")
     max_cost_usd: float | None = Field(
         default=None,
         alias="maxCostUSD",
         ge=0,
         le=100_000,
+        strict=True,
         description="Maximum live model spend of the run in US dollars.",
     )
 
@@ -260,8 +362,8 @@ class AgentRunSpec(_Wire):
 
     framework: Framework = Field(description="Agent framework that owns the loop.")
     model: Model = Field(description="Model the agent calls.")
-    instructions: str | None = Field(default=None, max_length=MAX_INSTRUCTIONS, description="System instructions of the agent.")
-    input: str = Field(min_length=1, max_length=MAX_INPUT, description="The user's input to the agent (≤ 32 KiB).")
+    instructions: Text | None = Field(default=None, max_length=MAX_INSTRUCTIONS, description="System instructions of the agent.")
+    input: Text = Field(min_length=1, max_length=MAX_INPUT, description="The user's input to the agent (≤ 32 KiB).")
     agent: str | None = Field(
         default=None,
         max_length=512,
@@ -275,7 +377,7 @@ class AgentRunSpec(_Wire):
         description="Names of AgentTools in this namespace the agent may call.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
-    image: str | None = Field(
+    image: Text | None = Field(
         default=None,
         max_length=512,
         description="Container image with the framework adapter (and the agent, if `agent` is set).",
@@ -298,17 +400,17 @@ class AgentRunSpec(_Wire):
         default=2,
         ge=0,
         le=20,
+        strict=True,
         description="How many times a run whose process died is started again (it replays "
         "finished work). Terminal failures are never retried.",
     )
-    timeout: str = Field(
+    timeout: Duration = Field(
         default="1h",
-        pattern=DURATION,
-        max_length=32,
         description="Wall-clock limit of one attempt, e.g. 30m or 2h; waiting for approval does not count.",
     )
     durable: bool = Field(
         default=True,
+        strict=True,
         description="Journal model turns and tool calls so a retry replays them. False runs without a journal (every attempt starts over).",
     )
     limits: Limits | None = Field(default=None, description="Turn and cost limits.")
@@ -329,23 +431,74 @@ class AgentRunSpec(_Wire):
 # --------------------------------------------------------------------------------- AgentTool
 
 
-class Approval(_Wire):
-    """Human approval before each call of the tool."""
+#: The shortest approval timeout admission accepts: a human needs time to see the request.
+MIN_APPROVAL_TIMEOUT = "1m"
 
-    required: bool = Field(default=False, description="Ask a human before each call.")
+
+def _approval_timeout(value: str | None) -> str | None:
+    if value is not None and parse_duration(value) < parse_duration(MIN_APPROVAL_TIMEOUT):
+        raise ValueError(f"an approval timeout must be at least {MIN_APPROVAL_TIMEOUT} (a human needs time to decide), not {value}")
+    return value
+
+
+class Approval(_Wire):
+    """Human approval before each call of the tool.
+
+    Every new call waits for a decision: results cached by earlier runs are not reused for such a
+    tool unless `cachedWithoutApproval` says so. Within one run a call that was approved and
+    completed replays after a crash without asking again (that is the journal, not the cache).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.required",
+                    "approval settings need required: true (remove approval to call the tool without asking)",
+                    fieldPath=".required",
+                )
+            ]
+        }
+    )
+
+    required: bool = Field(
+        default=False, description="Ask a human before each call. Must be true when approval is set (remove approval instead)."
+    )
     prompt: str | None = Field(
         default=None,
         max_length=2048,
         description="Question shown to the approver; `{name}` placeholders are filled from the "
         "call's arguments, e.g. 'Refund {amount} to {customer}?'.",
     )
-    timeout: str | None = Field(
+    timeout: Annotated[str | None, AfterValidator(_approval_timeout)] = Field(
         default=None,
         pattern=DURATION,
         max_length=32,
-        description="How long to wait for a decision, e.g. 24h; then defaultAction applies. Without it the run waits indefinitely.",
+        description=f"How long to wait for a decision, at least {MIN_APPROVAL_TIMEOUT}, e.g. 24h; then defaultAction applies. "
+        "Without it the run waits indefinitely.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(f"duration(self) >= duration('{MIN_APPROVAL_TIMEOUT}')", f"must be at least {MIN_APPROVAL_TIMEOUT}")
+            ]
+        },
     )
-    default_action: Literal["approve", "decline"] = Field(default="decline", description="Decision taken when the timeout passes.")
+    default_action: Literal["approve", "decline"] = Field(
+        default="decline",
+        description="Decision taken when the timeout passes. approve is honoured only where the cluster admin "
+        "allows auto-approval (chart value approvals.allowAutoApprove, default false); otherwise the tool is not "
+        "Ready and runs using it are refused.",
+    )
+    cached_without_approval: bool = Field(
+        default=False,
+        description="Allow cache: auto on this tool: a result cached by an earlier run with the same version and "
+        "arguments is then returned WITHOUT asking anyone. Off by default: every new call needs a decision.",
+    )
+
+    @model_validator(mode="after")
+    def _required(self) -> Approval:
+        if not self.required:
+            raise ValueError("approval settings need required: true (remove approval to call the tool without asking)")
+        return self
 
 
 class EnvFromSecret(_Wire):
@@ -355,10 +508,29 @@ class EnvFromSecret(_Wire):
     secret_key_ref: SecretKeyRef = Field(description="Secret key holding the value.")
 
 
+CACHE_WITH_APPROVAL = (
+    "cache: auto would return results cached by earlier runs without asking for approval; "
+    "set cache: off, or approval.cachedWithoutApproval: true to allow it"
+)
+
+
 class AgentToolSpec(_Wire):
     """A tool an agent may call: a Python function, where it runs, and how it is governed."""
 
-    description: str = Field(
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!(has(self.cache) && self.cache == 'auto' && has(self.approval) && self.approval.required)"
+                    " || (has(self.approval.cachedWithoutApproval) && self.approval.cachedWithoutApproval)",
+                    CACHE_WITH_APPROVAL,
+                    fieldPath=".cache",
+                )
+            ]
+        }
+    )
+
+    description: Text = Field(
         min_length=1,
         max_length=4096,
         description="What the tool does; the model reads this to decide when to call it.",
@@ -368,28 +540,57 @@ class AgentToolSpec(_Wire):
         pattern=IMPORT_PATH,
         description="The function, as `module:function` importable in the image.",
     )
-    version: str = Field(
+    version: Text = Field(
         default="1",
         min_length=1,
         max_length=64,
         description="Part of the tool call's journal key: change it when the implementation changes so cached results are not reused.",
     )
-    image: str | None = Field(default=None, max_length=512, description="Image to run the tool in (default: the run's).")
+    image: Text | None = Field(default=None, max_length=512, description="Image to run the tool in (default: the run's).")
     resources: Resources | None = Field(default=None, description="Compute for the tool.")
-    retries: int = Field(default=0, ge=0, le=20, description="Retries of a call that failed recoverably.")
-    timeout: str | None = Field(
+    retries: int = Field(default=0, ge=0, le=20, strict=True, description="Retries of a call that failed recoverably.")
+    timeout: Duration | None = Field(
         default=None,
-        pattern=DURATION,
-        max_length=32,
         description="Limit of one call, e.g. 30s; a call over it fails recoverably.",
     )
-    cache: Literal["auto", "off"] = Field(
-        default="auto",
+    cache: Literal["auto", "off"] | None = Field(
+        default=None,
         description="auto: reuse a result across runs for the same version and arguments; off: "
-        "never across runs. Within one run a completed call never executes twice either way.",
+        "never across runs. Within one run a completed call never executes twice either way. "
+        "Default: auto, or off for a tool that requires approval; cache: auto with approval "
+        "required is refused unless approval.cachedWithoutApproval is true.",
     )
     approval: Approval | None = Field(default=None, description="Human approval of each call.")
-    env: list[EnvFromSecret] | None = Field(default=None, max_length=64, description="Environment variables from Secrets.")
+    env: list[EnvFromSecret] | None = Field(
+        default=None,
+        max_length=64,
+        description="Environment variables from Secrets; each name at most once.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env(cls, env: list[EnvFromSecret] | None) -> list[EnvFromSecret] | None:
+        names = [e.name for e in env or []]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate env names: {', '.join(duplicates)}")
+        return env
+
+    @property
+    def approval_required(self) -> bool:
+        return self.approval is not None and self.approval.required
+
+    @property
+    def effective_cache(self) -> Literal["auto", "off"]:
+        """The cache setting in force: the spec's, else off for an approval-required tool, else auto."""
+        return self.cache or ("off" if self.approval_required else "auto")
+
+    @model_validator(mode="after")
+    def _cache_needs_decision(self) -> AgentToolSpec:
+        if self.cache == "auto" and self.approval is not None and self.approval.required and not self.approval.cached_without_approval:
+            raise ValueError(CACHE_WITH_APPROVAL)
+        return self
 
 
 # -------------------------------------------------------------------------------------- status
@@ -426,6 +627,17 @@ class Execution(_Wire):
     url: str | None = Field(default=None, description="Link to the execution, when one exists.")
 
 
+class Divergence(_Wire):
+    """Where a retry first sent a step the journal did not hold while recorded steps of that kind were left."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Literal["model", "tool"] = Field(description="model (a turn) or tool (a call).")
+    step: int = Field(ge=0, description="Index of the step within the attempt (1 = first).")
+    attempt: int = Field(default=0, ge=0, description="The attempt that diverged.")
+    fingerprint: str | None = Field(default=None, max_length=128, description="Fingerprint of the request not found in the journal.")
+
+
 class Steps(_Wire):
     """Journal counts: live steps ran now, replayed steps came from the journal."""
 
@@ -435,9 +647,9 @@ class Steps(_Wire):
     model_replayed: int = Field(default=0, ge=0, description="Model turns replayed.")
     tool_live: int = Field(default=0, ge=0, description="Tool calls executed.")
     tool_replayed: int = Field(default=0, ge=0, description="Tool calls replayed.")
-    first_divergence: int | None = Field(
+    first_divergence: Divergence | None = Field(
         default=None,
-        description="First model turn at which a retry sent a request not in the journal.",
+        description="First step at which a retry sent a request not in the journal (a cache miss, not an error).",
     )
     turns: str | None = Field(default=None, description="Model turns as live/replayed (for the printer column).")
 
@@ -454,6 +666,9 @@ class Usage(_Wire):
     cost_usd: float = Field(default=0.0, alias="costUSD", description="Cost of all turns in US dollars.")
     live_cost_usd: float = Field(default=0.0, alias="liveCostUSD", description="Cost of the turns called live.")
     saved_usd: float = Field(default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again).")
+    live_tokens: int = Field(default=0, ge=0, description="Tokens of the turns called live.")
+    replayed_tokens: int = Field(default=0, ge=0, description="Tokens of the turns replayed from the journal.")
+    unpriced_models: list[str] = Field(default_factory=list, max_length=32, description="Models with no price: their cost is not counted.")
 
 
 class ApprovalStatus(_Wire):
@@ -533,12 +748,18 @@ class ObjectMeta(_Wire):
     annotations: dict[str, str] | None = None
 
 
+class RunMeta(ObjectMeta):
+    """An AgentRun's metadata: its name is a label value on what the run creates (at most 63)."""
+
+    name: str = Field(max_length=MAX_RUN_NAME, pattern=DNS_SUBDOMAIN)
+
+
 class AgentRunManifest(_Wire):
     """A whole AgentRun object: a one-off run of an agent."""
 
     api_version: Literal["tether.dev/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["AgentRun"]
-    metadata: ObjectMeta
+    metadata: RunMeta
     spec: AgentRunSpec
     status: AgentRunStatus | None = None
 
@@ -561,12 +782,33 @@ class ManifestError(ValueError):
     """A manifest that is not a valid AgentRun or AgentTool; the message lists every problem."""
 
 
-def _describe(exc: ValidationError) -> str:
-    lines = []
+def _problems(exc: ValidationError, prefix: str = "") -> list[str]:
+    """`field.path: message` per error, with camelCase paths and without pydantic's boilerplate."""
+    out = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(document)"
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
+        where = ".".join([prefix, *(str(p) for p in err["loc"])] if prefix else [str(p) for p in err["loc"]]) or "(document)"
+        message = err["msg"].removeprefix("Value error, ")
+        out.append(f"{where}: {message}")
+    return out
+
+
+def _describe(exc: ValidationError) -> str:
+    return "\n".join(f"  {line}" for line in _problems(exc))
+
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def read_spec(model: type[SpecT], spec: Any) -> SpecT:
+    """Validate a spec read from the cluster; a ManifestError names each field as `spec.<field>`.
+
+    The apiserver checks what the CRD can say; whatever gets past it (an object stored under an
+    older CRD, a rule only the runtime knows) is reported in these words, not as a pydantic dump.
+    """
+    try:
+        return model.model_validate(spec)
+    except ValidationError as exc:
+        raise ManifestError("; ".join(_problems(exc, "spec"))) from None
 
 
 def parse_manifest(doc: Any, source: str = "manifest") -> Manifest:

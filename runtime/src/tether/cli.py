@@ -19,9 +19,12 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: tether COMMAND [ARGS...]\n\ncommands:")
+        from .commands import EXIT_CODES_HELP, command_name
+
+        print(f"usage: {command_name()} COMMAND [ARGS...]   ({command_name()} COMMAND --help for its options)\n\ncommands:")
         for name, (_, help_text) in COMMANDS.items():
             print(f"  {name:<14} {help_text}")
+        print(f"\n{EXIT_CODES_HELP.replace('exit codes:', 'exit codes of run and exec:')}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return int(module.main(argv[1:]) or 0)

@@ -135,18 +135,24 @@ def _crd(
     status: type[BaseModel],
     doc: str,
     columns: list[dict[str, Any]],
+    max_name: int | None = None,
 ) -> dict[str, Any]:
     spec_schema = schema_of(spec)
     spec_schema["x-kubernetes-validations"] = [
         {
             "rule": "self == oldSelf",
             "message": f"spec is immutable: create a new {kind} instead of changing this one",
-        }
+        },
+        *spec_schema.get("x-kubernetes-validations", []),  # the spec model's own rules
     ]
     status_schema = schema_of(status)
     # An object's status starts out as {} so that observedGeneration reads -1 (not "done")
     # before the operator has looked at it (kstatus).
     status_schema["default"] = {}
+    # A CRD may bound metadata.name (and nothing else of metadata): "metadata.name: Too long".
+    metadata: dict[str, Any] = {"type": "object"}
+    if max_name is not None:
+        metadata["properties"] = {"name": {"type": "string", "maxLength": max_name}}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -180,7 +186,7 @@ def _crd(
                             "properties": {
                                 "apiVersion": {"type": "string", "description": "tether.dev/v1alpha1"},
                                 "kind": {"type": "string", "description": kind},
-                                "metadata": {"type": "object"},
+                                "metadata": metadata,
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
@@ -215,6 +221,7 @@ def render() -> dict[str, str]:
                 {"name": "Cost", "type": "number", "jsonPath": ".status.usage.costUSD", "description": "Cost in US dollars"},
                 _age(),
             ],
+            max_name=api.MAX_RUN_NAME,
         ),
         _crd(
             "AgentTool",

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,13 +24,20 @@ import flyte
 from .agent import Tool, load_adapter, run_agent
 from .api import AgentToolSpec, ExecRequest
 from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreUnavailable
+from .secrets import tool_secrets
+from .tools import allowed_tool_modules, implementation_refusal
 
 EXIT_SUCCEEDED, EXIT_RECOVERABLE, EXIT_TERMINAL, EXIT_SUSPENDED = 0, 1, 2, 3
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 
 
-def tool_from_spec(name: str, spec: AgentToolSpec) -> Tool:
+def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> Tool:
+    """The AgentTool as a Tool, if its module is an allowed tool module (checked again here: the
+    operator's check might have been bypassed); it gets its own secrets, nobody else's."""
+    refusal = implementation_refusal(spec.implementation, allowed_tool_modules() if allowed is None else allowed)
+    if refusal:
+        raise ConfigError(f"AgentTool {name}: {refusal}")
     module_name, _, attr = spec.implementation.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
@@ -40,7 +48,17 @@ def tool_from_spec(name: str, spec: AgentToolSpec) -> Tool:
     approval = None
     if spec.approval and spec.approval.required:
         approval = spec.approval.prompt or True
-    return Tool(fn, name=name, description=spec.description, cache=spec.cache, version=spec.version, approval=approval)
+    tool = Tool(
+        fn,
+        name=name,
+        description=spec.description,
+        cache=spec.effective_cache,
+        version=spec.version,
+        approval=approval,
+        cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
+    )
+    tool.spec.secrets = tool_secrets(name)
+    return tool
 
 
 def _upstream(base_url: str) -> str:
@@ -79,11 +97,19 @@ async def execute(request: ExecRequest, store: str, on_step: Callable | None = N
     spec = request.spec
     outcome: dict[str, Any] = {"run_id": request.run_id}
     try:
-        adapter = load_adapter(spec.framework)
-        tools = [tool_from_spec(name, request.tools[name]) for name in spec.tools if name in request.tools]
         missing = [name for name in spec.tools if name not in request.tools]
         if missing:
             raise ConfigError(f"unknown AgentTool(s): {', '.join(missing)}")
+        # Tools first: a tool from a module the admin did not allow is refused before any
+        # framework code loads.
+        allowed = allowed_tool_modules()  # once: reading entry points scans every distribution
+        tools = [tool_from_spec(name, request.tools[name], allowed) for name in spec.tools]
+        adapter = load_adapter(spec.framework)
+    except Exception as e:  # the run could not start: say why where status is read, not only in a log
+        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
+        _publish_failed_start(store, request.run_id, outcome["error"])
+        return outcome
+    try:
         provider = spec.model.provider
         result = await run_agent(
             adapter,
@@ -146,6 +172,18 @@ def _print_step(e, stream) -> None:
     cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
     err = "  (error)" if e.outcome == "error" else ""
     print(f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}", file=stream, flush=True)
+
+
+def _publish_failed_start(store: str, run_id: str, error: str) -> None:
+    """Progress for an attempt that failed before the agent started: the cause, and no figures
+    of an earlier attempt (the operator and ``tether run`` show this document)."""
+    from .progress import Progress, write_progress
+    from .stores import open_store
+
+    try:
+        write_progress(open_store(store), run_id, Progress(phase="Failed", error=error, updated_at=time.time()))
+    except Exception:  # the store is what failed, or is unreachable: the exit code still tells
+        pass
 
 
 @env.task

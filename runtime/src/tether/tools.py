@@ -2,7 +2,8 @@
 
     journal hit, ok      → the recorded result (the tool does not run)
     journal hit, error   → the recorded error, raised again as ToolError
-    cache hit (auto)     → the cached result, also written to this run's journal
+    cache hit (auto)     → the cached result, also written to this run's journal (never for a tool
+                           that requires approval, unless it opted in with cached_without_approval)
     otherwise            → run the tool, record, return
 
 A completed call never runs twice within a run scope, whatever its cache setting. Exceptions a
@@ -20,14 +21,15 @@ import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
-from .errors import StoreError, ToolError
+from .errors import ConfigError, StoreError, ToolError
 from .journal import Record
 from .run import Run, current_run
+from .secrets import tool_scope
 
 _idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_idempotency_key", default=None)
 
@@ -81,10 +83,25 @@ class ToolSpec:
     #: ``None``, or a callable/str describing the approval request (see ``tether.approvals``).
     approval: Any = None
     code: str = field(default="")
+    #: The tool's own secrets (its AgentTool's ``env``): visible only during its calls (``tether.secrets``).
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: With ``approval`` and ``cache="auto"``: return a result cached by an earlier run without
+    #: asking anyone. Off unless said explicitly; every new call needs a decision otherwise.
+    cached_without_approval: bool = False
 
     def __post_init__(self) -> None:
         if not self.code:
             self.code = code_hash(self.fn)
+        if self.cache == "auto" and self.approval is not None and not self.cached_without_approval:
+            raise ConfigError(
+                f"tool {self.name}: cache='auto' would return results cached by earlier runs without asking for approval; "
+                "use cache='off', or cached_without_approval=True to allow it"
+            )
+
+    @property
+    def reuses_cached(self) -> bool:
+        """Whether a result cached by an earlier run may stand in for a call."""
+        return self.cache == "auto" and (self.approval is None or self.cached_without_approval)
 
 
 def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict, str]:
@@ -110,14 +127,15 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     """Call a tool through the journal. Sync tools run in a worker thread."""
     run = run or current_run()
     if run is None:
-        return await _invoke(spec, args)
+        with tool_scope(spec.secrets):
+            return await _invoke(spec, args)
     canonical, fp = _step(spec, args)
     key = run.journal.next_key("tool", fp)
     record = run.journal.replay(key)
     if record is not None:
         run.tool_step(spec.name, replayed=True, outcome=record.outcome)
         return _from_record(spec, record)
-    if spec.cache == "auto" and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
+    if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
         await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))
         run.tool_step(spec.name, replayed=True, outcome=cached.outcome)
@@ -132,7 +150,8 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     started = time.time()
     token = _idempotency_key.set(sha256_hex(f"{run.scope}\0{fp}\0{key[2]}".encode())[:32])
     try:
-        value = await _invoke(spec, args)
+        with tool_scope(spec.secrets):
+            value = await _invoke(spec, args)
         outcome, body = "ok", encode_result(value)
     except spec.retryable:
         raise
@@ -183,3 +202,59 @@ def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = No
 
     ctx = contextvars.copy_context()
     return run_on_wire_loop(ctx.run(lambda: call_tool(spec, args, run=run or current_run())))
+
+
+# ------------------------------------------------------------- which modules may be tools
+
+TOOL_MODULES_ENV = "TETHER_TOOL_MODULES"
+TOOL_ENTRY_POINTS = "tether.tools"
+
+
+def allowed_tool_modules(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Modules an AgentTool's ``implementation`` may come from (each with its submodules).
+
+    ``$TETHER_TOOL_MODULES`` (comma-separated; the chart's ``tools.allowedModules``) when set;
+    otherwise the modules that installed distributions declare in their entry-point group
+    ``tether.tools`` (``[project.entry-points."tether.tools"] shop = "shop.tools"``).
+    """
+    import os
+
+    raw = (os.environ if environ is None else environ).get(TOOL_MODULES_ENV)
+    if raw is not None and raw.strip():
+        return tuple(m.strip() for m in raw.split(",") if m.strip())
+    from importlib.metadata import entry_points
+
+    return tuple(sorted({ep.value.partition(":")[0].strip() for ep in entry_points(group=TOOL_ENTRY_POINTS)}))
+
+
+def implementation_refusal(implementation: str, allowed: tuple[str, ...]) -> str | None:
+    """Why ``module:function`` may not be a tool, or None. The standard library never may, even
+    if listed: ``subprocess:getoutput`` or ``os:system`` would hand the model a shell."""
+    import sys
+
+    module = implementation.partition(":")[0]
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
+        return f"{implementation} is in the Python standard library, which never provides tools"
+    if not any(module == a or module.startswith(a + ".") for a in allowed):
+        listed = ", ".join(allowed) or "none"
+        return f"module {module} is not an allowed tool module (allowed: {listed}; chart value tools.allowedModules)"
+    return None
+
+
+def probe_implementation(implementation: str) -> str | None:
+    """Why ``implementation`` cannot be a tool in this environment (not allowed, or not
+    importable), or None. What the operator runs in a subprocess with the runtime's environment."""
+    import importlib
+
+    refusal = implementation_refusal(implementation, allowed_tool_modules())
+    if refusal:
+        return refusal
+    module, _, attr = implementation.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except Exception as e:  # ImportError, AttributeError, or the module's own failure
+        return f"cannot import {implementation}: {type(e).__name__}: {e}"
+    if not callable(fn):
+        return f"{implementation} is not callable"
+    return None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tether.api import ExecRequest
+from tether.secrets import Secrets
 
 EXIT_SUCCEEDED = 0
 EXIT_TERMINAL = 2
@@ -51,8 +52,11 @@ def execution_name(uid: str) -> str:
 class Submission:
     name: str
     request: ExecRequest
-    env: dict[str, str] = field(repr=False)
-    """Extra environment of the runtime process (the API key): never logged, never on disk."""
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
+    """The provider key and each tool's own env (contract: tether.secrets): never logged, never
+    on disk; the runtime hands each only to its user."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra, non-secret environment of the runtime process."""
     retries: int = 2
     timeout_seconds: float = 3600.0
     attempts: int = 0
@@ -97,6 +101,11 @@ class Executor(ABC):
     async def wait(self, name: str, timeout: float) -> None:
         """Return when the execution may have changed, at the latest after `timeout` seconds."""
         await asyncio.sleep(timeout)
+
+    async def probe_tool(self, implementation: str) -> str | None:
+        """Why `module:function` cannot be a tool where this executor runs the runtime, or None.
+        Default: nothing to say here (a runtime in a pod refuses at start, naming the tool)."""
+        return None
 
     def forget(self, name: str) -> None:
         """Drop a finished execution from memory (the AgentRun's status now holds it)."""

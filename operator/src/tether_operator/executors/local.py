@@ -4,6 +4,13 @@ The runtime inside runs as a Flyte local execution (no cluster, no backend). Chi
 belong to the operator: they get SIGKILL when the operator dies (PR_SET_PDEATHSIG), so after an
 operator restart there is never an orphan still calling the model while a new attempt starts;
 the new attempt replays the journal instead.
+
+The child's environment is built, not inherited: only the harmless variables below (plus the
+names in `runtime_env`, chart `executor.runtimeEnv`) pass from the operator's own environment, so
+its token, kubeconfig and anything else it holds never reach agent or tool code. The run's secrets
+travel as one variable, TETHER_SECRETS (JSON, the contract in `tether.secrets`), which the runtime
+removes from its environment before importing any agent or tool module. The store's credentials
+(AWS_*) pass too: the runtime writes the journal with them.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tether.secrets import SECRETS_ENV, Secrets
 
 from .base import (
     EXIT_SUCCEEDED,
@@ -31,8 +41,31 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
-# Operator-only variables a runtime process has no business seeing.
-_HIDDEN_ENV = ("KUBECONFIG", "TETHER_NAMESPACES", "TETHER_GPU_NODE_POOLS")
+# What the runtime may see of the operator's environment: locale, paths, the Python setup,
+# Tether's non-secret runtime knobs, and the store's credentials.
+_PASSED_ENV = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+        "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENAI_AGENTS_DISABLE_TRACING",
+        "TETHER_TOOL_MODULES", "TETHER_PRICES",
+    }
+)  # fmt: skip
+_PASSED_PREFIXES = ("LC_", "AWS_", "TETHER_UPSTREAM_")
+
+
+def runtime_env(environ: dict[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """The part of `environ` a runtime process may inherit."""
+    allowed = _PASSED_ENV | set(extra)
+    return {k: v for k, v in environ.items() if k in allowed or k.startswith(_PASSED_PREFIXES)}
+
+
+def secrets_env(secrets: Secrets) -> dict[str, str]:
+    """TETHER_SECRETS for the runtime (nothing if the run has no secrets)."""
+    if not secrets.model_key and not secrets.tools:
+        return {}
+    doc = {"model": {"apiKey": secrets.model_key} if secrets.model_key else {}, "tools": {t: dict(env) for t, env in secrets.tools.items()}}
+    return {SECRETS_ENV: json.dumps(doc)}
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -78,6 +111,7 @@ class LocalExecutor(Executor):
         python: str | None = None,
         retry_backoff: float = 0.5,
         command: list[str] | None = None,
+        passed_env: tuple[str, ...] = (),
     ) -> None:
         self.store_url = store_url
         self.workdir = Path(workdir)
@@ -87,6 +121,8 @@ class LocalExecutor(Executor):
         self.command = command or [self.python, "-m", "tether", "exec"]
         self._slots = asyncio.Semaphore(concurrency)
         self._runs: dict[str, _Execution] = {}
+        self.passed_env = passed_env
+        self._probes: dict[str, tuple[float, str | None]] = {}
 
     # --------------------------------------------------------------------------- interface
 
@@ -130,6 +166,39 @@ class LocalExecutor(Executor):
             await asyncio.wait_for(run.changed.wait(), timeout)
         run.changed.clear()
 
+    async def probe_tool(self, implementation: str) -> str | None:
+        """Import the tool's module where the runtime will: in a child process with the runtime's
+        interpreter and environment (never in the operator). An answer holds for a minute."""
+        now = time.monotonic()
+        cached = self._probes.get(implementation)
+        if cached is not None and now - cached[0] < 60:
+            return cached[1]
+        code = "import sys; from tether.tools import probe_implementation as p; r = p(sys.argv[1]); print(' '.join((r or '').split())); sys.exit(1 if r else 0)"
+        self.workdir.mkdir(parents=True, exist_ok=True)  # cwd: no modules of the operator's own folder
+        proc = await asyncio.create_subprocess_exec(
+            self.python,
+            "-c",
+            code,
+            implementation,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=runtime_env(dict(os.environ), self.passed_env),
+            cwd=str(self.workdir),
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        except TimeoutError:
+            _kill(proc)
+            await proc.wait()
+            return f"importing {implementation} took over 60 s"
+        text = out.decode(errors="replace").strip()
+        answer = None if proc.returncode == 0 else (text.splitlines()[-1] if text else f"the probe exited with {proc.returncode}")
+        self._probes[implementation] = (now, answer)
+        return answer
+
     def executions(self) -> list[ExecutionStatus]:
         return [run.status() for run in self._runs.values()]
 
@@ -169,8 +238,10 @@ class LocalExecutor(Executor):
             if code == EXIT_SUSPENDED:
                 return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
             if code == EXIT_TERMINAL:
-                # The reason is in the run's progress (error); logs may hold what status must not.
-                return run.set(ExecutionState.FAILED, "terminal failure (exit code 2)")
+                # The cause is the runtime's outcome line (also in its progress), not the whole log:
+                # logs may hold what status must not. The operator scrubs Secret values from it.
+                error = _outcome_error(folder / f"attempt-{run.attempts}.log")
+                return run.set(ExecutionState.FAILED, error or "terminal failure (exit code 2)")
             run.failures += 1
             died = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             if code == _TIMED_OUT:
@@ -185,8 +256,9 @@ class LocalExecutor(Executor):
             await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
 
     async def _attempt(self, run: _Execution, request: Path, folder: Path) -> int:
-        env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV}
+        env = runtime_env(dict(os.environ), self.passed_env)
         env.update(run.sub.env)
+        env.update(secrets_env(run.sub.secrets))
         logfile = folder / f"attempt-{run.attempts}.log"
         with logfile.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
@@ -220,6 +292,22 @@ class LocalExecutor(Executor):
 
 
 _TIMED_OUT = -1000
+
+
+def _outcome_error(log: Path) -> str | None:
+    """The `error` of the JSON outcome `tether exec` prints as its last stdout line, if any."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines[-50:]):
+        if line.startswith("{") and '"exit_code"' in line:
+            try:
+                error = json.loads(line).get("error")
+            except ValueError:
+                return None
+            return str(error)[:1024] if error else None
+    return None
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

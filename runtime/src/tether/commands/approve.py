@@ -16,10 +16,11 @@ import sys
 from ..approvals import decide, list_approvals
 from ..errors import ConfigError
 from ..stores import open_store
+from . import command_name
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tether approve")
+    p = argparse.ArgumentParser(prog=f"{command_name()} approve", description=__doc__.split("\n\n")[0])
     p.add_argument("run")
     p.add_argument("id", nargs="?", help="approval id (omit to list the run's approvals)")
     group = p.add_mutually_exclusive_group()
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"tether approve: {e}", file=sys.stderr)
         return 2
-    print(f"{'approved' if args.yes else 'declined'} {args.id} of run {args.run}; run it again to continue")
+    print(f"{'approved' if args.yes else 'declined'} {args.id} of run {args.run}; run it again to continue ({command_name()} run ...)")
     return 0
 
 

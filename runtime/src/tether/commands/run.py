@@ -10,7 +10,9 @@ steps complete (live or replayed, tokens, cost); the answer and a summary at the
   started with the script beside the manifest (``<name>.script.yaml``) — said plainly, so
   nobody mistakes it for a real model.
 - The run id defaults to the AgentRun's name: running the same manifest again replays it. Use
-  ``--run-id`` for a fresh run.
+  ``--run-id`` for a fresh run. A run id means one run: resuming it from a manifest whose
+  framework, model, instructions, agent, tools or input differ from the one it was started with
+  is refused, saying what differs (``--allow-manifest-change`` resumes it anyway).
 - ``--kill-after N`` kills the agent process after N steps and starts it again, to watch a
   resume replay the finished steps.
 """
@@ -23,13 +25,59 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-from ..api import AgentRunManifest, AgentToolManifest, ExecRequest, ManifestError, load_manifests
-from ..entrypoint import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED
+from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
+from ..entrypoint import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
 from ..progress import read_progress
-from ..stores import default_store_url, open_store
+from ..stores import Store, default_store_url, open_store
+from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
+from . import EXIT_CODES_HELP, command_name
+
+
+def manifest_key(run_id: str) -> str:
+    return f"runs/{run_id}/manifest.json"
+
+
+def identity(spec: AgentRunSpec, tools: dict[str, AgentToolManifest]) -> dict[str, Any]:
+    """What makes a run this run: resuming it from anything else would replay the wrong steps.
+    (Not the model's baseURL: a fake provider listens on a new port each time.)"""
+    return {
+        "framework": spec.framework,
+        "model": f"{spec.model.provider}:{spec.model.name}",
+        "instructions": spec.instructions,
+        "agent": spec.agent,
+        "input": spec.input,
+        "tools": {name: f"{t.spec.implementation} (version {t.spec.version})" for name, t in sorted(tools.items()) if name in spec.tools},
+    }
+
+
+def manifest_changes(store: Store, run_id: str, current: dict[str, Any]) -> list[str]:
+    """How ``current`` differs from the manifest the run was started with ([] for a new run)."""
+    data = store.get(manifest_key(run_id))
+    if data is None:
+        return []
+    recorded = json.loads(data)
+    changes = []
+    for field in current:
+        before, now = recorded.get(field), current[field]
+        if before == now:
+            continue
+        if isinstance(before, dict) and isinstance(now, dict):
+            for name in sorted(set(before) | set(now)):
+                if before.get(name) != now.get(name):
+                    changes.append(f"tool {name}: {_short(before.get(name))} -> {_short(now.get(name))}")
+        else:
+            changes.append(f"{field}: {_short(before)} -> {_short(now)}")
+    return changes
+
+
+def _short(value: Any) -> str:
+    text = "(none)" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _load(path: Path) -> tuple[AgentRunManifest, dict[str, AgentToolManifest]]:
@@ -42,9 +90,19 @@ def _load(path: Path) -> tuple[AgentRunManifest, dict[str, AgentToolManifest]]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tether run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog=f"{command_name()} run",
+        description=__doc__.split("\n\n")[0],
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("manifest", type=Path)
     p.add_argument("--run-id", help="run id (default: the AgentRun's name; the same id resumes/replays)")
+    p.add_argument(
+        "--allow-manifest-change",
+        action="store_true",
+        help="resume the run id even though the manifest's framework, model, instructions, agent, tools or input changed",
+    )
     p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
     p.add_argument("--kill-after", type=int, default=0, metavar="N", help="kill the first attempt after N steps, then resume")
     p.add_argument("--retries", type=int, default=None, help="attempts after a crash (default: spec.retries)")
@@ -62,10 +120,27 @@ def main(argv: list[str]) -> int:
         return 2
     run_id = args.run_id or run.metadata.name
     store = args.store or default_store_url()
-    open_store(store)  # fail early on a bad store URL
+    the_store = open_store(store)  # fail early on a bad store URL
+    current = identity(spec, tool_manifests)
+    changes = manifest_changes(the_store, run_id, current)
+    if changes and not args.allow_manifest_change:
+        print(f"tether run: run id {run_id!r} was started from a different manifest:", file=sys.stderr)
+        for change in changes:
+            print(f"  {change}", file=sys.stderr)
+        print(
+            "  resuming it would replay that run's steps; use --run-id NEW for a new run, or --allow-manifest-change to resume it anyway",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINAL
+    the_store.put(manifest_key(run_id), json.dumps(current, sort_keys=True).encode())
     here = args.manifest.resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])), "TETHER_PROGRESS": "1"}
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    # The manifest's own tool modules (beside it: the user's code on the user's machine) are
+    # allowed besides the image's declared ones; the standard library never is (tether.tools).
+    mine = {t.spec.implementation.partition(":")[0].split(".")[0] for t in tool_manifests.values()}
+    mine = {m for m in mine if (here / f"{m}.py").is_file() or (here / m / "__init__.py").is_file()}
+    env[TOOL_MODULES_ENV] = ",".join(sorted(set(allowed_tool_modules(env)) | mine))
 
     provider = spec.model.provider
     fake = None
@@ -92,20 +167,22 @@ def main(argv: list[str]) -> int:
     )
     retries = spec.retries if args.retries is None else args.retries
     print(f"AgentRun {run.metadata.name} ({spec.framework}, {spec.model.name}) run id {run_id}, store {store}")
+    started = time.time()
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(request.model_dump_json(by_alias=True))
-        code = _attempts(f.name, store, env, args.kill_after, retries)
+        code, outcome = _attempts(f.name, store, env, args.kill_after, retries)
     finally:
         os.unlink(f.name)
         if fake is not None:
             fake.stop()
-    _summary(store, run_id, code)
-    return code
+    _summary(store, run_id, code, outcome, started)
+    return code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
 
 
-def _attempts(request_file: str, store: str, env: dict, kill_after: int, retries: int) -> int:
-    code = EXIT_RECOVERABLE
+def _attempts(request_file: str, store: str, env: dict[str, str], kill_after: int, retries: int) -> tuple[int, dict[str, Any]]:
+    """Run attempts until one ends for good; the exit code and the last attempt's outcome."""
+    code, outcome = EXIT_RECOVERABLE, {}
     for attempt in range(1, retries + 2):
         attempt_env = dict(env)
         if kill_after and attempt == 1:
@@ -115,35 +192,50 @@ def _attempts(request_file: str, store: str, env: dict, kill_after: int, retries
             [sys.executable, "-m", "tether", "exec", request_file, "--store", store], env=attempt_env, stdout=subprocess.PIPE, text=True
         )
         lines = proc.stdout.splitlines()
-        for line in lines[:-1] if proc.returncode >= 0 else lines:
+        outcome = _outcome(lines[-1]) if lines and proc.returncode >= 0 else {}
+        for line in lines[:-1] if outcome else lines:
             print(line)
         code = proc.returncode
         if code < 0:
             print(f"  the agent process died (signal {-code}); starting it again — finished steps will replay\n")
             continue
         if code == EXIT_RECOVERABLE:
-            print("  recoverable failure; starting again\n")
+            why = f": {outcome['error']}" if outcome.get("error") else ""
+            print(f"  recoverable failure{why}; starting again\n")
             continue
-        return code
-    return code
+        return code, outcome
+    return code, outcome
 
 
-def _summary(store: str, run_id: str, code: int) -> None:
+def _outcome(line: str) -> dict[str, Any]:
+    """The JSON outcome ``tether exec`` prints last, or {} if the attempt died before printing it."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) and "exit_code" in value else {}
+
+
+def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], started: float) -> None:
     progress = read_progress(open_store(store), run_id) or {}
+    if not isinstance(progress.get("updatedAt"), (int, float)) or progress["updatedAt"] < started:
+        progress = {}  # written by an earlier invocation: its figures are not this run's
     steps, usage = progress.get("steps", {}), progress.get("usage", {})
+    cli = command_name()
     print()
     if code == EXIT_SUCCEEDED:
-        print("Answer:\n  " + (progress.get("result") or "").replace("\n", "\n  "))
+        print("Answer:\n  " + (progress.get("result") or outcome.get("output") or "").replace("\n", "\n  "))
     elif code == EXIT_SUSPENDED:
         for a in progress.get("approvals", []):
             if not a.get("decision"):
                 print(f"Waiting for approval {a['id']}: {a['prompt']}")
-                print(f"  approve:  tether approve {run_id} {a['id']} --yes")
-                print(f"  decline:  tether approve {run_id} {a['id']} --no --reason '...'")
+                print(f"  approve:  {cli} approve {run_id} {a['id']} --yes")
+                print(f"  decline:  {cli} approve {run_id} {a['id']} --no --reason '...'")
                 print("  then run the same command again to continue (finished steps replay).")
     else:
-        print(f"Failed: {progress.get('error') or f'exit code {code}'}")
-    if steps:
+        died = f"the agent process died (signal {-code})" if code < 0 else f"exit code {code}"
+        print(f"Failed: {outcome.get('error') or progress.get('error') or died}")
+    if steps and progress.get("attempt"):  # attempt 0: the agent never started, nothing to count
         print(
             f"\nSummary (last attempt {progress.get('attempt')}): model turns {steps['modelLive']} live / {steps['modelReplayed']} replayed, "
             f"tools {steps['toolLive']} live / {steps['toolReplayed']} replayed; "

@@ -1,35 +1,47 @@
-"""``tether status RUN [--store URL] [--json]``: a run's progress, steps, usage and approvals."""
+"""``tether status RUN [--store URL] [--json]``: a run's progress, steps, usage and approvals.
+
+Approvals are read from the store itself, not from the progress document (which the runtime
+rewrites only while it runs): a decision shows as soon as it is made."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from ..progress import read_progress
+from ..approvals import list_approvals
+from ..progress import approval_progress, read_progress
 from ..stores import open_store
+from . import command_name
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tether status")
+    p = argparse.ArgumentParser(prog=f"{command_name()} status", description=__doc__.split("\n\n")[0])
     p.add_argument("run")
     p.add_argument("--store", default=None)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    progress = read_progress(open_store(args.store), args.run)
+    store = open_store(args.store)
+    progress = read_progress(store, args.run)
     if progress is None:
         print(f"no run {args.run!r} in the store")
         return 1
+    progress["approvals"] = [approval_progress(r).wire() for r in list_approvals(store, args.run)]
     if args.json:
         print(json.dumps(progress, indent=2))
         return 0
-    s, u = progress["steps"], progress["usage"]
-    print(f"run {args.run}: {progress['phase']} (attempt {progress['attempt']})")
-    print(f"  model turns {s['modelLive']} live / {s['modelReplayed']} replayed; tools {s['toolLive']} live / {s['toolReplayed']} replayed")
+    s, u = progress.get("steps") or {}, progress.get("usage") or {}
+    print(f"run {args.run}: {progress.get('phase')} (attempt {progress.get('attempt')})")
     print(
-        f"  tokens {u['inputTokens'] + u['outputTokens'] + u['cachedInputTokens'] + u['cacheWriteTokens']}; cost ${u['liveCostUSD']:.6f} live, ${u['savedUSD']:.6f} saved by replay"
+        f"  model turns {s.get('modelLive', 0)} live / {s.get('modelReplayed', 0)} replayed; "
+        f"tools {s.get('toolLive', 0)} live / {s.get('toolReplayed', 0)} replayed"
     )
+    tokens = sum(u.get(k, 0) for k in ("inputTokens", "outputTokens", "cachedInputTokens", "cacheWriteTokens"))
+    print(f"  tokens {tokens}; cost ${u.get('liveCostUSD', 0):.6f} live, ${u.get('savedUSD', 0):.6f} saved by replay")
     for a in progress["approvals"]:
-        print(f"  approval {a['id']} {a['decision'] or 'pending'}: {a['prompt']}")
+        by = f" by {a['by']}" if a.get("by") else ""
+        print(f"  approval {a['id']} {a.get('decision') or 'pending'}{by}: {a.get('prompt')}")
+    if progress.get("error"):
+        print(f"  error: {progress['error']}")
     if progress.get("result"):
         print(f"  result: {progress['result']}")
     return 0

@@ -1,0 +1,170 @@
+"""Secrets of one attempt: the provider key for the agent, each tool's own env for that tool only.
+
+Where they come from (:func:`load`, the one reader; ``tether exec`` calls it first thing):
+
+- ``$TETHER_SECRETS_DIR``: files ``model/apiKey`` and ``tools/<AgentTool>/<ENV_NAME>`` — what the
+  Kubernetes executor mounts read-only from a projected Secret volume;
+- ``$TETHER_SECRETS``: JSON ``{"model": {"apiKey": "..."}, "tools": {"<tool>": {"ENV": "value"}}}``
+  — what the local dev executor passes. It is removed from ``os.environ`` as it is read, before
+  any agent or tool module is imported.
+
+How each reaches its user:
+
+- the provider key goes into the agent's environment under the provider's variable
+  (``OPENAI_API_KEY``…), where the framework's SDK reads it; no tool secret is ever there;
+- a tool's secrets exist only during that tool's own calls, held in a context variable that
+  :func:`tether.tools.call_tool` sets around the call: ``tether.secret("NAME")`` reads them, and so
+  does ``os.environ`` (``os.environ["NAME"]``, ``os.getenv``), which :func:`install_scoped_environ`
+  makes a view over the real environment plus the current call's secrets. A context variable is
+  per task and per thread, so two concurrent calls of different tools never see each other's
+  values, and the agent's own code (outside any call) sees none.
+
+Threat model, honestly: this separates well-behaved code from credentials it was not given; it is
+not a sandbox. In-process Python tools share the interpreter with the agent and each other: a
+malicious tool module can walk the interpreter's memory, read the secrets directory, or read the
+provider key from the environment. The boundary against hostile code is which modules may be
+tools at all (``tools.allowedModules``, enforced by the operator and by the runtime) and, for
+stronger isolation, a tool with its own ``image`` runs as a separate task. Child processes a tool
+starts inherit the real process environment only: the overlay does not reach them (pass ``env=``
+explicitly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+SECRETS_DIR_ENV = "TETHER_SECRETS_DIR"
+SECRETS_ENV = "TETHER_SECRETS"
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """The secrets of one attempt (never printed: no repr of the values)."""
+
+    model_key: str | None = field(default=None, repr=False)
+    tools: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
+
+    def values(self) -> list[str]:
+        """Every secret value (to keep them out of anything written)."""
+        found = [self.model_key] if self.model_key else []
+        return found + [v for env in self.tools.values() for v in env.values() if v]
+
+
+class SecretsError(ValueError):
+    pass
+
+
+def load(environ: os._Environ[str] | dict[str, str] | None = None) -> Secrets:
+    """Read the attempt's secrets from ``$TETHER_SECRETS_DIR`` or ``$TETHER_SECRETS`` (removed
+    from the environment as it is read). Neither set: no secrets."""
+    env = os.environ if environ is None else environ
+    raw = env.pop(SECRETS_ENV, None)
+    folder = env.get(SECRETS_DIR_ENV)
+    if folder:
+        return _from_dir(Path(folder))
+    if not raw:
+        return Secrets()
+    try:
+        doc = json.loads(raw)
+        model_key = (doc.get("model") or {}).get("apiKey")
+        tools = {str(t): {str(k): str(v) for k, v in (vals or {}).items()} for t, vals in (doc.get("tools") or {}).items()}
+    except (ValueError, AttributeError, TypeError) as e:  # never echo the text: it holds the values
+        raise SecretsError(f"${SECRETS_ENV} is not a JSON object of the expected shape ({type(e).__name__})") from None
+    if model_key is not None and not isinstance(model_key, str):
+        raise SecretsError(f"${SECRETS_ENV}: model.apiKey must be a string")
+    return Secrets(model_key=model_key or None, tools=tools)
+
+
+def _from_dir(folder: Path) -> Secrets:
+    if not folder.is_dir():
+        raise SecretsError(f"${SECRETS_DIR_ENV}={folder} is not a directory")
+    key_file = folder / "model" / "apiKey"
+    model_key = key_file.read_text().strip() if key_file.is_file() else None
+    tools: dict[str, dict[str, str]] = {}
+    tools_dir = folder / "tools"
+    if tools_dir.is_dir():
+        for tool_dir in sorted(p for p in tools_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            # Projected volumes keep ..data symlinks and dot-dirs beside the files: skip them.
+            tools[tool_dir.name] = {f.name: f.read_text() for f in sorted(tool_dir.iterdir()) if f.is_file() and not f.name.startswith(".")}
+    return Secrets(model_key=model_key or None, tools=tools)
+
+
+# ------------------------------------------------------------------- the current tool call
+
+_current: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("tether_tool_secrets", default=MappingProxyType({}))
+
+
+def secret(name: str, default: str | None = None) -> str | None:
+    """The current tool call's secret ``name`` (an ``env`` entry of its AgentTool), else ``default``.
+    Outside a tool call, and in another tool's call, there is none."""
+    return _current.get().get(name, default)
+
+
+@contextlib.contextmanager
+def tool_scope(values: Mapping[str, str]) -> Iterator[None]:
+    """Make ``values`` the secrets of the code that runs inside (one tool call)."""
+    token = _current.set(dict(values))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class _ScopedEnviron(os._Environ[str]):
+    """``os.environ`` plus the current tool call's secrets (shadowing the real variables during
+    the call). Writes go to the real environment, shared with the replaced object."""
+
+    def __init__(self, base: os._Environ[str]) -> None:
+        super().__init__(base._data, base.encodekey, base.decodekey, base.encodevalue, base.decodevalue)  # type: ignore[attr-defined]
+
+    def __getitem__(self, key: str) -> str:
+        overlay = _current.get()
+        if key in overlay:
+            return overlay[key]
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        overlay = _current.get()
+        yield from overlay
+        yield from (k for k in super().__iter__() if k not in overlay)
+
+    def __len__(self) -> int:
+        overlay = _current.get()
+        return len(overlay) + sum(1 for k in super().__iter__() if k not in overlay)
+
+    def __repr__(self) -> str:
+        real = {self.decodekey(k): self.decodevalue(v) for k, v in self._data.items()}  # type: ignore[attr-defined]
+        return f"environ({real!r})"  # never the overlay
+
+
+def install_scoped_environ() -> None:
+    """Replace ``os.environ`` (and so ``os.getenv``) by the scoped view; idempotent."""
+    if not isinstance(os.environ, _ScopedEnviron):
+        os.environ = _ScopedEnviron(os.environ)  # noqa: B003 (same data: a view, not a reset)
+
+
+# ------------------------------------------------------------------ the attempt's secrets
+
+_attempt = Secrets()
+
+
+def use(secrets: Secrets, provider_key_env: str | None) -> None:
+    """Install ``secrets`` for this process: the provider key into the agent's environment, the
+    tools' secrets held for :func:`tool_secrets`, ``os.environ`` scoped per tool call."""
+    global _attempt
+    _attempt = secrets
+    if secrets.model_key and provider_key_env:
+        os.environ[provider_key_env] = secrets.model_key
+    install_scoped_environ()
+
+
+def tool_secrets(tool: str) -> Mapping[str, str]:
+    """The secrets of AgentTool ``tool`` for this attempt (empty if it has none)."""
+    return _attempt.tools.get(tool, {})

@@ -1,0 +1,147 @@
+"""The `tether` CLI as a new user runs it: `./tether` from the checkout, in a subprocess, against
+Tether's fake provider (no API key), with a store of its own.
+
+    an approval-required tool asks in every run (no result from an earlier run's cache), and a
+    completed approved call replays within its run without asking again
+    a run id means one run: resuming it from another manifest is refused, saying what differs
+    a failed start says why (no adapter, a tool that cannot be imported), never "exit code 2",
+    and the summary shows no figures of an earlier run
+    `tether status` shows a decision as soon as it is made; hints name `./tether`
+    exit codes are documented in --help
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "openai"
+
+
+def tether(*args: str, store: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`./tether ARGS --store STORE` from the checkout, as a user types it."""
+    clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
+    return subprocess.run(
+        ["./tether", *args, "--store", str(store)],
+        cwd=REPO,
+        env={**clean, "OPENAI_AGENTS_DISABLE_TRACING": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def example(tmp_path: Path, name: str, edit=None) -> Path:
+    """A copy of examples/openai/NAME.yaml (with its script and tools), its documents passed to
+    ``edit(docs)`` first."""
+    for f in (f"{name}.script.yaml", "example_tools.py"):
+        shutil.copy(EXAMPLES / f, tmp_path / f)
+    docs = list(yaml.safe_load_all((EXAMPLES / f"{name}.yaml").read_text()))
+    if edit is not None:
+        edit(docs)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def doc(docs: list[dict], name: str) -> dict:
+    return next(d for d in docs if d["metadata"]["name"] == name)
+
+
+def agent_run(docs: list[dict]) -> dict:
+    return next(d for d in docs if d["kind"] == "AgentRun")
+
+
+def test_approval_required_tool_asks_in_every_run(tmp_path: Path) -> None:
+    def default_cache(docs: list[dict]) -> None:
+        del doc(docs, "issue-refund")["spec"]["cache"]  # what the CRD defaults to now decides
+
+    manifest, store = example(tmp_path, "refund", default_cache), tmp_path / "store"
+    first = tether("run", str(manifest), "--run-id", "first", store=store)
+    assert first.returncode == 3, first.stdout + first.stderr
+    (approval_id,) = re.findall(r"approve:  \./tether approve first (\w+) --yes", first.stdout)  # the command the user has
+
+    decided = tether("approve", "first", approval_id, "--yes", "--by", "alice", store=store)
+    assert decided.returncode == 0, decided.stderr
+    status = tether("status", "first", store=store)  # the runtime has not run since the decision
+    assert f"approval {approval_id} approved by alice" in status.stdout, status.stdout
+
+    done = tether("run", str(manifest), "--run-id", "first", store=store)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("issue_refund(") == 1 and "Refunded 40 USD on order A1" in done.stdout
+    # Within the run, the approved and completed call replays without asking again.
+    again = tether("run", str(manifest), "--run-id", "first", store=store)
+    assert again.returncode == 0 and "issue_refund(" not in again.stdout and "Waiting for approval" not in again.stdout
+
+    # A second run with the same arguments waits for its own decision: no cached refund.
+    second = tether("run", str(manifest), "--run-id", "second", store=store)
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert "Waiting for approval" in second.stdout and "issue_refund(" not in second.stdout
+
+
+def test_cache_auto_with_approval_is_refused_unless_opted_in(tmp_path: Path) -> None:
+    def cache_auto(docs: list[dict]) -> None:
+        doc(docs, "issue-refund")["spec"]["cache"] = "auto"
+
+    refused = tether("run", str(example(tmp_path, "refund", cache_auto)), store=tmp_path / "store")
+    assert refused.returncode == 2
+    assert "approval.cachedWithoutApproval" in refused.stderr and "without asking for approval" in refused.stderr
+
+
+def test_a_run_id_means_one_run(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    manifest = example(tmp_path, "weather")
+    first = tether("run", str(manifest), "--run-id", "w", store=store)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "Answer:" in first.stdout and "Summary" in first.stdout
+
+    def other(docs: list[dict]) -> None:
+        agent_run(docs)["spec"]["input"] = "And in Lyon?"
+        agent_run(docs)["spec"]["model"]["name"] = "gpt-4.1"
+
+    changed = example(tmp_path, "weather", other)
+    refused = tether("run", str(changed), "--run-id", "w", store=store)
+    assert refused.returncode == 2
+    assert "run id 'w' was started from a different manifest" in refused.stderr
+    assert "model: openai:gpt-4o-mini -> openai:gpt-4.1" in refused.stderr
+    assert "input: What is the weather in Paris" in refused.stderr and "-> And in Lyon?" in refused.stderr
+    assert "attempt 1:" not in refused.stdout  # nothing ran
+
+    # A start that fails says why — in the CLI output, not "exit code 2" — and the summary has
+    # none of the earlier run's figures (the run id is reused on purpose, with the explicit flag).
+    # A tool module beside the manifest (so allowed) that cannot be imported.
+    (tmp_path / "broken_tools.py").write_text("import no_such_dependency  # noqa: F401\n")
+
+    def broken_tool(docs: list[dict]) -> None:
+        doc(docs, "get-weather")["spec"]["implementation"] = "broken_tools:get_weather"
+
+    broken = tether("run", str(example(tmp_path, "weather", broken_tool)), "--run-id", "w", "--allow-manifest-change", store=store)
+    assert broken.returncode == 2
+    assert "Failed: ConfigError: AgentTool get-weather: cannot import broken_tools:get_weather" in broken.stdout, broken.stdout
+    assert "exit code 2" not in broken.stdout
+    assert "Answer:" not in broken.stdout and "model turns" not in broken.stdout.split("Failed:")[1]
+
+
+def test_no_adapter_is_the_cause_shown(tmp_path: Path) -> None:
+    def langgraph(docs: list[dict]) -> None:
+        agent_run(docs)["spec"]["framework"] = "langgraph"
+
+    # The openai environment has no LangGraph adapter.
+    proc = tether("run", str(example(tmp_path, "weather", langgraph)), store=tmp_path / "store", env={"TETHER_ENV": "openai"})
+    assert proc.returncode == 2
+    assert "Failed: ConfigError: no adapter for framework 'langgraph'" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_help_documents_exit_codes(tmp_path: Path) -> None:
+    for args in (["--help"], ["run", "--help"]):
+        proc = subprocess.run(["./tether", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        for line in ("0  succeeded", "2  terminal failure", "3  suspended: waiting for a human approval"):
+            assert line in proc.stdout, proc.stdout
+    assert "usage: ./tether" in proc.stdout

@@ -17,7 +17,7 @@ export OPENAI_AGENTS_DISABLE_TRACING=1
 scripts/k8s-tools.sh >"$out/k8s-tools.log" 2>&1 &
 k8s_pid=$!
 
-ADAPTERS=(openai langgraph langchain pydantic-ai)
+ADAPTERS=(openai langgraph langchain pydantic-ai google-adk)
 status=0
 for env in core "${ADAPTERS[@]}"; do
   venv=$(scripts/env.sh "$env") || { echo "environment $env failed to build"; status=1; continue; }

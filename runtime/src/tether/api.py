@@ -203,6 +203,7 @@ class Framework(str, Enum):
     LANGGRAPH = "langgraph"
     LANGCHAIN = "langchain"
     PYDANTIC_AI = "pydantic-ai"
+    GOOGLE_ADK = "google-adk"
 
 
 class Provider(str, Enum):

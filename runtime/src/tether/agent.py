@@ -369,9 +369,11 @@ async def run_agent(
         raise ConfigError("run_agent needs a model (declarative) or an agent (bring your own)")
     prov, model_name = infer_provider(model or "", provider or adapter.default_provider)
     prov = provider or prov
-    the_store = open_store(store) if store is not None else default_store()
+    # Store I/O never runs on the event loop (opening an S3 store, loading the journal, memory,
+    # progress, approvals): other runs and the framework's own tasks share this loop.
+    the_store = await asyncio.to_thread(open_store, store) if store is not None else await asyncio.to_thread(default_store)
     scope = run_id or default_scope()
-    run = Run(scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd) if durable else None
+    run = await asyncio.to_thread(Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd) if durable else None
     memory = Memory(the_store, namespace, memory_key) if memory_key else None
     session = AgentSession(
         run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
@@ -403,7 +405,8 @@ async def run_agent(
         limit = run.limit_exceeded if run is not None else None
         result.error = limit or f"{type(e).__name__}: {e}"
         if progress:
-            progress.publish("Failed", error=result.error)
+            await progress.apublish("Failed", error=result.error)
+            progress.close()
         if limit:
             raise LimitExceeded(limit) from e
         raise
@@ -413,7 +416,8 @@ async def run_agent(
             await run.aclose()
     if progress:
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
-        progress.publish(phase, result=result.output)
+        await progress.apublish(phase, result=result.output)
+        progress.close()
     if _wants_report(report):
         await render_report(result)
     return result

@@ -165,6 +165,9 @@ class LedgerEntry:
     #: (``input_tokens`` uncached, ``cached_input_tokens``, ``cache_write_tokens``, ``output_tokens``).
     usage: Mapping[str, int] | None = None
     time: float = field(default_factory=time.time)
+    #: The request body as received, for tests that assert what the model was sent (kept in
+    #: memory only: the ledger file holds its hash and size).
+    body: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def live(self) -> bool:
@@ -172,7 +175,9 @@ class LedgerEntry:
         return self.status == 200 and (self.fault is None or self.fault.startswith("slow_first_byte:"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
+        data = {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
+        del data["body"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
@@ -476,6 +481,7 @@ class _Recorder:
                 headers=tuple(sorted({h.lower() for h in self.request.headers})),
                 query=tuple(sorted(self.request.query)),
                 usage=usage.normalised() if usage else None,
+                body=self.raw,
             )
         )
 

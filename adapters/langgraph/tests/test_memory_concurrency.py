@@ -12,7 +12,6 @@ import asyncio
 import json
 
 import pytest
-
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES

@@ -2,7 +2,7 @@
 
 A run goes through everything that touches the store — journal load, live model turns, tool
 calls, an approval request and, on the next attempt, the approval poll, memory load and commit,
-progress writes — against the real S3 server (moto on loopback) with 50 ms added before every S3
+progress writes, a sync tool with a blocking client — against the real S3 server (moto on loopback) with 50 ms added before every S3
 request (a botocore ``before-send`` hook: the request still goes out over HTTP). asyncio's own
 slow-callback detection watches the loop: no callback of Tether's run may take over 20 ms.
 """
@@ -49,8 +49,9 @@ SCRIPT = {
 
 
 @tool
-async def lookup(order: str) -> str:
-    """Look an order up."""
+def lookup(order: str) -> str:
+    """Look an order up (a sync tool with a blocking client)."""
+    time.sleep(LATENCY_S)
     return f"order {order}: 20 USD, paid"
 
 
@@ -75,20 +76,21 @@ class SlowCallbacks(logging.Handler):
 
 class LoopSampler(threading.Thread):
     """Samples the event loop thread's stack every millisecond and keeps the moments it was in
-    store code (Tether's stores or botocore): whose work a slow callback was."""
+    store code (Tether's stores or botocore) or in a sync tool: whose work a slow callback was."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.loop_thread = threading.get_ident()
-        self.in_store: list[tuple[float, str]] = []
+        self.blocking: list[tuple[float, str]] = []
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.001):
             frame = sys._current_frames().get(self.loop_thread)
-            stack = [f.filename for f in traceback.extract_stack(frame)] if frame else []
-            if any(STORE_CODE in f or "/botocore/" in f for f in stack):
-                self.in_store.append((time.time(), " <- ".join(Path(f).name for f in reversed(stack[-8:]))))
+            summary = traceback.extract_stack(frame) if frame else []
+            stack, names = [f.filename for f in summary], {f.name for f in summary}
+            if any(STORE_CODE in f or "/botocore/" in f for f in stack) or "lookup" in names:
+                self.blocking.append((time.time(), " <- ".join(Path(f).name for f in reversed(stack[-8:]))))
 
 
 @pytest.fixture
@@ -143,9 +145,11 @@ async def test_store_io_never_blocks_the_event_loop(s3_latency):
     assert len(sent) - before >= 20, "the scenario should make many S3 requests"
     assert len(await asyncio.to_thread(Memory(open_store(store), "default", "customer-1").load)) == 6
     assert (await asyncio.to_thread(read_progress, open_store(store), "refund-1"))["phase"] == "Succeeded"
-    # A slow callback is Tether's store I/O if it ran in Tether's run (its task names Tether's
-    # code) while the loop thread was seen in store code. On a shared machine a callback can take
+    # A slow callback is Tether's blocking I/O if it ran in Tether's run (its task names Tether's
+    # code) while the loop thread was seen in store code or in the sync tool. On a shared machine a callback can take
     # over 20 ms for other reasons (CPU, the GIL, debug mode); those are not what this pins.
-    ours = [m for t0, t1, m in slow.found if TETHER_CODE in m and any(t0 <= t <= t1 for t, _ in sampler.in_store)]
-    assert not ours, f"{len(ours)} callbacks over {SLOW_S * 1000:.0f} ms doing store I/O on the loop:\n" + "\n".join(m[:400] for m in ours)
-    assert not sampler.in_store, "the event loop thread ran store code:\n" + "\n".join(sorted({w for _, w in sampler.in_store}))
+    ours = [m for t0, t1, m in slow.found if TETHER_CODE in m and any(t0 <= t <= t1 for t, _ in sampler.blocking)]
+    assert not ours, f"{len(ours)} callbacks over {SLOW_S * 1000:.0f} ms blocking the loop:\n" + "\n".join(m[:400] for m in ours)
+    assert not sampler.blocking, "the event loop thread ran store code or a sync tool:\n" + "\n".join(
+        sorted({w for _, w in sampler.blocking})
+    )

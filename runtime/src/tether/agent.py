@@ -76,7 +76,10 @@ class Tool:
 
             if flyte.ctx():
                 return await self.task.aio(**kwargs)  # a child Flyte task
-        result = self.fn(**kwargs) if not inspect.iscoroutinefunction(self.fn) else await self.fn(**kwargs)
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(**kwargs)
+        else:  # a sync tool (a blocking client, a file) runs in a worker thread, never on the loop
+            result = await asyncio.to_thread(self.fn, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
     async def __call__(self, **kwargs: Any) -> Any:

@@ -7,6 +7,8 @@ writers at a barrier so that both read the same HEAD before either writes it.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterable
 
@@ -178,3 +180,38 @@ def test_load_with_writer_excludes_that_writers_segment(store_url):
     assert memory.load(writer="run-2") == turn("run-1", "one") + turn("run-3", "three")
     assert memory.load(writer="run-9") == memory.load() == turn("run-1", "one") + turn("run-2", "two") + turn("run-3", "three")
     assert memory.commit([], writer="run-4") is None and memory.load(writer="run-4") == memory.load()
+
+
+NOTE_SCRIPT = {
+    "conversations": [{"match": "memory:", "turns": [{"tool_calls": [{"name": "note", "arguments": {"text": "x"}}]}, {"text": "Noted."}]}]
+}
+
+
+@pytest.mark.parametrize("writers", [2, 5, 20])
+async def test_concurrent_runs_on_one_memory_key_on_s3_lose_nothing(s3_store_url, writers):
+    """Issue 8 item 9, core: N runs through ``run_agent`` (a real SDK over real HTTP) commit to one
+    memory key on S3 at once; a later run's request to the provider carries every turn once."""
+    from tests.core.chat_adapter import ADAPTER
+    from tether.agent import run_agent, tool
+    from tether.testing import FakeProvider
+
+    @tool
+    async def note(text: str) -> str:
+        """Write a note down."""
+        return f"noted {text}"
+
+    with FakeProvider(NOTE_SCRIPT, seed=2) as fake:
+        common = dict(
+            model="gpt-4o-mini", tools=[note], memory_key="shared", store=s3_store_url, upstreams={"openai": fake.url + "/openai"}
+        )
+        prompts = [f"memory: writer {i} says hello" for i in range(writers)]
+        results = await asyncio.gather(*(run_agent(ADAPTER, p, run_id=f"w{i}", **common) for i, p in enumerate(prompts)))
+        assert [r.status for r in results] == ["succeeded"] * writers
+        fake.ledger.clear()
+        final = await run_agent(ADAPTER, "memory: who said hello?", run_id="reader", **common)
+        assert final.status == "succeeded"
+        sent = json.loads(fake.ledger[0].body)["messages"]
+    users = [m["content"] for m in sent if m["role"] == "user"]
+    assert sorted(users[:-1]) == sorted(prompts) and users[-1] == "memory: who said hello?"
+    assert sum(m["role"] == "tool" for m in sent) == writers
+    assert [m["content"] for m in sent if m["role"] == "assistant" and not m.get("tool_calls")] == ["Noted."] * writers

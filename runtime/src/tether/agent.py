@@ -85,7 +85,10 @@ class Tool:
 
             if flyte.ctx():
                 return await self.task.aio(**kwargs)  # a child Flyte task
-        result = self.fn(**kwargs) if not inspect.iscoroutinefunction(self.fn) else await self.fn(**kwargs)
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(**kwargs)
+        else:  # a sync tool (a blocking client, a file) runs in a worker thread, never on the loop
+            result = await asyncio.to_thread(self.fn, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
     async def __call__(self, **kwargs: Any) -> Any:
@@ -393,9 +396,15 @@ async def run_agent(
         raise ConfigError("run_agent needs a model (declarative) or an agent (bring your own)")
     prov, model_name = infer_provider(model or "", provider or adapter.default_provider)
     prov = provider or prov
-    the_store = open_store(store) if store is not None else default_store()
+    # Store I/O never runs on the event loop (opening an S3 store, loading the journal, memory,
+    # progress, approvals): other runs and the framework's own tasks share this loop.
+    the_store = await asyncio.to_thread(open_store, store) if store is not None else await asyncio.to_thread(default_store)
     scope = run_id or default_scope()
-    run = Run(scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost) if durable else None
+    run = (
+        await asyncio.to_thread(Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost)
+        if durable
+        else None
+    )
     memory = Memory(the_store, namespace, memory_key) if memory_key else None
     session = AgentSession(
         run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
@@ -427,7 +436,8 @@ async def run_agent(
         limit = run.limit_exceeded if run is not None else None
         result.error = limit or f"{type(e).__name__}: {e}"
         if progress:
-            progress.publish("Failed", error=result.error)
+            await progress.apublish("Failed", error=result.error)
+            progress.close()
         if limit:
             raise LimitExceeded(limit) from e
         raise
@@ -437,7 +447,8 @@ async def run_agent(
             _fill(result, run)
     if progress:
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
-        progress.publish(phase, result=result.output)
+        await progress.apublish(phase, result=result.output)
+        progress.close()
     if _wants_report(report):
         await render_report(result)
     return result

@@ -12,6 +12,13 @@ retrying on conflict. The segment id comes from the run scope, so a retry after 
 the two writes finds its segment already there and lists it once: no duplicated turn, no
 whole-store re-upload, and a concurrent writer's segment is never lost (no last-writer-wins).
 Items are whatever JSON the adapter stores (messages, session items, checkpoints).
+
+The rule for adapters, so that concurrent runs sharing a key lose nothing: a segment holds only
+what its run *added* (never a copy of the state it started from), and reading folds every
+segment in HEAD order. Item lists (messages, session items) merge by construction. A framework
+whose state is one blob (a LangGraph checkpoint) must commit it as a delta that merges at the
+message level (``tether_langgraph.memory``), or serialise its commits; overwriting the head's
+state with a run's whole state is never allowed.
 """
 
 from __future__ import annotations

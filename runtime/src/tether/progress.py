@@ -8,9 +8,11 @@ never reach it: it holds counters, usage, approvals and the (truncated) result o
 
 from __future__ import annotations
 
+import asyncio
 import json
-import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .api import Divergence, Progress, ProgressApproval, Steps, Usage
@@ -94,23 +96,46 @@ def unknown_cost_note(usage: dict[str, Any]) -> str:
 
 
 class ProgressWriter:
-    """A run listener that publishes progress; a failed write never fails the run."""
+    """A run listener that publishes progress; a failed write never fails the run.
+
+    Writes go through one worker thread of their own, in order: a step reported on the event
+    loop never waits for the store (tens of milliseconds per write on S3).
+    """
 
     def __init__(self, run: Run, *, interval: float = 0.25) -> None:
         self.run = run
         self.interval = interval
         self._last = 0.0
-        self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-progress")
         run.listeners.append(self.on_step)
 
     def on_step(self, event: StepEvent) -> None:
         if time.monotonic() - self._last >= self.interval:
-            self.publish("Running")
+            self._last = time.monotonic()
+            # Taken now, where the run's counters live; a "Running" snapshot reads no store.
+            document = snapshot(self.run, "Running")
+            self._writer.submit(self._put, lambda: document)
+
+    def _put(self, document: Callable[[], Progress]) -> None:
+        try:
+            write_progress(self.run.store, self.run.scope, document())
+        except StoreError:
+            pass  # progress is advisory; the journal is what counts
+
+    def _final(self, phase: str, fields: dict[str, Any]) -> Future[None]:
+        # A final snapshot lists approvals (store reads): taken on the writer thread, after every
+        # earlier write; the run has stopped changing by then.
+        self._last = time.monotonic()
+        return self._writer.submit(self._put, lambda: snapshot(self.run, phase, **fields))
 
     def publish(self, phase: str, **fields: Any) -> None:
-        with self._lock:
-            self._last = time.monotonic()
-            try:
-                write_progress(self.run.store, self.run.scope, snapshot(self.run, phase, **fields))
-            except StoreError:
-                pass  # progress is advisory; the journal is what counts
+        """Write a snapshot now and wait for it (for synchronous callers)."""
+        self._final(phase, fields).result()
+
+    async def apublish(self, phase: str, **fields: Any) -> None:
+        """Write a snapshot without blocking the event loop."""
+        await asyncio.wrap_future(self._final(phase, fields))
+
+    def close(self) -> None:
+        """Let queued writes finish in the background and end the writer thread."""
+        self._writer.shutdown(wait=False)

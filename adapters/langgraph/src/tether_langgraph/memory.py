@@ -20,8 +20,12 @@ LangChain's JSON (``dumpd``, readable, revived by the graph's own serde) when th
 exactly, else the serde's typed bytes in base64.
 
 A crashed attempt commits nothing; its successful retry commits once (the segment id comes from
-the run scope). Concurrent runs on one key both commit; the later segment's deltas apply on top
-(for ``messages``: both runs' turns, in commit order).
+the run scope). Concurrent runs on one key merge at the item level, never last-writer-wins: a
+list channel (``messages``) always commits the items it appended — even when the thread was
+empty when the run started — so every run's turns are kept, in commit order; a run that rewrote
+a list (trimmed, summarised) sets its list and keeps the items other runs appended after its
+starting point (each item records the checkpoint it started from as ``base``). Scalar channels
+take the value of the last commit.
 
 Not supported: the beta ``DeltaChannel`` (its values live in the ancestor chain's writes, which
 are not kept), and time travel to checkpoints inside an earlier run (only each run's last
@@ -113,11 +117,23 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
         values = dict(entries[-1].values or {}) if entries else {}
         for name in item.get("removed", []):
             values.pop(name, None)
+        base = self._base_values(ns, item)
         for name, change in item.get("channels", {}).items():
             if "extend" in change:
                 values[name] = [*values.get(name, []), *self._decode(change["extend"])]
-            else:
-                values[name] = self._decode(change["set"])
+                continue
+            value = self._decode(change["set"])
+            current, started = values.get(name), base.get(name, [])
+            if (
+                isinstance(value, list)
+                and isinstance(current, list)
+                and isinstance(started, list)
+                and _same(current[: len(started)], started)
+            ):
+                # A rewritten list (trimmed, summarised) keeps what concurrent runs appended
+                # after this run's starting point: a commit never drops another run's turn.
+                value = [*value, *current[len(started) :]]
+            values[name] = value
         entry = _Entry(
             ns=ns,
             id=item["id"],
@@ -129,6 +145,14 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
         )
         entries.append(entry)
         return entry
+
+    def _base_values(self, ns: str, item: dict[str, Any]) -> dict[str, Any]:
+        """The channel values the committing run started from (``{}``: an empty thread)."""
+        base_id = item.get("base")
+        if base_id is None:
+            return {}
+        found = next((e for e in reversed(self._committed.get(ns, [])) if e.id == base_id), None)
+        return (found.values or {}) if found is not None else {}
 
     def _encode(self, value: Any) -> dict[str, Any]:
         """LangChain's JSON when it revives to an equal value (readable, greppable), else typed bytes."""
@@ -157,6 +181,8 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             old = base.get(name, _MISSING)
             if old is not _MISSING and _same(old, value):
                 continue
+            if old is _MISSING and isinstance(value, list):
+                old = []  # a new list channel grows from nothing: appended, never set over others
             if isinstance(old, list) and isinstance(value, list) and len(value) >= len(old) and _same(value[: len(old)], old):
                 channels[name] = {"extend": self._encode(value[len(old) :])}
             else:
@@ -165,6 +191,7 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             "ns": entry.ns,
             "id": entry.id,
             "parent": entry.parent,
+            "base": base_entries[-1].id if base_entries else None,
             "checkpoint": _b64(self.serde.dumps_typed(checkpoint)),
             "channels": channels,
             "removed": sorted(name for name in base if name not in values),

@@ -178,6 +178,9 @@ class LedgerEntry:
     #: (``input_tokens`` uncached, ``cached_input_tokens``, ``cache_write_tokens``, ``output_tokens``).
     usage: Mapping[str, int] | None = None
     time: float = field(default_factory=time.time)
+    #: The request body as received, for tests that assert what the model was sent (kept in
+    #: memory only: the ledger file holds its hash and size).
+    body: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def live(self) -> bool:
@@ -185,7 +188,9 @@ class LedgerEntry:
         return self.status == 200 and (self.fault is None or self.fault.startswith(("slow_first_byte:", "stall:", "malformed:")))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
+        data = {**asdict(self), "headers": list(self.headers), "query": list(self.query)}
+        del data["body"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
@@ -494,6 +499,7 @@ class _Recorder:
                 headers=tuple(sorted({h.lower() for h in self.request.headers})),
                 query=tuple(sorted(self.request.query)),
                 usage=usage.normalised() if usage else None,
+                body=self.raw,
             )
         )
 

@@ -109,6 +109,9 @@ class Operator:
             "TETHER_TOOL_INTERVAL_SECONDS": "1",
             "TETHER_GPU_NODE_POOLS": json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
             "TETHER_ALLOWED_BASE_URLS": json.dumps([LOOPBACK_PROVIDER]),
+            # The development executor: runs execute beside the test (no kubelet on the bare
+            # apiserver); test_kubernetes_executor.py asks for the kubernetes one.
+            "TETHER_EXECUTOR": "local",
             **env,
         }
         self.proc: subprocess.Popen | None = None

@@ -31,7 +31,7 @@ import yaml
 
 from tests.support.kube import ControlPlane
 from tether.journal import Journal, Record
-from tether.stores import open_store
+from tether.stores import Store, open_store
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
@@ -116,11 +116,16 @@ def attempt_pid(op: Operator, obj: dict[str, Any]) -> int:
     return int(wait_for(lambda: (folder / "pid").exists() and (folder / "pid").read_text(), what="pid"))
 
 
+def run_store(op: Operator) -> Store:
+    """The store of this namespace's runs: the operator's store under the namespace prefix."""
+    return open_store(f"{op.store_url}/{NS}")
+
+
 def journaled_turns(op: Operator, obj: dict[str, Any]) -> int:
     """Model turns recorded in the run's journal (the operator's store). Listed, not loaded:
     loading a journal claims an attempt."""
     prefix = f"journal/{obj['metadata']['uid']}/model/"
-    return sum(1 for key in open_store(op.store_url).list(prefix) if key.endswith(".rec"))
+    return sum(1 for key in run_store(op).list(prefix) if key.endswith(".rec"))
 
 
 def live_bodies(fake: FakeProvider, since: int = 0) -> list[str]:
@@ -272,9 +277,10 @@ def test_a_run_that_diverges_keeps_updating_status(kube: ControlPlane, fake: Fak
     wait_for(lambda: condition(get(kube, "agentrun", NS, name), "Accepted").get("reason") == "MissingSecret", what="waiting")
     # Meanwhile an earlier attempt left a model turn this run will not ask for: its first turn diverges.
     uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
-    journal = Journal(open_store(agent_operator.store_url), uid).load()
+    journal = Journal(run_store(agent_operator), uid).load()
     journal.append(Record("model", "0" * 64, 1, "ok", {"model": "gpt-4o-mini", "turn": "of an earlier attempt"}, body=b"{}"))
     kube.kubectl("create", "secret", "generic", "openai-later", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789")
+    kube.kubectl("label", "secret", "openai-later", "-n", NS, "tether.dev/usable=true")
 
     obj = wait_condition(kube, name, "Succeeded")
     st = obj["status"]
@@ -290,7 +296,7 @@ def test_unreadable_progress_is_a_condition_and_an_event(kube: ControlPlane, fak
     approval = _pending_approval(kube, name)
     uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
     # Suspended: no runtime rewrites progress now. Make it a document the operator cannot read.
-    open_store(agent_operator.store_url).put(f"runs/{uid}/progress.json", b'{"steps": {"modelLive": "many"}}')
+    run_store(agent_operator).put(f"runs/{uid}/progress.json", b'{"steps": {"modelLive": "many"}}')
     obj = wait_for(
         lambda: condition(o := get(kube, "agentrun", NS, name), "ProgressReadable").get("status") == "False" and o, what="condition"
     )

@@ -315,14 +315,14 @@ def test_failed_start_shows_its_cause(kube: ControlPlane, fake: FakeProvider, ag
     docs = list(yaml.safe_load_all((EXAMPLES / "weather.yaml").read_text()))
     tool = next(d for d in docs if d["kind"] == "AgentTool")
     tool["metadata"]["name"] = "weather-missing-module"
-    tool["spec"]["implementation"] = "no_such_module:get_weather"
+    tool["spec"]["implementation"] = "example_tools.no_such_module:get_weather"  # allowed, not importable
     run = next(d for d in docs if d["kind"] == "AgentRun")
     run["metadata"]["name"] = "weather-broken"
     run["spec"].update(tools=["weather-missing-module"])
     run["spec"]["model"]["baseURL"] = fake.base_url("openai")
     kube.kubectl("apply", "-n", NS, "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
     obj = wait_condition(kube, "weather-broken", "Stalled")
-    cause = "AgentTool weather-missing-module: cannot import no_such_module:get_weather"
+    cause = "AgentTool weather-missing-module: cannot import example_tools.no_such_module:get_weather"
     assert cause in condition(obj, "Failed")["message"], condition(obj, "Failed")
     events = kube.kubectl("get", "events", "-n", NS, "--field-selector", "involvedObject.name=weather-broken", "-o", "json").stdout
     assert any(cause in e["message"] for e in json.loads(events)["items"] if e["type"] == "Warning")

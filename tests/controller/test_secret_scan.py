@@ -95,6 +95,8 @@ def _operator_run(kube: ControlPlane, kubeconfig: Path, workdir: Path, store_url
     )
     op.start()
     try:
+        # AgentTools are immutable: an earlier test's get-weather in this namespace is replaced, not edited.
+        kube.kubectl("delete", "agenttool", "get-weather", "-n", NS, "--ignore-not-found")
         kube.kubectl("apply", "-n", NS, "-f", "-", input="\n---\n".join(json.dumps(d) for d in _docs(provider.base_url("openai"))))
         done = kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=180s", "agentrun/scan", check=False, timeout=200)
         assert done.returncode == 0, kube.kubectl("get", "agentrun", "scan", "-n", NS, "-o", "json").stdout + op.logs()[-3000:]

@@ -1,41 +1,86 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine or a warm one:
-#   1. builds (or reuses) kube-apiserver, etcd, kubectl and helm (cached by version, ~10 min cold),
-#   2. builds (or reuses) one virtual environment per test group (uv, pinned locks),
-#   3. runs the core suite (runtime, fake providers, S3 on loopback, operator on a real apiserver),
-#   4. runs each adapter's own tests and the shared conformance suite in that adapter's env.
-# Ends with one line "N passed, N failed" over all groups; exits non-zero if anything failed.
+# The whole test suite, on a fresh machine or a warm one. Prints, as each phase ends, its name,
+# its duration and its log file:
+#   k8s-tools  kube-apiserver, etcd, kubectl and helm, built or reused (cached by version; ~10-25
+#              min cold), in the background from the start;
+#   gates      ruff check, ruff format --check and mypy --strict (in the core environment);
+#   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
+#   <adapter>  for each of ADAPTERS: its own tests and the shared conformance suite.
+# Each group first builds (or reuses) its virtual environment (scripts/env.sh), then runs; up to
+# $TETHER_TEST_JOBS groups (default: cores + 1) run at once, each with its own log, so an adapter
+# adds its group's time to the pool rather than a turn in a queue. A failed phase prints the tail
+# of its log. Ends with one line "total: N passed, N failed, N skipped" over all groups and exits
+# non-zero if anything failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-out=$(mktemp -d)
+out=$(mktemp -d "${TMPDIR:-/tmp}/tether-test.XXXXXX")
 export TETHER_CACHE=${TETHER_CACHE:-$HOME/.cache/tether}
 export OPENAI_AGENTS_DISABLE_TRACING=1
+ADAPTERS=(openai langgraph langchain pydantic-ai google-adk)
+jobs=${TETHER_TEST_JOBS:-$(($(nproc) + 1))}
+began=$SECONDS
+echo "logs: $out  (groups at once: $jobs)"
 
-# The control-plane build runs in the background while the environments are made; the kube
-# fixture waits for it (file lock) if the operator tests get there first.
-scripts/k8s-tools.sh >"$out/k8s-tools.log" 2>&1 &
+# One phase: runs "$@" with output to $out/NAME.log, then reports (from the background).
+phase() {
+  local name=$1 start=$SECONDS rc
+  shift
+  "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  echo "$rc" >"$out/$name.rc"
+  if [ "$rc" = 0 ]; then
+    printf '== %-12s ok      %4d s  %s\n' "$name" $((SECONDS - start)) "$out/$name.log"
+  else
+    printf '== %-12s FAILED  %4d s  %s (exit %s); its tail:\n' "$name" $((SECONDS - start)) "$out/$name.log" "$rc"
+    tail -n 40 "$out/$name.log" | sed 's/^/   | /'
+  fi
+  return "$rc"
+}
+
+# The control-plane build runs from the start; the core group waits for it (k8s-tools.sh holds a
+# file lock, so a second call waits for the first and then reuses its result).
+phase k8s-tools scripts/k8s-tools.sh &
 k8s_pid=$!
 
-ADAPTERS=(openai langgraph langchain pydantic-ai google-adk)
-status=0
-for env in core "${ADAPTERS[@]}"; do
-  venv=$(scripts/env.sh "$env") || { echo "environment $env failed to build"; status=1; continue; }
-  if [ "$env" = core ]; then
-    wait "$k8s_pid" || { echo "k8s tools build failed:"; tail -30 "$out/k8s-tools.log"; }
-    export TETHER_K8S_BIN=$(tail -n1 "$out/k8s-tools.log")
-    echo "== gates: ruff check, ruff format --check"
-    { "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check . >/dev/null; } || { echo "lint gate failed"; status=1; }
-    echo "== gates: mypy --strict (runtime, operator)"
-    "$venv/bin/mypy" || { echo "type gate failed (mypy findings above; config in pyproject.toml [tool.mypy])"; status=1; }
-    echo "== core: runtime, fake providers, stores, operator (kube-apiserver from $TETHER_K8S_BIN)"
-    # The conformance suite needs an adapter's kit and env: it runs once per adapter below.
-    "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --junitxml="$out/core.xml" || status=1
-  else
-    echo "== $env: adapter tests + conformance suite"
-    TETHER_KIT="adapters/$env/tests/kit.py" "$venv/bin/python" -m pytest "adapters/$env/tests" tests/conformance -q --junitxml="$out/$env.xml" || status=1
-  fi
+core() {
+  local venv
+  venv=$(scripts/env.sh core) || return 2
+  echo "environment: $venv ($((SECONDS - began)) s into the run)"
+  TETHER_K8S_BIN=$(scripts/k8s-tools.sh 2>/dev/null | tail -n1) || { echo "k8s tools build failed (see k8s-tools.log)"; return 2; }
+  export TETHER_K8S_BIN
+  echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
+  # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
+  "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --durations=15 --junitxml="$out/core.xml"
+}
+
+adapter() {
+  local venv
+  venv=$(scripts/env.sh "$1") || return 2
+  echo "environment: $venv ($((SECONDS - began)) s into the run)"
+  TETHER_KIT="adapters/$1/tests/kit.py" "$venv/bin/python" -m pytest "adapters/$1/tests" tests/conformance -q --durations=15 \
+    --junitxml="$out/$1.xml"
+}
+
+gates() {
+  local venv
+  venv=$(scripts/env.sh core) || return 2
+  "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check . && "$venv/bin/mypy"  # mypy: config in pyproject.toml
+}
+
+phase gates gates &
+side=("$k8s_pid" "$!")  # not counted against the pool: one waits on a build, the other takes a minute
+# The core group first: it is the longest.
+for group in core "${ADAPTERS[@]}"; do
+  while [ "$(jobs -rp | grep -vxFc -f <(printf '%s\n' "${side[@]}"))" -ge "$jobs" ]; do wait -n; done
+  if [ "$group" = core ]; then phase core core & else phase "$group" adapter "$group" & fi
 done
+wait
+status=0
+for group in k8s-tools gates core "${ADAPTERS[@]}"; do
+  [ "$(cat "$out/$group.rc" 2>/dev/null)" = 0 ] || status=1
+done
+echo "== all groups: $((SECONDS - began)) s"
 
 python3 - "$out" <<'PY'
 import sys, glob, xml.etree.ElementTree as ET

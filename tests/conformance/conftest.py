@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ if not os.environ.get("TETHER_KIT"):
         "(run it in that adapter's env: scripts/env.sh <id>); to run the other tests without it, pass --ignore=tests/conformance"
     )
 
+from tests.support.zygote import Zygote
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 
@@ -41,6 +40,24 @@ def kit():
     return load_kit(str(ROOT / os.environ["TETHER_KIT"]))
 
 
+#: Constant for every attempt, so set before the zygote imports the framework.
+ENV = {
+    "OPENAI_API_KEY": "sk-conformance",
+    "ANTHROPIC_API_KEY": "sk-conformance",
+    "GEMINI_API_KEY": "conformance",
+    "MISTRAL_API_KEY": "conformance",
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",
+}
+
+
+@pytest.fixture(scope="session")
+def zygote(kit):
+    """One warm process per adapter that forks a fresh process for every attempt (the imports of
+    a framework cost seconds; a fork costs milliseconds)."""
+    with Zygote("tests.conformance.driver:child", prepare="tests.conformance.driver:preload", env=ENV) as z:
+        yield z
+
+
 @pytest.fixture
 def fake(kit):
     with FakeProvider(Script.from_dict(script_for(kit)), seed=7) as provider:
@@ -48,10 +65,12 @@ def fake(kit):
 
 
 class Runner:
-    """Runs the driver in a fresh process per attempt and keeps what tests assert on."""
+    """Runs the driver in a fresh process per attempt (forked from the zygote) and keeps what
+    tests assert on."""
 
-    def __init__(self, kit_path: str, fake: FakeProvider, tmp: Path) -> None:
-        self.kit_path, self.fake = kit_path, fake
+    def __init__(self, kit_path: str, fake: FakeProvider, tmp: Path, zygote: Zygote) -> None:
+        self.kit_path, self.fake, self.zygote, self.tmp = kit_path, fake, zygote, tmp
+        self.attempts = 0
         self.store = str(tmp / "store")
         self.tool_log = tmp / "tools.jsonl"
         self.tool_log.touch()
@@ -66,28 +85,14 @@ class Runner:
             "kill_after_turn": kill_after_turn,
             **extra,
         }
-        env = {
-            **os.environ,
-            "TETHER_TOOL_LOG": str(self.tool_log),
-            "OPENAI_API_KEY": "sk-conformance",
-            "ANTHROPIC_API_KEY": "sk-conformance",
-            "GEMINI_API_KEY": "conformance",
-            "MISTRAL_API_KEY": "conformance",
-            "OPENAI_AGENTS_DISABLE_TRACING": "1",
-        }
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.conformance.driver", json.dumps(args)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        self.attempts += 1
+        proc = self.zygote.run(args, self.tmp, f"attempt{self.attempts}", env={"TETHER_TOOL_LOG": str(self.tool_log)}, timeout_s=180)
+        assert not proc["timed_out"], f"attempt {self.attempts} ran over 180 s: {proc['stderr'][-3000:]}"
         if expect_killed:
-            assert proc.returncode == -9, f"expected SIGKILL, got {proc.returncode}: {proc.stderr[-3000:]}"
+            assert proc["signal"] == 9, f"expected SIGKILL, got {proc['signal'] or proc['exit']}: {proc['stderr'][-3000:]}"
             return None
-        assert proc.returncode == 0, proc.stderr[-5000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        assert proc["exit"] == 0, proc["stderr"][-5000:]
+        return json.loads(proc["stdout"].strip().splitlines()[-1])
 
     def executions(self, tool: str | None = None) -> list[dict]:
         lines = [json.loads(line) for line in self.tool_log.read_text().splitlines() if line.strip()]
@@ -101,5 +106,5 @@ class Runner:
 
 
 @pytest.fixture
-def runner(kit, fake, tmp_path):
-    return Runner(os.environ["TETHER_KIT"], fake, tmp_path)
+def runner(kit, fake, tmp_path, zygote):
+    return Runner(os.environ["TETHER_KIT"], fake, tmp_path, zygote)

@@ -4,7 +4,8 @@
                                          "origin": ..., "kill_after_turn": 0, "stream": false, "memory_key": null}'
 
 Prints one JSON line with the result. ``kill_after_turn`` SIGKILLs the process right after the
-k-th model turn was recorded, like a node dying mid-run.
+k-th model turn was recorded, like a node dying mid-run. The suite forks each such process from a
+warm zygote (``tests/support/zygote.py``: ``preload`` once, then ``child(args)`` per attempt).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import sys
 
 from tether.agent import load_adapter, run_agent
 from tether.wire.providers import PROVIDERS
-
-from .agents import PROMPTS, TOOLS
 
 
 def load_kit(path: str):
@@ -38,10 +37,14 @@ async def main(args: dict) -> dict:
         flyte.init()
         run = flyte.run(agent_task, json.dumps({**args, "scenario": "weather"}))
         return json.loads(run.outputs()[0])
+    from .agents import TOOLS  # here, not at the top: defining a tool imports Flyte (see preload)
+
     return await run_scenario(args, TOOLS)
 
 
 async def run_scenario(args: dict, tools: list) -> dict:
+    from .agents import PROMPTS
+
     kit = load_kit(args["kit"])
     adapter = load_adapter(kit.FRAMEWORK)
     turns = 0
@@ -86,5 +89,17 @@ async def run_scenario(args: dict, tools: list) -> dict:
     }
 
 
+def preload() -> None:
+    """What every attempt would import: the kit named by ``$TETHER_KIT`` and its adapter (and so
+    its framework). Not Flyte, nor the scenarios' tools (defining a tool imports Flyte): importing
+    Flyte starts a thread, which a fork would not copy; each attempt imports it (~0.2 s)."""
+    load_adapter(load_kit(os.environ["TETHER_KIT"]).FRAMEWORK)
+
+
+def child(args: dict) -> int:
+    print(json.dumps(asyncio.run(main(args))), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))), flush=True)
+    sys.exit(child(json.loads(sys.argv[1])))

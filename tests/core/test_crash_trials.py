@@ -51,9 +51,7 @@ answer equals the uninterrupted run's.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -65,6 +63,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.s3 import new_bucket
+from tests.support.zygote import Zygote
 from tether.canonical import sha256_hex
 from tether.journal import Record
 from tether.stores import open_store
@@ -101,93 +100,26 @@ STEPS = MODEL_TURNS + TOOL_CALLS
 SLEEPS = ["--tool-sleep", "get_weather=0.04", "--tool-sleep", "lookup=0.07"]
 LATENCY = 0.02
 
-# Imports everything once, then forks one child per job read from stdin; the child runs
-# chat_loop.main(argv) with stdout/stderr sent to files; the zygote kills it on time if asked,
-# reaps it and answers one JSON line.
-ZYGOTE = r"""
-import json, os, signal, sys, time, traceback
-import httpx, openai, openai.resources.chat, openai.types.chat, aiohttp, boto3
-from tether.testing import chat_loop
-import tether.wire.proxy, tether.wire.transport, tether.stores.s3, tether.wire.seam
-tether.wire.seam._tls_context()  # the CA bundle, loaded once before forking (as a long-lived process would)
-print("READY", flush=True)
-import contextlib, io, threading
-for line in sys.stdin:
-    job = json.loads(line)
-    if job.get("warm"):
-        # One run in the zygote itself, so the SDK's lazy imports and first-call set-up happen
-        # once, not in every child. It must leave no thread behind: fork copies only this one.
-        with contextlib.redirect_stdout(io.StringIO()):
-            chat_loop.main(job["argv"])
-        print(json.dumps({"threads": threading.active_count()}), flush=True)
-        continue
-    t0 = time.time()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.environ.update(job["env"])
-            os.dup2(os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
-            os.dup2(os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-            code = chat_loop.main(job["argv"])
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush(); sys.stderr.flush()
-            os._exit(code)
-    kill_at = job.get("kill_after_s")
-    # Or: kill a moment after the n-th new line of the tool log, i.e. just after a side effect.
-    log, nth, delay = job.get("tool_log"), job.get("kill_after_execution"), job.get("delay", 0.0)
-    lines_before = open(log).read().count("\n") if log and os.path.exists(log) else 0
-    killed = False
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if nth and os.path.exists(log) and open(log).read().count("\n") >= lines_before + nth:
-            kill_at, nth = time.time() - t0 + delay, None
-        if kill_at is not None and time.time() - t0 >= kill_at:
-            os.kill(pid, signal.SIGKILL)
-            killed, kill_at = True, None
-        time.sleep(0.0005)
-    signaled = os.WIFSIGNALED(status)
-    print(json.dumps({"pid": pid, "t0": t0, "t1": time.time(), "killed_by_timer": killed,
-                      "signal": os.WTERMSIG(status) if signaled else 0,
-                      "exit": os.WEXITSTATUS(status) if not signaled else None}), flush=True)
-"""
+#: What every attempt would import; the zygote (``tests/support/zygote.py``) imports it once.
+IMPORTS = [
+    "httpx",
+    "openai",
+    "openai.resources.chat",
+    "openai.types.chat",
+    "aiohttp",
+    "boto3",
+    "tether.testing.chat_loop",
+    "tether.wire.proxy",
+    "tether.wire.transport",
+    "tether.stores.s3",
+    "tether.wire.seam",
+]
 
 
-class Zygote:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", ZYGOTE],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
-        )
-        assert self.proc.stdout.readline().strip() == "READY"
-
-    def warm(self, argv: list[str]) -> None:
-        self.proc.stdin.write(json.dumps({"warm": True, "argv": argv}) + "\n")
-        self.proc.stdin.flush()
-        assert json.loads(self.proc.stdout.readline()) == {"threads": 1}, "the warm-up left a thread running"
-
-    def attempt(self, argv: list[str], workdir: Path, n: int, env: dict, kill_after_s: float | None = None, **kill: object) -> dict:
-        out, err = workdir / f"attempt{n}.out", workdir / f"attempt{n}.err"
-        job = {"argv": argv, "env": env, "stdout": str(out), "stderr": str(err), "kill_after_s": kill_after_s, **kill}
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-        result = json.loads(self.proc.stdout.readline())
-        result["killed"] = result["signal"] == signal.SIGKILL
-        # A child killed at once may not have opened its files yet.
-        result["stdout"], result["stderr"] = (f.read_text() if f.exists() else "" for f in (out, err))
-        return result
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(10)
+def new_zygote() -> Zygote:
+    """Forks ``python -m tether.testing.chat_loop ARGV``, exactly, per attempt; the CA bundle is
+    loaded once before forking (as a long-lived process would)."""
+    return Zygote("tether.testing.chat_loop:main", imports=IMPORTS, prepare="tether.wire.seam:_tls_context")
 
 
 def _argv(store: str, scope: str, upstream: str, *, stream: bool, via: str, kill_after_step: int = 0) -> list[str]:
@@ -237,7 +169,7 @@ def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expe
                     }
             providers.append(FakeProvider(SCRIPT, latency=LATENCY).start())
             argv = _argv(store, scope, providers[-1].url + "/openai", stream=stream, via=via, kill_after_step=step)
-            p = zygote.attempt(argv, workdir, n, {"TETHER_TOOL_LOG": str(tool_log)}, kill_s, **side_effect)
+            p = zygote.run(argv, workdir, f"attempt{n}", env={"TETHER_TOOL_LOG": str(tool_log)}, kill_after_s=kill_s, **side_effect)
             p.update(plan={"via": via, "kill_after_step": step, "kill_after_s": kill_s, **side_effect})
             _, markers = _records(store, scope)
             p["claimed"] = [int(m.rsplit("/", 1)[1]) for m in markers if m not in markers_before]
@@ -342,7 +274,7 @@ def trials(tmp_path_factory, s3_endpoint):
 
     def zygote() -> Zygote:
         if not hasattr(local, "z"):
-            local.z = Zygote()
+            local.z = new_zygote()
             for stream in (False, True):
                 local.z.warm(
                     _argv(str(base / "warm"), f"warm-{id(local.z)}-{stream}", warmer.url + "/openai", stream=stream, via="transport")
@@ -367,8 +299,8 @@ def trials(tmp_path_factory, s3_endpoint):
             # How long an uninterrupted forked attempt takes on each store: the range of kill times.
             durations = {}
             for backend, store in stores.items():
-                p = zygote().attempt(
-                    _argv(store, f"timing-{backend}", provider.url + "/openai", stream=False, via="transport"), base, 0, {}
+                p = zygote().run(
+                    _argv(store, f"timing-{backend}", provider.url + "/openai", stream=False, via="transport"), base, "attempt0"
                 )
                 assert p["exit"] == 0, p["stderr"]
                 durations[backend] = (p["t1"] - p["t0"]) * 1.1

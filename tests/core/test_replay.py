@@ -6,18 +6,20 @@ live and a *second process* runs it again. The second one must make no upstream 
 fake provider's ledger does not grow), count two replayed model turns and hand the SDK exactly the
 same bytes (a digest taken by a tap between the SDK and whatever carries its traffic).
 
-Startup dominates (importing an SDK costs 1-3 s), so one process runs the four (stream × way)
-variants of a protocol one after the other, each with its own run scope and its own fake provider;
-the recording process and the replaying process are still two separate processes, and the pairs
-run in parallel. Each variant is its own test item, asserted from the results of the batch.
+Startup dominates (importing the SDKs costs seconds), so the processes are forked from a warm
+zygote (``tests/support/zygote.py``) that imported every SDK once, and one process runs the four
+(stream × way) variants of a protocol one after the other, each with its own run scope and its own
+fake provider; the recording process and the replaying process are still two separate processes
+(two forks, the second started after the first exited), and two zygotes run pairs in parallel.
+Each variant is its own test item, asserted from the results of the batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import subprocess
-import sys
+import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import pytest
 
 from tests.core.sdk_exchange import EXCHANGES
 from tests.support.s3 import new_bucket
+from tests.support.zygote import Zygote
 from tether.journal import Record
 from tether.stores import open_store
 from tether.testing import FakeProvider
@@ -64,21 +67,36 @@ async def mistral_conversations(http, base, stream):
     return text
 
 
-# Runs several exchanges in one process: argv[1] is a JSON list of [protocol, stream, via, store,
-# scope, origin]; prints one JSON line per exchange (the result, or the error it raised).
-DRIVER = r"""
-import asyncio, json, sys, traceback
-from tests.core import sdk_exchange
-from tests.core.test_replay import mistral_conversations
-exchanges = {**sdk_exchange.EXCHANGES, "mistral-conversations": mistral_conversations}
-sdk_exchange.EXCHANGES = exchanges  # main() looks the exchange up by name at call time
-for protocol, stream, via, store, scope, origin in json.loads(sys.argv[1]):
-    try:
-        out = asyncio.run(sdk_exchange.main(protocol, stream, via, store, scope, origin))
-    except Exception:
-        out = {"error": traceback.format_exc()}
-    print(json.dumps({"scope": scope, **out}), flush=True)
-"""
+def replay_batch(configs: list[list]) -> int:
+    """One process's work (forked from the zygote): each ``[protocol, stream, via, store, scope,
+    origin]`` in turn; prints one JSON line per exchange (the result, or the error it raised)."""
+    from tests.core import sdk_exchange
+
+    exchanges = {**sdk_exchange.EXCHANGES, "mistral-conversations": mistral_conversations}
+    sdk_exchange.EXCHANGES = exchanges  # main() looks the exchange up by name at call time
+    for protocol, stream, via, store, scope, origin in configs:
+        try:
+            out = asyncio.run(sdk_exchange.main(protocol, stream, via, store, scope, origin))
+        except Exception:
+            out = {"error": traceback.format_exc()}
+        print(json.dumps({"scope": scope, **out}), flush=True)
+    return 0
+
+
+#: What each process would import lazily: every SDK of ``sdk_exchange`` and the runtime's seams.
+SDK_IMPORTS = [
+    "tests.core.sdk_exchange",
+    "openai",
+    "anthropic",
+    "httpx2",
+    "google.genai",
+    "google.genai.types",
+    "mistralai.client",
+    "boto3",
+    "tether.stores.s3",
+    "tether.wire.proxy",
+    "tether.wire.transport",
+]
 
 VARIANTS = [(p, s, v, "local") for p in EXCHANGES for s in (False, True) for v in ("proxy", "transport")]
 VARIANTS += [("openai-chat", s, v, "s3") for s in (False, True) for v in ("proxy", "transport")]
@@ -89,33 +107,46 @@ def _id(variant) -> str:
     return f"{protocol}-{'stream' if stream else 'plain'}-{via}-{store}"
 
 
-def _run_batch(configs: list[list]) -> dict[str, dict]:
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(configs)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+def _run_batch(zygote: Zygote, configs: list[list], workdir, name: str) -> dict[str, dict]:
+    proc = zygote.run(configs, workdir, name, timeout_s=240)
     results = {}
-    for line in proc.stdout.splitlines():
+    for line in proc["stdout"].splitlines():
         if line.startswith("{"):
             out = json.loads(line)
             results[out["scope"]] = out
     for config in configs:  # a crashed process leaves its variants without a result
-        results.setdefault(config[4], {"error": f"exit {proc.returncode}: {proc.stderr[-3000:]}"})
+        results.setdefault(config[4], {"error": f"exit {proc['exit']}, signal {proc['signal']}: {proc['stderr'][-3000:]}"})
     return results
 
 
 @pytest.fixture(scope="module")
 def replays(tmp_path_factory, s3_endpoint):
     """Run every variant twice (two processes per batch) and collect what each attempt saw."""
-    local_store = str(tmp_path_factory.mktemp("replay") / "store")
+    base = tmp_path_factory.mktemp("replay")
+    local_store = str(base / "store")
     stores = {"local": local_store}
     if any(v[3] == "s3" for v in VARIANTS):
         stores["s3"] = f"s3://{new_bucket(s3_endpoint)}/tether?endpoint_url={s3_endpoint}"
     providers = {_id(v): FakeProvider(SCRIPT).start() for v in VARIANTS}
+    warmer = FakeProvider(SCRIPT).start()
+    zygotes: list[Zygote] = []
+    local = threading.local()
+
+    def zygote() -> Zygote:
+        if not hasattr(local, "z"):
+            local.z = Zygote("tests.core.test_replay:replay_batch", imports=SDK_IMPORTS, prepare="tether.wire.seam:_tls_context")
+            # Every SDK's first call (lazy imports, model schemas) once in the zygote, through the
+            # in-process transport (the proxy would start a thread) into a store of its own.
+            local.z.warm(
+                [
+                    [p, s, "transport", str(base / "warm"), f"warm-{id(local.z)}-{p}-{s}", warmer.url]
+                    for p in EXCHANGES
+                    for s in (False, True)
+                ]
+            )
+            zygotes.append(local.z)
+        return local.z
+
     try:
         batches: dict[tuple, list[list]] = {}
         for v in VARIANTS:
@@ -124,13 +155,14 @@ def replays(tmp_path_factory, s3_endpoint):
         ledgers: dict[str, list] = {}
 
         def pair(configs: list[list]) -> tuple[dict, dict]:
-            first = _run_batch(configs)
+            name = f"{configs[0][0]}-{configs[0][3] == local_store}"
+            first = _run_batch(zygote(), configs, base, f"{name}-first")
             for c in configs:  # the ledger as the recording process left it
                 ledgers[c[4]] = providers[c[4]].ledger.snapshot()
-            second = _run_batch(configs)
+            second = _run_batch(zygote(), configs, base, f"{name}-second")
             return first, second
 
-        with ThreadPoolExecutor(4) as pool:
+        with ThreadPoolExecutor(2) as pool:
             done = list(pool.map(pair, batches.values()))
         out = {}
         for first, second in done:
@@ -143,8 +175,10 @@ def replays(tmp_path_factory, s3_endpoint):
                 }
         yield out, stores
     finally:
-        for p in providers.values():
+        for p in [*providers.values(), warmer]:
             p.stop()
+        for z in zygotes:
+            z.close()
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[_id(v) for v in VARIANTS])

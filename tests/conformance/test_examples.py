@@ -37,7 +37,7 @@ def examples(kit):
 def test_research_killed_and_resumed(examples, tmp_path):
     proc = tether("run", str(examples / "research.yaml"), "--kill-after", "3", store=tmp_path)
     out = proc.stdout
-    assert "using Tether's fake openai provider" in out
+    assert re.search(r"using Tether's fake [a-z]+ provider", out), out  # the manifest's own provider
     assert "killing the agent process after step 3" in out
     attempt2 = out.split("attempt 2:")[1]
     assert len(re.findall(r"step +\d+ +replayed", attempt2)) == 3

@@ -37,9 +37,12 @@ import pytest
 from tests.core.chat_adapter import ADAPTER
 from tests.support.s3 import enforce_iam, iam_user, s3_server, set_aws_env
 from tether.agent import run_agent, tool
+from tether.contract import EXIT_TERMINAL
+from tether.entrypoint import classify_exception
 from tether.errors import StoreAccessDenied
 from tether.memory import Memory
 from tether.stores import open_store
+from tether.stores.s3 import _client as s3_clients
 from tether.testing import FakeProvider
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +58,17 @@ SCRIPT = {
             ],
         }
     ]
+}
+
+
+#: Credentials that may read their prefix and claim attempts, but not write journal records.
+READ_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{BUCKET}/{PREFIX}/read-only/*"},
+        {"Effect": "Allow", "Action": "s3:PutObject", "Resource": f"arn:aws:s3:::{BUCKET}/{PREFIX}/read-only/journal/*/attempts/*"},
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{BUCKET}"},
+    ],
 }
 
 
@@ -80,6 +94,7 @@ def iam_server() -> Iterator[tuple[str, dict[str, dict[str, str]]]]:
     with s3_server() as endpoint:
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
         creds = {ns: iam_user(endpoint, ns, documented_policy(ns)) for ns in ("team-a", "team-b")}
+        creds["read-only"] = iam_user(endpoint, "read-only", READ_ONLY)
         enforce_iam(endpoint)
         yield endpoint, creds
 
@@ -87,6 +102,16 @@ def iam_server() -> Iterator[tuple[str, dict[str, dict[str, str]]]]:
 def store_url(endpoint: str, namespace: str) -> str:
     """What the operator hands a runner pod in ``namespace``: ``<store>/<namespace>``."""
     return f"s3://{BUCKET}/{PREFIX}/{namespace}?endpoint_url={endpoint}"
+
+
+def become(monkeypatch: pytest.MonkeyPatch, creds: dict[str, str]) -> None:
+    """This process is now a runner pod with ``creds`` in its environment. A pod has one identity
+    for life, so the process caches credentials (boto3's default session, the store's clients
+    per endpoint): both are emptied, and filled from the environment on next use."""
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    s3_clients.cache_clear()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", creds["AWS_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", creds["AWS_SECRET_ACCESS_KEY"])
 
 
 def s3_as(endpoint: str, creds: dict[str, str]) -> Any:
@@ -140,12 +165,8 @@ def test_a_namespace_reaches_only_its_own_prefix(iam_server, monkeypatch: pytest
         b_keys = [o["Key"] for o in s3_as(endpoint, creds["team-b"]).list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/team-b/")["Contents"]]
         assert any("/journal/b-run/" in k for k in b_keys) and any("/memory/team-b/b-customer/" in k for k in b_keys)
 
-        # From here on, this process is a runner pod in team-a: the store's S3 client is made on
-        # first use of this endpoint, from the environment (boto3's default session caches the
-        # credentials it found first, so a fresh one).
-        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", creds["team-a"]["AWS_ACCESS_KEY_ID"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", creds["team-a"]["AWS_SECRET_ACCESS_KEY"])
+        # From here on, this process is a runner pod in team-a.
+        become(monkeypatch, creds["team-a"])
         turns_before = len(fake.ledger)
 
         # Own prefix: a run records, then replays; memory commits and loads.
@@ -178,3 +199,21 @@ def test_a_namespace_reaches_only_its_own_prefix(iam_server, monkeypatch: pytest
     # Nothing of team-a's attempts landed under team-b's prefix.
     after = [o["Key"] for o in b_s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/team-b/")["Contents"]]
     assert sorted(after) == sorted(b_keys)
+
+
+def test_a_journal_write_denied_is_terminal(iam_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials that cannot write the journal (revoked, or a policy too narrow): the model turn
+    that could not be recorded ends the attempt as terminal, not recoverable (the next attempt
+    would only call the model live again and be denied again)."""
+    endpoint, creds = iam_server
+    become(monkeypatch, creds["read-only"])
+    with FakeProvider(SCRIPT, seed=3) as fake:
+        with pytest.raises(Exception) as failed:
+            asyncio.run(_refund(store_url(endpoint, "read-only"), fake.url, "r-run", "r-customer", "read-only"))
+        assert len(fake.ledger) == 1  # the one turn that could not be recorded
+    chain, link = [], failed.value
+    while link is not None:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    assert any(isinstance(x, StoreAccessDenied) and "journal/r-run/" in str(x) for x in chain), chain
+    assert classify_exception(failed.value) == EXIT_TERMINAL

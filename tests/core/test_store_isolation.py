@@ -187,7 +187,7 @@ def test_a_namespace_reaches_only_its_own_prefix(iam_server, monkeypatch: pytest
         with pytest.raises(StoreAccessDenied, match=f"/{PREFIX}/team-b/memory/team-b/b-customer/.*: access denied"):
             Memory(open_store(b_url), "team-b", "b-customer").load()
         status = as_runner(creds["team-a"], "-m", "tether", "status", "b-run", "--store", b_url)
-        assert status.returncode != 0 and "access denied" in status.stderr, status.stderr
+        assert status.returncode == EXIT_TERMINAL and "access denied" in status.stderr, status.stderr
         assert "Traceback" not in status.stderr
 
     # Byte for byte: every object team-b wrote is denied to team-a's keys; team-b's keys read it.

@@ -12,6 +12,9 @@ With team-a's credentials (the ``AWS_*`` variables a runner pod gets):
     every object team-b wrote (run by team-b's own credentials in another process) answers
     AccessDenied to a GetObject with team-a's keys, byte for byte
 
+and credentials that may read their prefix but not write journal records end the attempt as
+terminal (a retry would call the model live again, to be denied again).
+
 Listing: moto 5.2.5 does not evaluate IAM ``Condition`` blocks for S3 requests (its
 ``check_action_permitted`` passes no request context, and ``StringLike`` is not implemented:
 unknown operators count as met), so the ``s3:prefix`` condition on ``s3:ListBucket`` is not

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import boto3
 
@@ -70,3 +73,22 @@ def read_all_bytes(store_url: str, endpoint: str | None = None) -> bytes:
         return b"".join(store.get(k) or b"" for k in store.list(""))
     root = Path(store_url.removeprefix("file://"))
     return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
+
+
+def enforce_iam(endpoint: str) -> None:
+    """From now on this moto server checks every request's signature and IAM policies (moto's
+    ``reset-auth``: no more unauthenticated requests). Only for a server of its own: the
+    setting is process-wide in the server."""
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+
+
+def iam_user(endpoint: str, name: str, policy: dict[str, Any]) -> dict[str, str]:
+    """An IAM user with ``policy`` inline and an access key: its ``AWS_*`` environment variables
+    (what the namespace's ``tether-store`` Secret holds). Call before :func:`enforce_iam`."""
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="tether-store", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}

@@ -14,7 +14,7 @@ __path__ = extend_path(__path__, __name__)
 
 
 from .agent import Adapter, AgentResult, AgentSession, AgentSpec, Tool, load_adapter, run_agent, run_agent_sync, tool
-from .errors import ConfigError, StoreError, StoreUnavailable, Suspended, TetherError, ToolError
+from .errors import ConfigError, StoreAccessDenied, StoreError, StoreUnavailable, Suspended, TetherError, ToolError
 from .secrets import secret
 from .tools import idempotency_key
 
@@ -24,6 +24,7 @@ __all__ = [
     "AgentSession",
     "AgentSpec",
     "ConfigError",
+    "StoreAccessDenied",
     "StoreError",
     "StoreUnavailable",
     "Suspended",

@@ -33,7 +33,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tether {argv[0]} needs the tether-testing package (pip install tether-testing)", file=sys.stderr)
         return 2
-    return int(module.main(argv[1:]) or 0)
+    from .contract import EXIT_RECOVERABLE, EXIT_TERMINAL
+    from .errors import StoreError, StoreUnavailable
+
+    try:
+        return int(module.main(argv[1:]) or 0)
+    except StoreError as e:  # the cause in one line (e.g. access denied to that prefix), not a traceback
+        print(f"tether {argv[0]}: {e}", file=sys.stderr)
+        return EXIT_RECOVERABLE if isinstance(e, StoreUnavailable) else EXIT_TERMINAL
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE  # the exit codes, im
 from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from .contract import EXIT_TERMINAL as EXIT_TERMINAL
-from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreUnavailable
+from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
 from .tools import allowed_tool_modules, implementation_refusal
@@ -75,8 +75,8 @@ def _upstream(base_url: str) -> str:
 
 def classify_exception(e: BaseException) -> int:
     """Exit code for an exception that ended an attempt. SDKs wrap what the seam raised (e.g.
-    an ``APIConnectionError`` around a refused cost limit), so the whole chain is read: a limit or
-    bad input anywhere makes it terminal; else a transport-level or store failure or a retryable
+    an ``APIConnectionError`` around a refused cost limit), so the whole chain is read: a limit,
+    bad input or a store access denied anywhere makes it terminal; else a transport-level or store failure or a retryable
     HTTP status makes it recoverable; anything else is terminal."""
     chain: list[BaseException] = []
     seen: set[int] = set()
@@ -85,7 +85,7 @@ def classify_exception(e: BaseException) -> int:
         seen.add(id(link))
         chain.append(link)
         link = link.__cause__ or link.__context__
-    if any(isinstance(x, (ConfigError, LimitExceeded)) for x in chain):
+    if any(isinstance(x, (ConfigError, LimitExceeded, StoreAccessDenied)) for x in chain):
         return EXIT_TERMINAL
     for x in chain:
         if isinstance(x, (RecoverableStepError, StoreUnavailable, ConnectionError, TimeoutError)):

@@ -4,6 +4,8 @@
     ├── ConfigError            bad input or settings; fix it, retrying will not help
     ├── LimitExceeded          a run limit (max cost) was reached; terminal, not retried
     ├── StoreError             a store operation failed for good (e.g. access denied)
+    │   ├── StoreAccessDenied  the store's credentials may not touch that key (S3 403), e.g.
+    │   │                      another namespace's prefix: terminal, never read as "absent"
     │   └── StoreUnavailable   transient store failure after bounded retries: the step is
     │                          recoverable, the next attempt runs it again
     ├── RecoverableStepError   a step failed in a way that is not recorded (408/409/429/5xx,
@@ -33,6 +35,10 @@ class LimitExceeded(TetherError):
 
 class StoreError(TetherError):
     """A store operation failed and retrying will not help."""
+
+
+class StoreAccessDenied(StoreError):
+    """The store refused the credentials for this key (S3 ``AccessDenied``); retrying will not help."""
 
 
 class StoreUnavailable(StoreError):

@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..errors import ConfigError, StoreAccessDenied, StoreError, StoreUnavailable
 from .base import Store
 
 try:
@@ -17,6 +17,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
 
 # Client errors that mean "the server is struggling, try again": botocore's standard retry mode
 # already retried them with backoff before we see them.
+_DENIED_CODES = {"AccessDenied", "403", "AllAccessDisabled"}
 _TRANSIENT_CODES = {"500", "502", "503", "504", "SlowDown", "Throttling", "RequestTimeout", "InternalError", "ServiceUnavailable"}
 
 
@@ -72,6 +73,12 @@ class S3Store(Store):
             status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             if code in _TRANSIENT_CODES or status in _TRANSIENT_CODES:
                 return StoreUnavailable(f"S3 {op} {key}: {code or status}")
+            if code in _DENIED_CODES or (not code and status == "403"):
+                # Never "absent": a journal read as empty would run every finished step again.
+                return StoreAccessDenied(
+                    f"S3 {op} s3://{self.bucket}/{self.prefix}{key}: access denied ({code or status}): these store "
+                    "credentials may not use this key (a namespace's credentials reach only its own prefix)"
+                )
             return StoreError(f"S3 {op} {key}: {code or status}: {e}")
         return StoreUnavailable(f"S3 {op} {key}: {type(e).__name__}: {e}")
 

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl
 import httpx
 
 from ..canonical import fingerprint
-from ..errors import RecoverableStepError, StoreError
+from ..errors import RecoverableStepError, StoreAccessDenied, StoreError
 from ..journal import Record
 from . import protocols
 from .protocols.base import WireProtocol, sse_data
@@ -273,6 +273,8 @@ class WireSeam:
             )
             try:
                 await asyncio.to_thread(self.run.journal.append_next, record)
+            except StoreAccessDenied:
+                raise  # the credentials will not change on the next attempt: terminal
             except StoreError as e:
                 raise RecoverableStepError(f"journal write failed, step not done: {e}") from e
             self.run.model_step(record, replayed=False)

@@ -36,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.results import save  # noqa: E402
 from tests.support.kube import free_port, start_control_plane  # noqa: E402
 
 NS = "bench"
@@ -195,6 +196,7 @@ def main() -> int:
             f"{n}/{args.total} runs looked at {result['seconds_to_look_at_all']} s after the bulk "
             f"create began; {result['status_patches_total']} status patches in all"
         )
+        save("operator_submit", result)
         print(json.dumps(result))
         return 0
     finally:

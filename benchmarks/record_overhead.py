@@ -94,6 +94,8 @@ async def measure(provider: FakeProvider, store, calls: int, stream: bool) -> di
     live = run.counters.model_live
     assert run.counters.model_replayed == 0 and live == 2 * (calls + 3), run.counters
     shared_proxy().unregister(run)
+    for client in clients.values():  # before this event loop closes
+        await client.close()
     await run.aclose()
     direct = statistics.median(times["direct"])
     out = {"direct_ms": round(direct * 1000, 3)}

@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import save  # noqa: E402
+
 QUESTION = "What is the weather in Paris, and what do we know about its museums?"
 SCRIPT = {
     "conversations": [
@@ -208,6 +210,7 @@ def main() -> int:
     print(
         f"  ratio retry / first attempt:   1/{first_s / retry_s:.0f}   (replay alone: 1/{first_s * 1000 / max(out['replay_ms'], 1e-3):.0f}; goal 1/400)"
     )
+    save(f"crash_resume-{args.via}", figures)
     print(json.dumps(figures))
     return 0
 

@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import save  # noqa: E402
+
 SCRIPT = {
     "conversations": [
         {
@@ -122,6 +126,7 @@ def main() -> None:
     print(
         f"process floor (python + flyte + agents SDK imports) {floor_s:.2f} s; retry above it: {max(retry_s - floor_s, 0):.2f} s = 1/{first_s / max(retry_s - floor_s, 1e-3):.0f} of the first attempt"
     )
+    save("crash_resume_agents", figures)
     print(json.dumps(figures))
 
 

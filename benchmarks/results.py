@@ -1,0 +1,39 @@
+"""One results file per benchmark run: benchmarks/results/<name>.json, read by report.py.
+
+Each file holds the figures the script printed as its last line, the command that produced them,
+when, and the machine's load at the end of the run (``uptime``): figures move with the load.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine_load() -> str:
+    """``uptime`` as printed (load averages over 1, 5 and 15 minutes)."""
+    out = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    return out[out.index("load average") :] if "load average" in out else out
+
+
+def save(name: str, figures: dict) -> Path:
+    """Writes the results file ``name`` and returns its path; the command is this process's."""
+    command = " ".join(["benchmarks/" + Path(sys.argv[0]).name, *map(shlex.quote, sys.argv[1:])])
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    record = {
+        "benchmark": name,
+        "command": command,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine_load": machine_load(),
+        "figures": figures,
+    }
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"results written to {path.relative_to(RESULTS.parents[1])}", file=sys.stderr)
+    return path

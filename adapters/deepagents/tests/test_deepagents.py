@@ -18,7 +18,7 @@ from tether.agent import AgentSession
 from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
-from tether.testing.fake_provider import FakeProvider
+from tether.testing.fake_provider import FakeProvider, Fault
 from tether.testing.script import Script
 
 MODEL = "gpt-4o-mini"
@@ -31,6 +31,19 @@ SCRIPT = {
             "turns": [
                 {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/notes.md", "content": "Ada likes Paris."}}]},
                 {"text": "Saved."},
+            ],
+        },
+        {
+            "match": "trip:",
+            "turns": [
+                {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/plan.md", "content": "Ada visits Paris."}}]},
+                {
+                    "tool_calls": [
+                        {"name": "task", "arguments": {"description": "What is the weather in Paris?", "subagent_type": "general-purpose"}}
+                    ]
+                },
+                {"tool_calls": [{"name": "read_file", "arguments": {"file_path": "/plan.md"}}]},
+                {"text_from_tool_results": True, "text": "Plan:"},
             ],
         },
         {
@@ -96,3 +109,29 @@ async def test_memory_keeps_the_virtual_files_and_the_transcript(fake, store):
     sent = json.dumps(records(store, "n2")[0].request["body"]["messages"])
     assert "notes: remember that Ada likes Paris" in sent and "Saved." in sent
     assert "/notes.md" in thread(store, "ada")["files"]
+
+
+async def test_a_retry_restores_the_files_and_replays_the_sub_agent(fake, store):
+    """The main agent writes a file, hands a job to the general-purpose sub-agent (``task``), then
+    reads the file back; its last turn fails. The retry replays all five earlier turns (the
+    sub-agent's two included) and its tool from the journal: the file is there again, rebuilt
+    from the replayed ``write_file`` turn, and the weather tool never runs twice."""
+    turns = 0
+
+    def fail_last_turn(event) -> None:
+        nonlocal turns
+        turns += event.kind == "model"
+        if event.kind == "model" and turns == 5:
+            fake.inject(Fault("status:500", times=3))  # ChatOpenAI retries twice
+
+    with pytest.raises(Exception, match="500"):
+        await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip", on_step=fail_last_turn))
+    assert fake.live_calls() == 5 and calls == ["get_weather:Paris"]
+
+    result = await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip"))
+    assert result.status == "succeeded" and "Ada visits Paris." in result.output
+    assert (result.model_replayed, result.model_live, result.tool_replayed, result.tool_live) == (5, 1, 1, 0)
+    assert calls == ["get_weather:Paris"]
+    # The sub-agent's own turns are in the journal: its first request is the task description.
+    firsts = [r.request["body"]["messages"] for r in records(store, "trip")]
+    assert any(m[-1]["content"] == "What is the weather in Paris?" for m in firsts if m[-1]["role"] == "user")

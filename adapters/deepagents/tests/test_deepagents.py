@@ -135,3 +135,18 @@ async def test_a_retry_restores_the_files_and_replays_the_sub_agent(fake, store)
     # The sub-agent's own turns are in the journal: its first request is the task description.
     firsts = [r.request["body"]["messages"] for r in records(store, "trip")]
     assert any(m[-1]["content"] == "What is the weather in Paris?" for m in firsts if m[-1]["role"] == "user")
+
+
+async def test_your_own_deep_agent_keeps_its_files_under_a_memory_key_and_is_left_untouched(fake, store):
+    """A deep agent built by the user (its model pointed at the proxy): the run's copy keeps
+    ``files`` in memory; the user's graph still has Deep Agents' own ``DeltaChannel``s."""
+    from deepagents import create_deep_agent
+    from langchain_openai import ChatOpenAI
+    from langgraph.channels.delta import DeltaChannel
+    from tether_deepagents import langchain_tool, openai_base_url
+
+    agent = create_deep_agent(model=ChatOpenAI(model=MODEL, base_url=openai_base_url(), max_retries=0), tools=[langchain_tool(get_weather)])
+    result = await run_agent("notes: remember that Ada likes Paris", agent=agent, memory_key="own", **common(fake, store, "own"))
+    assert result.status == "succeeded" and result.model_live == 2
+    assert "/notes.md" in thread(store, "own")["files"]
+    assert isinstance(agent.channels["files"], DeltaChannel) and isinstance(agent.channels["messages"], DeltaChannel)

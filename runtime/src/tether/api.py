@@ -204,6 +204,7 @@ class Framework(str, Enum):
     LANGCHAIN = "langchain"
     PYDANTIC_AI = "pydantic-ai"
     GOOGLE_ADK = "google-adk"
+    DEEPAGENTS = "deepagents"
 
 
 class Provider(str, Enum):

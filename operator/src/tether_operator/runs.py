@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from pydantic import ValidationError
 
 from tether import approvals as tether_approvals
 from tether.api import (
@@ -40,6 +41,7 @@ from tether.api import (
     Progress,
     parse_duration,
     read_spec,
+    validation_problems,
 )
 from tether.contract import (
     APPROVE_ANNOTATION,
@@ -89,16 +91,6 @@ def _epoch(value: Any) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def _first_line(exc: Exception) -> str:
-    """A validation error in a few words (pydantic's full dump is many lines)."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        e = errors()[0]
-        where = ".".join(str(p) for p in e.get("loc", ()))
-        return f"{where}: {e.get('msg')}" if where else str(e.get("msg"))
-    return str(exc).splitlines()[0]
 
 
 def secret_files(spec: AgentRunSpec, tools: dict[str, AgentToolSpec]) -> list[SecretFile]:
@@ -351,8 +343,8 @@ class RunLoop:
             return None
         try:
             progress = Progress.model_validate_json(data)
-        except ValueError as exc:  # a torn or newer-format record
-            message = f"cannot read the runtime's progress at {progress_key(self.uid)}: {_first_line(exc)}"
+        except ValidationError as exc:  # a torn or newer-format record
+            message = f"cannot read the runtime's progress at {progress_key(self.uid)}: {validation_problems(exc)[0]}"
             condition = C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}
             if condition.get("message") != self._scrub(message):
                 self.event(Reason.PROGRESS_UNREADABLE, message, warning=True)

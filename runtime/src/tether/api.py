@@ -798,7 +798,7 @@ class ManifestError(ValueError):
     """A manifest that is not a valid AgentRun or AgentTool; the message lists every problem."""
 
 
-def _problems(exc: ValidationError, prefix: str = "") -> list[str]:
+def validation_problems(exc: ValidationError, prefix: str = "") -> list[str]:
     """`field.path: message` per error, with camelCase paths and without pydantic's boilerplate."""
     out = []
     for err in exc.errors():
@@ -809,7 +809,7 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[str]:
 
 
 def _describe(exc: ValidationError) -> str:
-    return "\n".join(f"  {line}" for line in _problems(exc))
+    return "\n".join(f"  {line}" for line in validation_problems(exc))
 
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
@@ -824,7 +824,7 @@ def read_spec(model: type[SpecT], spec: Any) -> SpecT:
     try:
         return model.model_validate(spec)
     except ValidationError as exc:
-        raise ManifestError("; ".join(_problems(exc, "spec"))) from None
+        raise ManifestError("; ".join(validation_problems(exc, "spec"))) from None
 
 
 def parse_manifest(doc: Any, source: str = "manifest") -> Manifest:

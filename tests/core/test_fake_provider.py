@@ -758,3 +758,37 @@ def test_runs_as_its_own_process(tmp_path):
         process.terminate()
         assert process.wait(timeout=10) == 0
     assert "Warning" not in process.stderr.read()
+
+
+def test_a_conversation_can_answer_only_the_agent_whose_instructions_match():
+    """Multi-agent runs share the user's question: ``system`` picks the conversation by the asking
+    agent's instructions, in every protocol's own place for them."""
+    script = {
+        "conversations": [
+            {"match": "refund", "system": "billing agent", "turns": [{"text": "billing"}]},
+            {"match": "refund", "turns": [{"text": "router"}]},
+        ]
+    }
+    question = "Please refund order 7."
+    with FakeProvider(script) as p:
+        chat = openai.OpenAI(base_url=p.base_url("openai"), api_key=KEY, max_retries=0)
+        claude = anthropic.Anthropic(base_url=p.base_url("anthropic"), api_key=KEY, max_retries=0)
+        gemini = genai.Client(api_key=KEY, http_options=gtypes.HttpOptions(base_url=p.base_url("gemini")))
+
+        def answers(system: str) -> list[str | None]:
+            user = [{"role": "user", "content": question}]
+            return [
+                chat.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "system", "content": system}, *user])
+                .choices[0]
+                .message.content,
+                chat.responses.create(model="gpt-4o-mini", instructions=system, input=question).output_text,
+                claude.messages.create(model="claude-sonnet-4-5", max_tokens=64, system=system, messages=user).content[0].text,
+                gemini.models.generate_content(
+                    model="gemini-2.5-flash", contents=question, config=gtypes.GenerateContentConfig(system_instruction=system)
+                ).text,
+            ]
+
+        assert answers("You are the billing agent.") == ["billing"] * 4
+        assert answers("You route requests.") == ["router"] * 4
+    with pytest.raises(ValueError, match="unknown conversation keys"):
+        Script.from_dict({"conversations": [{"match": "x", "sytem": "typo", "turns": [{"text": "t"}]}]})

@@ -39,8 +39,26 @@ def get_weather(city: str) -> str:
     return f"The weather in {city} is sunny, 21 C."
 
 
+@tool
+def refund(order: str) -> str:
+    """Refund an order."""
+    executions.append(f"refund:{order}")
+    return f"Order {order} refunded."
+
+
 SCRIPT = {
     "conversations": [
+        # transfer_to_agent: the router hands over; the billing agent (picked by its instructions)
+        # refunds and answers. ADK shows it the router's calls as quoted context, not as its own.
+        {
+            "match": "transfer:",
+            "system": "You issue refunds.",
+            "turns": [
+                {"tool_calls": [{"name": "refund", "arguments": {"order": "7"}}]},
+                {"text_from_tool_results": True, "text": "Billing:"},
+            ],
+        },
+        {"match": "transfer:", "turns": [{"tool_calls": [{"name": "transfer_to_agent", "arguments": {"agent_name": "billing"}}]}]},
         # A pipeline stage with include_contents="none" sees the earlier stage quoted as context.
         {"match": "For context:", "turns": [{"text": "Report: Paris is big and sunny."}]},
         {
@@ -124,6 +142,38 @@ async def test_parallel_agents_replay_whatever_order_they_finished_in(fake, tmp_
     second = await run_agent("parallel: Paris", agent=tree(), **options(fake, tmp_path, "par"))
     assert (second.model_live, second.tool_live, second.model_replayed, second.tool_replayed) == (0, 0, 4, 4)
     assert fake.live_calls() == 4 and sorted(executions) == sorted(["get_weather:Paris", "lookup:Paris"] * 2)
+
+
+def router() -> LlmAgent:
+    billing = LlmAgent(name="billing", model=MODEL, instruction="You issue refunds.", tools=[adk_tool(refund)])
+    return LlmAgent(name="router", model=MODEL, instruction="Route each request to the right agent.", sub_agents=[billing])
+
+
+@pytest.mark.parametrize("failing_turn", [2, 3])
+async def test_a_transfer_to_a_sub_agent_replays_both_agents_turns(fake, tmp_path, failing_turn):
+    """The router's turn (transfer_to_agent) and the billing agent's turns are journaled apart (each
+    agent sends its own instructions): a run that fails at the billing agent's turn 2 or 3 resumes
+    there, with the router's transfer and the refund replayed, not repeated."""
+    turns = 0
+
+    def fail_at(event) -> None:
+        nonlocal turns
+        turns += event.kind == "model"
+        if event.kind == "model" and turns == failing_turn - 1:
+            fake.inject(Fault("status:500"))
+
+    with pytest.raises(Exception, match="500"):
+        await run_agent("transfer: refund order 7", agent=router(), **options(fake, tmp_path, "transfer", on_step=fail_at))
+    done = failing_turn - 1
+    assert fake.live_calls() == done and executions == ["refund:7"] * (failing_turn == 3)
+
+    result = await run_agent("transfer: refund order 7", agent=router(), **options(fake, tmp_path, "transfer"))
+    assert result.status == "succeeded" and result.output == "Billing: Order 7 refunded."
+    assert (result.model_replayed, result.model_live) == (done, 3 - done)
+    assert (result.tool_replayed, result.tool_live) == ((1, 0) if failing_turn == 3 else (0, 1))
+    assert fake.live_calls() == 3 and executions == ["refund:7"]
+    # The second agent really answered: the last live request carried the billing instructions.
+    assert [e.turn for e in fake.ledger.snapshot() if e.live] == [0, 0, 1]
 
 
 async def test_plain_adk_tools_of_your_own_agent_are_not_journaled(fake, tmp_path):

@@ -37,6 +37,7 @@ class AnthropicMessages(Protocol):
             first_user_text=first_user,
             tool_turns=len(calling),
             tool_results=results,
+            system_text=text_of(body.get("system")),
         )
 
     def response_id(self, ids: Ids) -> str:

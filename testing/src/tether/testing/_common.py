@@ -44,6 +44,8 @@ class RequestView:
     tool_turns: int
     #: Tool results sent since the last tool-calling turn (for ``text_from_tool_results``).
     tool_results: tuple[str, ...] = ()
+    #: The system instructions (for a conversation's ``system`` match: which agent is asking).
+    system_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,7 @@ def chat_messages_view(body: Mapping[str, Any]) -> RequestView:
         first_user_text=first_user,
         tool_turns=len(calling),
         tool_results=results,
+        system_text="\n".join(text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer")),
     )
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, pieces, sse
+from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, pieces, sse, text_of
 
 _STATUSES = {
     400: "INVALID_ARGUMENT",
@@ -38,12 +38,14 @@ class Gemini(Protocol):
         calling = [i for i, c in enumerate(contents) if c.get("role") == "model" and _parts(c, "functionCall")]
         after = contents[calling[-1] + 1 :] if calling else []
         results = tuple(_result_text(p["functionResponse"]) for c in after for p in _parts(c, "functionResponse"))
+        instruction = call.body.get("systemInstruction")  # a Content, or (REST allows it) plain text
         return RequestView(
             model=model,
             stream=method == "streamGenerateContent",
             first_user_text=first_user,
             tool_turns=len(calling),
             tool_results=results,
+            system_text=_text(instruction) if isinstance(instruction, Mapping) else text_of(instruction),
         )
 
     def response_id(self, ids: Ids) -> str:

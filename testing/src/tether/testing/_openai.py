@@ -135,6 +135,9 @@ class OpenAIResponses(Protocol):
             first_user_text=first_user,
             tool_turns=turns,
             tool_results=results,
+            system_text="\n".join(
+                [text_of(body.get("instructions"))] + [text_of(i.get("content")) for i in items if i.get("role") in ("system", "developer")]
+            ),
         )
 
     def commit(self, view: RequestView, reply: Reply, call: Call) -> None:

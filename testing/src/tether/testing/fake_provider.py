@@ -406,7 +406,7 @@ class FakeProvider:
             record(view=view, status=0, fault=fault.kind)
             return _drop(request)
 
-        conversation = self.script.conversation_for(view.first_user_text)
+        conversation = self.script.conversation_for(view.first_user_text, view.system_text)
         if conversation is None:
             record(view=view, status=400)
             message = f"fake provider: no scripted conversation matches first user message {view.first_user_text!r}"

@@ -1,7 +1,9 @@
 """Scripts: what a fake provider answers, as a pure function of the request.
 
 A script is a list of conversations. The first conversation whose ``match`` is a substring of the
-request's first user message answers it (an empty ``match`` answers everything). Which of its
+request's first user message (and whose ``system``, when given, is a substring of the request's
+system instructions: which agent of a multi-agent run is asking) answers it; an empty ``match``
+answers everything. Which of its
 turns answers is the number of assistant turns that already requested tools in the request's
 history, so a retried request always gets the same kind of answer; past the last turn, the last
 turn repeats.
@@ -18,6 +20,10 @@ turn repeats.
         turns:
           - tool_calls: [{name: lookup, arguments: {}}]
           - text_from_tool_results: true     # answer quotes the tool results it was sent
+      - match: "refund"
+        system: "billing agent"               # only the agent whose instructions say so
+        turns:
+          - text: "Refunded."
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ class Turn:
 class Conversation:
     match: str
     turns: tuple[Turn, ...]
+    system: str = ""
 
     def turn(self, index: int) -> Turn:
         return self.turns[min(index, len(self.turns) - 1)]
@@ -79,15 +86,18 @@ class Conversation:
         turns = tuple(Turn.from_dict(t) for t in data.get("turns") or ())
         if not turns:
             raise ValueError(f"conversation {data.get('match', '')!r} has no turns")
-        return cls(match=str(data.get("match") or ""), turns=turns)
+        unknown = set(data) - {"match", "system", "turns"}
+        if unknown:
+            raise ValueError(f"unknown conversation keys {sorted(unknown)} in {dict(data)!r}")
+        return cls(match=str(data.get("match") or ""), turns=turns, system=str(data.get("system") or ""))
 
 
 @dataclass(frozen=True)
 class Script:
     conversations: tuple[Conversation, ...]
 
-    def conversation_for(self, first_user_text: str) -> Conversation | None:
-        return next((c for c in self.conversations if c.match in first_user_text), None)
+    def conversation_for(self, first_user_text: str, system_text: str = "") -> Conversation | None:
+        return next((c for c in self.conversations if c.match in first_user_text and c.system in system_text), None)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> Script:

@@ -20,8 +20,10 @@ import functools
 import hashlib
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,11 +187,30 @@ def _commit(run: Run, spec: ToolSpec, record: Record) -> None:
 async def _invoke(spec: ToolSpec, args: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(spec.fn):
         return await spec.fn(**args)
-    ctx = contextvars.copy_context()  # the worker thread sees the idempotency key and the run
-    result = await asyncio.to_thread(ctx.run, functools.partial(spec.fn, **args))
+    result = await in_tool_thread(spec.fn, **args)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+#: Sync tool calls that run at once per process; more wait for a thread. Not the event loop's
+#: default executor (os.cpu_count() + 4 threads): a turn's parallel calls would queue there
+#: behind each other, and the journal writes that share it behind long-running tools.
+TOOL_THREADS = 128
+_threads: ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+async def in_tool_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Run a sync tool function in one of Tether's tool threads, never on the event loop, in a
+    copy of the caller's context: the thread sees the run, the idempotency key and this call's
+    secrets (``tether.secrets``), and no other call's."""
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="tether-tool")
+    ctx = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_threads, functools.partial(ctx.run, fn, **kwargs))
 
 
 def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:

@@ -307,3 +307,34 @@ async def test_a_retry_replays_the_parallel_call_that_finished_whatever_the_orde
     retry = Run("order", tmp_path)
     assert await asyncio.gather(*(call_tool(spec, {"q": "x"}, run=retry) for _ in range(2))) == ["done x", "done x"]
     assert retry.counters.tool_replayed == 1 and retry.counters.tool_live == 1 and len(started) == 3
+
+
+async def test_a_call_that_suspends_for_approval_lets_parallel_calls_finish_first(tmp_path):
+    """A turn's parallel calls: one needs an approval, the other is still running when the run
+    suspends. The running one finishes and is recorded before the run suspends, so after the
+    decision it replays instead of running again."""
+    from tether.approvals import decide, list_approvals
+    from tether.errors import Suspended
+
+    store = open_store(tmp_path)
+    refund, slow_runs = Counted("async"), []
+
+    async def slow(x: str) -> str:
+        slow_runs.append(x)
+        deadline = asyncio.get_running_loop().time() + 20
+        while not store.list("approvals/par-approval/") and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # still running when the other call asks for its approval
+        return "slow done"
+
+    specs = (ToolSpec("refund", refund.fn, approval=True), ToolSpec("slow", slow))
+    run = Run("par-approval", tmp_path)
+    with pytest.raises(Suspended):
+        await asyncio.gather(call_tool(specs[0], {"order": "A1"}, run=run), call_tool(specs[1], {"x": "1"}, run=run))
+    assert [r.request["tool"] for r in tool_records(tmp_path, "par-approval")] == ["slow"]
+
+    [request] = list_approvals(store, "par-approval")
+    decide(store, "par-approval", request["id"], True, by="test")
+    retry = Run("par-approval", tmp_path)
+    results = await asyncio.gather(call_tool(specs[0], {"order": "A1"}, run=retry), call_tool(specs[1], {"x": "1"}, run=retry))
+    assert results[1] == "slow done" and len(refund.calls) == 1 and slow_runs == ["1"]
+    assert retry.counters.tool_replayed == 1 and retry.counters.tool_live == 1

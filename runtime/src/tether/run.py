@@ -7,6 +7,7 @@ handed it.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,6 +88,8 @@ class Run:
         self.accounting = Accounting()
         self.events: list[StepEvent] = []
         self._events_lock = threading.Lock()
+        #: One future per live tool call running now (done when it is recorded): see tether.tools.
+        self.tools_running: set[asyncio.Future[None]] = set()
         self.listeners: list[Callable[[StepEvent], None]] = []
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
-from .errors import ConfigError, StoreError, ToolError
-from .journal import Record
+from .errors import ConfigError, StoreError, Suspended, ToolError
+from .journal import Record, StepKey
 from .run import Run, current_run
 from .secrets import tool_scope
 
@@ -145,10 +145,41 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     if spec.approval is not None:
         from .approvals import require_approval
 
-        decision = await asyncio.to_thread(require_approval, run, spec, key, canonical["arguments"])
+        try:
+            decision = await asyncio.to_thread(require_approval, run, spec, key, canonical["arguments"])
+        except Suspended:
+            await _running_calls_done(run)  # parallel calls already running finish and are recorded first
+            raise
         if not decision.approved:
             return decision.refusal(spec.name)
 
+    done = asyncio.get_running_loop().create_future()
+    run.tools_running.add(done)
+    enclosing = _enclosing_calls.set((*_enclosing_calls.get(), done))
+    try:
+        return await _call_live(run, spec, args, canonical, key)
+    finally:
+        _enclosing_calls.reset(enclosing)
+        run.tools_running.discard(done)
+        done.set_result(None)
+
+
+#: The live tool calls this code runs inside (a sub-agent called as a tool calls tools too).
+_enclosing_calls: contextvars.ContextVar[tuple[asyncio.Future[None], ...]] = contextvars.ContextVar("tether_enclosing_calls", default=())
+
+
+async def _running_calls_done(run: Run) -> None:
+    """Wait for the live tool calls of ``run`` running on this loop, except those this call runs
+    inside: a call that suspends the run for an approval lets its parallel siblings finish and be
+    recorded, so the next attempt replays them instead of running them again."""
+    loop, inside = asyncio.get_running_loop(), _enclosing_calls.get()
+    running = [f for f in run.tools_running if f.get_loop() is loop and f not in inside]
+    if running:
+        await asyncio.wait(running)
+
+
+async def _call_live(run: Run, spec: ToolSpec, args: dict[str, Any], canonical: dict[str, Any], key: StepKey) -> Any:
+    fp = key[1]
     started = time.time()
     token = _idempotency_key.set(sha256_hex(f"{run.scope}\0{fp}\0{key[2]}".encode())[:32])
     try:

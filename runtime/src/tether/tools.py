@@ -173,7 +173,7 @@ async def _running_calls_done(run: Run) -> None:
     inside: a call that suspends the run for an approval lets its parallel siblings finish and be
     recorded, so the next attempt replays them instead of running them again."""
     loop, inside = asyncio.get_running_loop(), _enclosing_calls.get()
-    running = [f for f in run.tools_running if f.get_loop() is loop and f not in inside]
+    running = [f for f in list(run.tools_running) if f.get_loop() is loop and f not in inside]  # list(): one step under the GIL
     if running:
         await asyncio.wait(running)
 

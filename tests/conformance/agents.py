@@ -84,7 +84,7 @@ class Rendezvous:
 
     def outcome(self, i: int, tool_name: str) -> str:
         if not self.ready(i):
-            raise RuntimeError(f"call {i} met {self.arrived} of $TETHER_MEET_PARTIES calls before the deadline")
+            raise RuntimeError(f"call {i}: only {self.arrived} of $TETHER_MEET_PARTIES calls had started by the deadline")
         own = MEET_SECRETS[tool_name]  # while the other calls run too: each sees its own secret only
         if tether.secret("MEET_TOKEN") != own or os.environ.get("MEET_TOKEN") != own:
             raise RuntimeError(f"call {i} of {tool_name} did not see its own MEET_TOKEN (and only it)")

@@ -304,7 +304,7 @@ def summary(results: dict) -> list[str]:
         for kind in ("async", "sync"):
             rows = f.get(kind, {})
             if rows:
-                figures = ", ".join(
+                figures = "; ".join(
                     f"N={n}: {v['tether_tools_s']:.2f} s (plain {v['plain_tools_s']:.2f} s), turn ×{v['turn_ratio']:.2f}"
                     for n, v in rows.items()
                 )

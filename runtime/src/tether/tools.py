@@ -10,6 +10,11 @@ A completed call never runs twice within a run scope, whatever its cache setting
 tool declares ``retryable`` are not recorded: the next attempt runs the call again. Live and
 replayed calls return the same value: the result as it went through JSON, so what the framework
 sees — and so every later fingerprint — is identical across attempts.
+
+Parallel calls (a turn asking for several tools) run in parallel, each keyed on arrival by its
+tool and arguments, never by the order they finish in: a kill between them leaves exactly the
+finished ones recorded. A call that suspends the run for an approval first waits for its running
+siblings, so they are recorded rather than cut off.
 """
 
 from __future__ import annotations
@@ -126,7 +131,8 @@ def _from_record(spec: ToolSpec, record: Record) -> Any:
 
 
 async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
-    """Call a tool through the journal. Sync tools run in a worker thread."""
+    """Call a tool through the journal. Async tools run on the caller's loop, sync tools in a tool
+    thread (:func:`in_tool_thread`): calls the framework makes in parallel run in parallel."""
     run = run or current_run()
     if run is None:
         with tool_scope(spec.secrets):

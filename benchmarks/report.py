@@ -34,6 +34,7 @@ $(scripts/env.sh openai)/bin/python benchmarks/crash_resume_agents.py [--scale 1
 $V/bin/python benchmarks/replay_cost.py [--steps 10,100,1000] [--no-s3] [--repeat 3]
 $V/bin/python benchmarks/record_overhead.py [--calls 40] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
 $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
+$(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -95,6 +96,19 @@ request by a botocore `before-send` hook (the request still goes to the server o
 Calls are interleaved and medians compared. Also printed: one record write on the store (the local
 store fsyncs each record: a record must survive a node crash; `--no-fsync` shows its share).
 Goal: ratio ≤ 1.02.
+
+## parallel_tools.py — issue 14
+
+One turn whose model asks for N tool calls at once (N = 2, 4, 8), each tool waiting 1 s (async:
+`asyncio.sleep`; sync: `time.sleep`, a blocking client), then an answer. The same LangGraph graph
+(`agent` ⇄ `ToolNode`) runs in the same process against the same fake provider, plain (LangGraph
+alone, plain LangChain tools, `ChatOpenAI` straight to the provider) and through
+`tether_langgraph.run_agent` (both seams, every step recorded in a local store, a new run id each
+time). Runs interleaved, medians. `turn` is the wall time from building the agent to the answer (two
+model calls and the tools); `tools` from the first tool's start to the last one's end. Goal:
+`tools` ≈ 1 s for every N (the calls overlap). Plain LangGraph runs sync tools in the event loop's
+default executor (cpu count + 4 threads: 6 on these 2-core machines), so its 8 sync calls take two
+rounds; Tether runs sync tools in its own tool threads.
 
 ## operator_submit.py — DESIGN §5.4
 
@@ -210,6 +224,26 @@ def overhead_rows(results: dict) -> list[str]:
     return [*out, ""]
 
 
+def parallel_rows(results: dict) -> list[str]:
+    r = results.get("parallel_tools")
+    if not r:
+        return []
+    f = r["figures"]
+    out = [
+        f"**parallel_tools** — {provenance(r)}; tools of {f['seconds']:g} s, medians of {f['repeat']}",
+        "",
+        "| tools | N | plain LangGraph turn | through Tether | ratio | plain tools phase | through Tether | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind in ("async", "sync"):
+        for n, v in f.get(kind, {}).items():
+            out.append(
+                f"| {kind} | {n} | {v['plain_turn_s']:.2f} s | {v['tether_turn_s']:.2f} s | ×{v['turn_ratio']:.3f} "
+                f"| {v['plain_tools_s']:.2f} s | {v['tether_tools_s']:.2f} s | ×{v['tools_ratio']:.3f} |"
+            )
+    return [*out, ""]
+
+
 def operator_rows(results: dict) -> list[str]:
     r = results.get("operator_submit")
     if not r:
@@ -265,6 +299,19 @@ def summary(results: dict) -> list[str]:
                 f"| ×{p['transport_ratio']:.3f} transport, ×{p['proxy_ratio']:.3f} proxy (streamed ×{s['transport_ratio']:.3f} / "
                 f"×{s['proxy_ratio']:.3f}) | {provenance(r)} |"
             )
+    if r := results.get("parallel_tools"):
+        f = r["figures"]
+        for kind in ("async", "sync"):
+            rows = f.get(kind, {})
+            if rows:
+                figures = "; ".join(
+                    f"N={n}: {v['tether_tools_s']:.2f} s (plain {v['plain_tools_s']:.2f} s), turn ×{v['turn_ratio']:.2f}"
+                    for n, v in rows.items()
+                )
+                out.append(
+                    f"| parallel {kind} tool calls of {f['seconds']:g} s in one turn, LangGraph: tools phase through Tether "
+                    f"(plain LangGraph), whole turn Tether/plain | {figures} | {provenance(r)} |"
+                )
     if r := results.get("operator_submit"):
         f = r["figures"]
         out.append(
@@ -275,7 +322,7 @@ def summary(results: dict) -> list[str]:
 
 
 def render_readme(results: dict) -> str:
-    body = [*crash_rows(results), *replay_rows(results), *overhead_rows(results), *operator_rows(results)]
+    body = [*crash_rows(results), *replay_rows(results), *overhead_rows(results), *parallel_rows(results), *operator_rows(results)]
     return HEADER + INTRO + "## Latest figures\n\n" + "\n".join(body)
 
 

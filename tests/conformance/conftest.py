@@ -75,7 +75,9 @@ class Runner:
         self.tool_log = tmp / "tools.jsonl"
         self.tool_log.touch()
 
-    def __call__(self, scenario: str, run_id: str, *, kill_after_turn: int = 0, expect_killed: bool = False, **extra) -> dict | None:
+    def __call__(
+        self, scenario: str, run_id: str, *, kill_after_turn: int = 0, expect_killed: bool = False, env: dict | None = None, **extra
+    ) -> dict | None:
         args = {
             "kit": self.kit_path,
             "scenario": scenario,
@@ -86,7 +88,9 @@ class Runner:
             **extra,
         }
         self.attempts += 1
-        proc = self.zygote.run(args, self.tmp, f"attempt{self.attempts}", env={"TETHER_TOOL_LOG": str(self.tool_log)}, timeout_s=180)
+        proc = self.zygote.run(
+            args, self.tmp, f"attempt{self.attempts}", env={"TETHER_TOOL_LOG": str(self.tool_log), **(env or {})}, timeout_s=180
+        )
         assert not proc["timed_out"], f"attempt {self.attempts} ran over 180 s: {proc['stderr'][-3000:]}"
         if expect_killed:
             assert proc["signal"] == 9, f"expected SIGKILL, got {proc['signal'] or proc['exit']}: {proc['stderr'][-3000:]}"

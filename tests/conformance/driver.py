@@ -4,7 +4,8 @@
                                          "origin": ..., "kill_after_turn": 0, "stream": false, "memory_key": null}'
 
 Prints one JSON line with the result. ``kill_after_turn`` SIGKILLs the process right after the
-k-th model turn was recorded, like a node dying mid-run. The suite forks each such process from a
+k-th model turn was recorded, like a node dying mid-run; ``kill_after_tool`` right after the first
+live tool call was recorded. The suite forks each such process from a
 warm zygote (``tests/support/zygote.py``: ``preload`` once, then ``child(args)`` per attempt).
 """
 
@@ -37,8 +38,13 @@ async def main(args: dict) -> dict:
         flyte.init()
         run = flyte.run(agent_task, json.dumps({**args, "scenario": "weather"}))
         return json.loads(run.outputs()[0])
-    from .agents import TOOLS  # here, not at the top: defining a tool imports Flyte (see preload)
+    from .agents import PARALLEL_TOOLS, TOOLS  # here, not at the top: defining a tool imports Flyte (see preload)
 
+    if args["scenario"] == "parallel":
+        from tether.secrets import install_scoped_environ
+
+        install_scoped_environ()  # as `tether exec` does: os.environ shows a tool call its own secrets
+        return await run_scenario(args, PARALLEL_TOOLS)
     return await run_scenario(args, TOOLS)
 
 
@@ -51,6 +57,8 @@ async def run_scenario(args: dict, tools: list) -> dict:
 
     def on_step(event) -> None:
         nonlocal turns
+        if event.kind == "tool" and not event.replayed and args.get("kill_after_tool"):
+            os.kill(os.getpid(), signal.SIGKILL)  # the tool's record is written; its siblings are still running
         if event.kind == "model":
             turns += 1
             if args.get("kill_after_turn") and turns >= args["kill_after_turn"]:

@@ -4,6 +4,7 @@ framework over real HTTP against the fake provider, in separate processes per at
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 
-from .agents import TURNS, script_for
+from .agents import MEET_SECRETS, PARALLEL_CALLS, TURNS, script_for
 
 
 @pytest.mark.parametrize("k", range(1, TURNS["multi"] + 1))
@@ -153,3 +154,37 @@ def test_flyte_local_run_with_task_tools_resumes(runner, fake):
     again = runner("flyte", "flyte-run")
     assert fake.live_calls() == calls and again["output"] == resumed["output"]
     assert len(runner.executions("get_weather")) == 1
+
+
+def test_parallel_tool_calls_overlap_and_replay(runner, fake):
+    """9. The model asks for four tools in one turn (two async, two sync): each waits until all
+    four have started, so they can only finish if the framework runs them concurrently through
+    the tool seam; meanwhile each sees its own tool's secret only, and no secret is journaled.
+    A second run replays all four without running any."""
+    first = runner("parallel", "parallel", env={"TETHER_MEET_PARTIES": str(PARALLEL_CALLS)})
+    assert first["status"] == "succeeded" and first["tool_live"] == PARALLEL_CALLS
+    assert all(f"met {i}" in first["output"] for i in range(1, PARALLEL_CALLS + 1)), first["output"]
+    assert "Error" not in first["output"]
+    again = runner("parallel", "parallel")
+    assert again["output"] == first["output"] and again["tool_replayed"] == PARALLEL_CALLS and again["tool_live"] == 0
+    assert len(runner.executions("meet")) == PARALLEL_CALLS
+    journal = b"".join(p.read_bytes() for p in (Path(runner.store) / "journal").rglob("*") if p.is_file())
+    assert journal and not any(secret.encode() in journal for secret in MEET_SECRETS.values())
+
+
+@pytest.mark.parametrize("finished", [1, PARALLEL_CALLS])
+def test_kill_between_parallel_tool_calls_reruns_only_the_unfinished(runner, fake, finished):
+    """10. Killed while parallel calls are running, after exactly one of them finished (the first
+    or the last of the turn): the retry replays that one and runs only the others, whatever
+    order they finish in now; the turn that asked for them is replayed."""
+    env = {"TETHER_MEET_PARTIES": str(PARALLEL_CALLS), "TETHER_MEET_FINISH": str(finished)}
+    runner("parallel", f"parallel-kill-{finished}", kill_after_tool=True, expect_killed=True, env=env)
+    started = runner.executions("meet")
+    assert sorted(e["arguments"]["i"] for e in started) == list(range(1, PARALLEL_CALLS + 1))  # all four were running
+    retry = runner("parallel", f"parallel-kill-{finished}", env={"TETHER_MEET_PARTIES": str(PARALLEL_CALLS - 1)})
+    assert retry["status"] == "succeeded", retry
+    assert retry["tool_replayed"] == 1 and retry["tool_live"] == PARALLEL_CALLS - 1
+    assert retry["model_replayed"] == 1 and retry["model_live"] == 1
+    rerun = sorted(e["arguments"]["i"] for e in runner.executions("meet")[len(started) :])
+    assert rerun == [i for i in range(1, PARALLEL_CALLS + 1) if i != finished]
+    assert all(f"met {i}" in retry["output"] for i in range(1, PARALLEL_CALLS + 1)) and "Error" not in retry["output"], retry["output"]

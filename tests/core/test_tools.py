@@ -217,3 +217,124 @@ async def test_without_a_run_the_tool_just_runs(tmp_path):
     await call_tool(spec, {"a": 1})
     await call_tool(spec, {"a": 1})
     assert len(tool.calls) == 2 and tool.keys == [None, None]
+
+
+def _default_executor_threads() -> int:
+    import os
+
+    return min(32, (os.cpu_count() or 1) + 4)  # what asyncio.to_thread would have
+
+
+@pytest.mark.parametrize("through", ["seam", "tool"])
+async def test_parallel_sync_calls_all_run_at_once(tmp_path, through):
+    """More parallel sync calls than the event loop's default executor has threads each wait
+    until all have started: they can only finish if every one has a thread of its own."""
+    from tether import Tool
+
+    n = _default_executor_threads() + 2
+    everyone = threading.Barrier(n, timeout=20)
+
+    def meet(i: int) -> int:
+        everyone.wait()
+        return i
+
+    run = Run("parallel-sync", tmp_path)
+    with run.activate():
+        if through == "seam":
+            calls = [call_tool(ToolSpec("meet", meet), {"i": i}) for i in range(n)]
+        else:
+            tool = Tool(meet)
+            calls = [tool(i=i) for i in range(n)]
+        assert await asyncio.gather(*calls) == list(range(n))
+    assert run.counters.tool_live == n and not everyone.broken
+
+
+def test_parallel_identical_calls_from_threads_take_distinct_occurrences(tmp_path):
+    """A sync framework calling one tool with the same arguments from several threads at once:
+    each call gets its own occurrence (and idempotency key); a retry replays every one."""
+    n = 6
+    everyone = threading.Barrier(n, timeout=20)
+    tool = Counted("sync")
+
+    def meet(**args):
+        everyone.wait()
+        return tool.fn(**args)
+
+    spec = ToolSpec("meet", meet)
+
+    def attempt() -> Run:
+        run = Run("threads", tmp_path)
+        threads = [threading.Thread(target=call_tool_sync, args=(spec, {"q": "same"}), kwargs={"run": run}) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return run
+
+    run = attempt()
+    assert len(tool.calls) == n and len(set(tool.keys)) == n
+    assert sorted(r.occurrence for r in tool_records(tmp_path, "threads")) == list(range(1, n + 1))
+    assert [e.index for e in run.events] == list(range(1, n + 1))
+    everyone.reset()
+    run = attempt()
+    assert run.counters.tool_replayed == n and len(tool.calls) == n
+
+
+async def test_a_retry_replays_the_parallel_call_that_finished_whatever_the_order(tmp_path):
+    """Two identical parallel calls; the one that arrived second finishes, the first never does
+    (the process dies). The retry runs one call and replays the other: keys follow arrival, and
+    identical calls are interchangeable, so the order they finish in changes nothing."""
+    started: list[int] = []
+    release_first = asyncio.Event()
+
+    async def work(q: str) -> str:
+        started.append(len(started) + 1)
+        if len(started) == 1 and not release_first.is_set():
+            await asyncio.Event().wait()  # the first call hangs until cancelled
+        return f"done {q}"
+
+    spec = ToolSpec("work", work)
+    run = Run("order", tmp_path)
+    first = asyncio.ensure_future(call_tool(spec, {"q": "x"}, run=run))
+    second = asyncio.ensure_future(call_tool(spec, {"q": "x"}, run=run))
+    assert await second == "done x"
+    first.cancel()  # the attempt dies with the first call unfinished
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert [r.occurrence for r in tool_records(tmp_path, "order")] == [2]
+
+    release_first.set()
+    retry = Run("order", tmp_path)
+    assert await asyncio.gather(*(call_tool(spec, {"q": "x"}, run=retry) for _ in range(2))) == ["done x", "done x"]
+    assert retry.counters.tool_replayed == 1 and retry.counters.tool_live == 1 and len(started) == 3
+
+
+async def test_a_call_that_suspends_for_approval_lets_parallel_calls_finish_first(tmp_path):
+    """A turn's parallel calls: one needs an approval, the other is still running when the run
+    suspends. The running one finishes and is recorded before the run suspends, so after the
+    decision it replays instead of running again."""
+    from tether.approvals import decide, list_approvals
+    from tether.errors import Suspended
+
+    store = open_store(tmp_path)
+    refund, slow_runs = Counted("async"), []
+
+    async def slow(x: str) -> str:
+        slow_runs.append(x)
+        deadline = asyncio.get_running_loop().time() + 20
+        while not store.list("approvals/par-approval/") and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # still running when the other call asks for its approval
+        return "slow done"
+
+    specs = (ToolSpec("refund", refund.fn, approval=True), ToolSpec("slow", slow))
+    run = Run("par-approval", tmp_path)
+    with pytest.raises(Suspended):
+        await asyncio.gather(call_tool(specs[0], {"order": "A1"}, run=run), call_tool(specs[1], {"x": "1"}, run=run))
+    assert [r.request["tool"] for r in tool_records(tmp_path, "par-approval")] == ["slow"]
+
+    [request] = list_approvals(store, "par-approval")
+    decide(store, "par-approval", request["id"], True, by="test")
+    retry = Run("par-approval", tmp_path)
+    results = await asyncio.gather(call_tool(specs[0], {"order": "A1"}, run=retry), call_tool(specs[1], {"x": "1"}, run=retry))
+    assert results[1] == "slow done" and len(refund.calls) == 1 and slow_runs == ["1"]
+    assert retry.counters.tool_replayed == 1 and retry.counters.tool_live == 1

@@ -35,7 +35,7 @@ from .memory import Memory
 from .progress import ProgressWriter
 from .run import Run, StepEvent, current_run
 from .stores import Store, open_store
-from .tools import ToolSpec, call_tool, call_tool_sync
+from .tools import ToolSpec, call_tool, call_tool_sync, in_tool_thread
 from .wire.providers import API_KEY_ENV
 from .wire.providers import upstreams as resolve_upstreams
 
@@ -88,7 +88,7 @@ class Tool:
         if inspect.iscoroutinefunction(self.fn):
             result = await self.fn(**kwargs)
         else:  # a sync tool (a blocking client, a file) runs in a worker thread, never on the loop
-            result = await asyncio.to_thread(self.fn, **kwargs)
+            result = await in_tool_thread(self.fn, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
     async def __call__(self, **kwargs: Any) -> Any:

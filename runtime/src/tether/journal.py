@@ -189,23 +189,26 @@ class Journal:
     # -- one step ----------------------------------------------------------------------------
     def next_key(self, kind: str, fingerprint: str) -> StepKey:
         """The key of the next tool step with this fingerprint: occurrence counts identical calls
-        on arrival (a tool needs its key before it runs)."""
-        n = self._occurrences.get((kind, fingerprint), 0) + 1
-        self._occurrences[(kind, fingerprint)] = n
+        on arrival (a tool needs its key before it runs). Identical calls running in parallel are
+        interchangeable, so whichever arrives first takes 1: completion order never matters."""
+        with self._lock:  # parallel calls may arrive from several threads (sync frameworks)
+            n = self._occurrences.get((kind, fingerprint), 0) + 1
+            self._occurrences[(kind, fingerprint)] = n
         return (kind, fingerprint, n)
 
     def replay(self, key: StepKey) -> Record | None:
         """The recorded step, counted as replayed; or ``None`` (a miss: the step runs live and is
         counted when its record is appended)."""
-        record = self.records.get(key)
         kind = key[0]
-        if record is not None:
-            self.counters.count(kind, replayed=True)
-            self._unused[kind] -= 1
-            return record
-        if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
-            self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": key[1]}
-        return None
+        with self._lock:
+            record = self.records.get(key)
+            if record is not None:
+                self.counters.count(kind, replayed=True)
+                self._unused[kind] -= 1
+                return record
+            if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
+                self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": key[1]}
+            return None
 
     def _step(self) -> int:
         """The index of the step now asked for: steps done so far + 1 (a retried request, or one

@@ -7,6 +7,8 @@ handed it.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,6 +87,9 @@ class Run:
         self.journal = Journal(self.store, scope).load()
         self.accounting = Accounting()
         self.events: list[StepEvent] = []
+        self._events_lock = threading.Lock()
+        #: One future per live tool call running now (done when it is recorded): see tether.tools.
+        self.tools_running: set[asyncio.Future[None]] = set()
         self.listeners: list[Callable[[StepEvent], None]] = []
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None
@@ -158,11 +163,12 @@ class Run:
         self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms))
 
     def _emit(self, event: StepEvent) -> None:
-        event.index = len(self.events) + 1
-        event.attempt = self.attempt
-        if not event.replayed and self.replay_s is None:
-            self.replay_s = time.time() - self.started_at
-        self.events.append(event)
+        with self._events_lock:  # parallel tool calls may report from several threads
+            event.index = len(self.events) + 1
+            event.attempt = self.attempt
+            if not event.replayed and self.replay_s is None:
+                self.replay_s = time.time() - self.started_at
+            self.events.append(event)
         for listener in list(self.listeners):
             listener(event)
 

@@ -10,6 +10,11 @@ A completed call never runs twice within a run scope, whatever its cache setting
 tool declares ``retryable`` are not recorded: the next attempt runs the call again. Live and
 replayed calls return the same value: the result as it went through JSON, so what the framework
 sees — and so every later fingerprint — is identical across attempts.
+
+Parallel calls (a turn asking for several tools) run in parallel, each keyed on arrival by its
+tool and arguments, never by the order they finish in: a kill between them leaves exactly the
+finished ones recorded. A call that suspends the run for an approval first waits for its running
+siblings, so they are recorded rather than cut off.
 """
 
 from __future__ import annotations
@@ -20,14 +25,16 @@ import functools
 import hashlib
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
-from .errors import ConfigError, StoreError, ToolError
-from .journal import Record
+from .errors import ConfigError, StoreError, Suspended, ToolError
+from .journal import Record, StepKey
 from .run import Run, current_run
 from .secrets import tool_scope
 
@@ -124,7 +131,8 @@ def _from_record(spec: ToolSpec, record: Record) -> Any:
 
 
 async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
-    """Call a tool through the journal. Sync tools run in a worker thread."""
+    """Call a tool through the journal. Async tools run on the caller's loop, sync tools in a tool
+    thread (:func:`in_tool_thread`): calls the framework makes in parallel run in parallel."""
     run = run or current_run()
     if run is None:
         with tool_scope(spec.secrets):
@@ -143,10 +151,41 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     if spec.approval is not None:
         from .approvals import require_approval
 
-        decision = await asyncio.to_thread(require_approval, run, spec, key, canonical["arguments"])
+        try:
+            decision = await asyncio.to_thread(require_approval, run, spec, key, canonical["arguments"])
+        except Suspended:
+            await _running_calls_done(run)  # parallel calls already running finish and are recorded first
+            raise
         if not decision.approved:
             return decision.refusal(spec.name)
 
+    done = asyncio.get_running_loop().create_future()
+    run.tools_running.add(done)
+    enclosing = _enclosing_calls.set((*_enclosing_calls.get(), done))
+    try:
+        return await _call_live(run, spec, args, canonical, key)
+    finally:
+        _enclosing_calls.reset(enclosing)
+        run.tools_running.discard(done)
+        done.set_result(None)
+
+
+#: The live tool calls this code runs inside (a sub-agent called as a tool calls tools too).
+_enclosing_calls: contextvars.ContextVar[tuple[asyncio.Future[None], ...]] = contextvars.ContextVar("tether_enclosing_calls", default=())
+
+
+async def _running_calls_done(run: Run) -> None:
+    """Wait for the live tool calls of ``run`` running on this loop, except those this call runs
+    inside: a call that suspends the run for an approval lets its parallel siblings finish and be
+    recorded, so the next attempt replays them instead of running them again."""
+    loop, inside = asyncio.get_running_loop(), _enclosing_calls.get()
+    running = [f for f in list(run.tools_running) if f.get_loop() is loop and f not in inside]  # list(): one step under the GIL
+    if running:
+        await asyncio.wait(running)
+
+
+async def _call_live(run: Run, spec: ToolSpec, args: dict[str, Any], canonical: dict[str, Any], key: StepKey) -> Any:
+    fp = key[1]
     started = time.time()
     token = _idempotency_key.set(sha256_hex(f"{run.scope}\0{fp}\0{key[2]}".encode())[:32])
     try:
@@ -185,11 +224,30 @@ def _commit(run: Run, spec: ToolSpec, record: Record) -> None:
 async def _invoke(spec: ToolSpec, args: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(spec.fn):
         return await spec.fn(**args)
-    ctx = contextvars.copy_context()  # the worker thread sees the idempotency key and the run
-    result = await asyncio.to_thread(ctx.run, functools.partial(spec.fn, **args))
+    result = await in_tool_thread(spec.fn, **args)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+#: Sync tool calls that run at once per process; more wait for a thread. Not the event loop's
+#: default executor (os.cpu_count() + 4 threads): a turn's parallel calls would queue there
+#: behind each other, and the journal writes that share it behind long-running tools.
+TOOL_THREADS = 128
+_threads: ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+async def in_tool_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Run a sync tool function in one of Tether's tool threads, never on the event loop, in a
+    copy of the caller's context: the thread sees the run, the idempotency key and this call's
+    secrets (``tether.secrets``), and no other call's."""
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="tether-tool")
+    ctx = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_threads, functools.partial(ctx.run, fn, **kwargs))
 
 
 def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,10 +96,13 @@ class _Conversation:
     model: str
     #: Appends that carried function results: each answers one tool-calling turn.
     answered_turns: int = 0
+    #: Every entry in order, inputs and outputs, as ``GET /v1/conversations/{id}/history`` lists them.
+    entries: list[dict[str, Any]] = field(default_factory=list)
 
 
 class MistralConversations(Protocol):
-    """``POST /v1/conversations`` (start) and ``POST /v1/conversations/{id}`` (append).
+    """``POST /v1/conversations`` (start), ``POST /v1/conversations/{id}`` (append) and
+    ``GET /v1/conversations/{id}/history`` (:meth:`history`).
 
     Like the real API the history lives on the server: an append carries only the new entries,
     so the turn index is the number of appends with ``function.result`` entries the server has
@@ -144,9 +148,25 @@ class MistralConversations(Protocol):
 
     def commit(self, view: RequestView, reply: Reply, call: Call) -> None:
         conversation_id = call.path_params.get("conversation_id") or reply.id
+        inputs = call.body.get("inputs")
+        entries = [{"type": "message.input", "role": "user", "content": inputs}] if isinstance(inputs, str) else list(inputs or ())
+        now = _iso(reply)
+        taken = [
+            {**e, "object": "entry", "id": _entry_id(reply, f"in{i}"), "created_at": now, "completed_at": None}
+            for i, e in enumerate(entries)
+            if isinstance(e, Mapping)
+        ]
         with self._lock:
             state = self._conversations.setdefault(conversation_id, _Conversation(view.first_user_text, view.model))
             state.answered_turns = view.tool_turns
+            state.entries += [*taken, *self._outputs(reply)]
+
+    def history(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation's entries, as ``GET /v1/conversations/{id}/history`` answers."""
+        state = self._state(conversation_id)
+        with self._lock:
+            entries = list(state.entries)
+        return {"object": "conversation.history", "conversation_id": conversation_id, "entries": entries}
 
     def reset(self) -> None:
         with self._lock:
@@ -166,7 +186,7 @@ class MistralConversations(Protocol):
         return {
             "object": "conversation.response",
             "conversation_id": self._conversation_id(reply, call),
-            "outputs": self._outputs(reply, ids),
+            "outputs": self._outputs(reply),
             "usage": _usage(reply),
         }
 
@@ -177,7 +197,7 @@ class MistralConversations(Protocol):
             return sse({"type": kind, "created_at": now, **fields}, event=kind)
 
         out = [event("conversation.response.started", conversation_id=self._conversation_id(reply, call))]
-        for index, entry in enumerate(self._outputs(reply, ids)):
+        for index, entry in enumerate(self._outputs(reply)):
             common = {"output_index": index, "id": entry["id"], "model": reply.model, "agent_id": None}
             if entry["type"] == "message.output":
                 out += [
@@ -203,7 +223,8 @@ class MistralConversations(Protocol):
         return call.path_params.get("conversation_id") or reply.id
 
     @staticmethod
-    def _outputs(reply: Reply, ids: Ids) -> list[dict[str, Any]]:
+    def _outputs(reply: Reply) -> list[dict[str, Any]]:
+        # Entry ids follow from the reply's own (seeded) id, so the answer and the history agree.
         now = _iso(reply)
         entry = {"object": "entry", "created_at": now, "completed_at": now, "agent_id": None, "model": reply.model}
         outputs: list[dict[str, Any]] = []
@@ -212,7 +233,7 @@ class MistralConversations(Protocol):
                 {
                     **entry,
                     "type": "message.output",
-                    "id": "msg_" + ids.hex(32),
+                    "id": _entry_id(reply, "msg"),
                     "role": "assistant",
                     "content": reply.text,
                 }
@@ -222,13 +243,18 @@ class MistralConversations(Protocol):
                 {
                     **entry,
                     "type": "function.call",
-                    "id": "fc_" + ids.hex(32),
+                    "id": _entry_id(reply, f"fc{c.id}"),
                     "tool_call_id": c.id,
                     "name": c.name,
                     "arguments": c.arguments_json,
                 }
             )
         return outputs
+
+
+def _entry_id(reply: Reply, what: str) -> str:
+    kind = "fc" if what.startswith("fc") else "msg"
+    return f"{kind}_" + hashlib.sha256(f"{reply.id}:{what}".encode()).hexdigest()[:32]
 
 
 def _iso(reply: Reply) -> str:

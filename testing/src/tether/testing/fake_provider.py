@@ -84,6 +84,7 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/mistral/v1/chat/completions", "mistral-chat"),
     ("POST", "/mistral/v1/conversations", "mistral-conversations"),
     ("POST", "/mistral/v1/conversations/{conversation_id}", "mistral-conversations"),
+    ("GET", "/mistral/v1/conversations/{conversation_id}/history", "mistral_history"),
     ("GET", "/_control/ledger", "control_ledger"),
     ("POST", "/_control/faults", "control_faults"),
     ("POST", "/_control/reset", "control_reset"),
@@ -448,6 +449,15 @@ class FakeProvider:
             return _json(OpenAIChat().error(401, "No API key provided."), 401)
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "tether-fake"} for m in _DEFAULT_MODELS]
         return _json({"object": "list", "data": data}, 200)
+
+    async def _mistral_history(self, request: web.Request) -> web.Response:
+        protocol = cast(MistralConversations, self._protocols["mistral-conversations"])
+        if not _has_credentials(request):
+            return _json(protocol.error(401, "No API key provided."), 401)
+        try:
+            return _json(protocol.history(request.match_info["conversation_id"]), 200)
+        except RequestError as exc:
+            return _json(protocol.error(exc.status, exc.message), exc.status)
 
     async def _control_ledger(self, request: web.Request) -> web.Response:
         return _json([e.to_dict() for e in self.ledger], 200)

@@ -114,6 +114,7 @@ class MistralConversations(Protocol):
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        self._replies = 0
         self._lock = threading.Lock()
 
     def read(self, call: Call) -> RequestView:
@@ -171,10 +172,16 @@ class MistralConversations(Protocol):
     def reset(self) -> None:
         with self._lock:
             self._conversations.clear()
+            self._replies = 0
 
     def response_id(self, ids: Ids) -> str:
-        # The reply id is the conversation id: a start creates it, an append must keep it.
-        return "conv_" + ids.hex(32)
+        # The reply id is the conversation id: a start creates it, an append must keep it. As on
+        # the real server every start is a new conversation, even with the same body (the count
+        # of replies is mixed in), and the ids stay reproducible for a seed.
+        with self._lock:
+            self._replies += 1
+            n = self._replies
+        return f"conv_{ids.hex(24)}{n:08x}"
 
     def tool_call_id(self, ids: Ids) -> str:
         return ids.alnum(9)

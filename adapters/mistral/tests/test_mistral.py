@@ -126,6 +126,9 @@ def test_append_the_server_took_but_the_journal_never_recorded_is_not_sent_twice
     assert [r.response["resolved"] for r in resolved] == [f"/v1/conversations/{conversation}/history"]
     assert resolved[0].response["streamed"] is stream
     assert any("read back" in m and conversation in m for m in caplog.messages)
+    # Every turn is priced by its model: an append names none, its answer does.
+    assert {r.model for r in records(tmp_path, "landed")} == {MODEL}
+    assert retry.usage_live["output_tokens"] > 0  # the final append, live; the resolved turn's usage is unknown
 
     # And the resolved turn replays like any other.
     again = asyncio.run(run_agent(PROMPTS["multi"], tools=TOOLS, model=MODEL, stream=stream, **options(fake, tmp_path, "landed")))

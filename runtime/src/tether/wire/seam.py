@@ -240,7 +240,7 @@ class WireSeam:
             },
             body=answer,
             usage={},
-            model=protocol.model(request.path, body),
+            model=protocol.model(request.path, body) or protocol.response_model(answer, streamed),
             started_at=time.time(),
         )
         try:
@@ -338,7 +338,7 @@ class WireSeam:
                 response={"status": status, "headers": headers, "streamed": streamed, "protocol": protocol.name},
                 body=body,
                 usage=_usage(protocol, body, streamed) if ok else {},
-                model=model,
+                model=model or protocol.response_model(body, streamed),
                 started_at=started,
                 duration_ms=(time.time() - started) * 1000,
             )

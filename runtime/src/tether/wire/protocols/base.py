@@ -87,6 +87,11 @@ class WireProtocol(ABC):
         model = get_path(body, "model")
         return model if isinstance(model, str) else ""
 
+    def response_model(self, body: bytes, streamed: bool) -> str:
+        """The model named by a successful answer, for turns whose request names none (a
+        conversation append). Never raises; ``""`` if unknown."""
+        return ""
+
     def landed_check(self, path: str, body: Any) -> str | None:
         """For a turn that adds to state kept on the provider's server (a conversation append):
         the path (under the same upstream) to read that state back before sending the turn live,

@@ -151,6 +151,15 @@ class MistralConversations(Mistral):
     purpose cannot be told apart from one sent twice.
     """
 
+    def response_model(self, body: bytes, streamed: bool) -> str:
+        # An append names no model (the conversation has one); every output entry (or delta) does.
+        try:
+            found = list(sse_data(body)) if streamed else (get_path(json.loads(body), "outputs") or [])
+        except ValueError:
+            return ""
+        names = [m for e in found if isinstance(m := get_path(e, "model"), str) and m]
+        return names[0] if names else ""
+
     def landed_check(self, path: str, body: Any) -> str | None:
         if not _APPEND.search(route(path)) or not _results(body):
             return None

@@ -171,6 +171,7 @@ async def test_memory_starts_a_new_conversation_from_the_committed_transcript(fa
     assert all(i["conversation_id"].startswith("conv_") for i in items) and items[0]["conversation_id"] != items[1]["conversation_id"]
     assert [e["type"] for e in items[0]["entries"]] == ["message.input", "function.call", "function.result", "message.output"]
     assert all("id" not in e and "created_at" not in e for e in items[0]["entries"])
+    assert items[1]["entries"][0]["content"] == PROMPTS["memory2"]  # each run stores its own entries only
     second_start = json.loads(fake.ledger[len(fake.ledger) - len(records(tmp_path, "m2"))].body)
     sent = [{k: v for k, v in e.items() if k != "object"} for e in second_start["inputs"]]  # the SDK adds object="entry"
     assert sent[:4] == items[0]["entries"] and sent[4:] == [

@@ -122,7 +122,8 @@ class Runner:
         if result is None:
             raise RuntimeError("the Mistral run ended without a result")
         if memory is not None:
-            memory.add_conversation(result.conversation_id, [*result.input_entries, *result.output_entries])
+            # This run's own entries: its message and what followed (not the transcript it started from).
+            memory.add_conversation(result.conversation_id, [*result.input_entries[len(earlier) :], *result.output_entries])
         return result.output_as_text
 
     # -- chat completions: the adapter's loop ------------------------------------------------------

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, chat_messages_view, pieces, sse, text_of
@@ -116,6 +118,28 @@ class MistralConversations(Protocol):
         self._conversations: dict[str, _Conversation] = {}
         self._replies = 0
         self._lock = threading.Lock()
+        self._state_path: Path | None = None
+
+    def keep_state_in(self, path: Path) -> None:
+        """Keep the conversations in a file, as the real server keeps them across its clients'
+        restarts: a fake provider started again on the same file knows them (``tether run`` starts
+        one per invocation, and a run resumed after an approval appends to its conversation)."""
+        self._state_path = path
+        if path.exists():
+            data = json.loads(path.read_text())
+            with self._lock:
+                self._replies = data["replies"]
+                self._conversations = {k: _Conversation(**v) for k, v in data["conversations"].items()}
+
+    def _save(self) -> None:
+        """Called with the lock held."""
+        if self._state_path is None:
+            return
+        data = {"replies": self._replies, "conversations": {k: asdict(v) for k, v in self._conversations.items()}}
+        self._state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self._state_path)
 
     def read(self, call: Call) -> RequestView:
         body = call.body
@@ -161,6 +185,7 @@ class MistralConversations(Protocol):
             state = self._conversations.setdefault(conversation_id, _Conversation(view.first_user_text, view.model))
             state.answered_turns = view.tool_turns
             state.entries += [*taken, *self._outputs(reply)]
+            self._save()
 
     def history(self, conversation_id: str) -> dict[str, Any]:
         """The conversation's entries, as ``GET /v1/conversations/{id}/history`` answers."""
@@ -173,6 +198,7 @@ class MistralConversations(Protocol):
         with self._lock:
             self._conversations.clear()
             self._replies = 0
+            self._save()
 
     def response_id(self, ids: Ids) -> str:
         # The reply id is the conversation id: a start creates it, an append must keep it. As on
@@ -181,6 +207,7 @@ class MistralConversations(Protocol):
         with self._lock:
             self._replies += 1
             n = self._replies
+            self._save()
         return f"conv_{ids.hex(24)}{n:08x}"
 
     def tool_call_id(self, ids: Ids) -> str:

@@ -24,6 +24,7 @@ Routes (see :data:`ROUTES`)::
     POST /anthropic/v1/messages
     POST /gemini/{version}/models/{model}:generateContent   (:streamGenerateContent?alt=sse)
     POST /mistral/v1/chat/completions   POST /mistral/v1/conversations   POST /mistral/v1/conversations/{id}
+    GET /mistral/v1/conversations/{id}/history
     GET /_control/ledger    POST /_control/faults    POST /_control/reset
 
 Usage in every answer is deterministic, from the request body's length ``n`` in bytes and the turn
@@ -255,6 +256,7 @@ class FakeProvider:
         latency: float = 0.0,
         seed: int | None = None,
         ledger_path: str | Path | None = None,
+        state_path: str | Path | None = None,
     ):
         if script is None:
             script = Script.text("Hello from the Tether fake provider.")
@@ -268,6 +270,8 @@ class FakeProvider:
         self.seed = seed
         self.ledger = Ledger(ledger_path)
         self._protocols = {name: cls() for name, cls in PROTOCOLS.items()}
+        if state_path is not None:  # conversations kept on the "server" outlive this process
+            cast(MistralConversations, self._protocols["mistral-conversations"]).keep_state_in(Path(state_path))
         self._faults: list[list[Any]] = []  # [Fault, calls left]
         self._faults_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None

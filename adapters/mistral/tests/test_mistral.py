@@ -197,3 +197,10 @@ def test_declarative_models_pick_the_api():
         ADAPTER.build(AgentSpec("gpt-4o-mini", "openai"), session)
     with pytest.raises(ConfigError, match="must be Tether tools"):
         MistralAgent(model=MODEL, tools=[print])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("model", [MODEL, f"mistral-chat:{MODEL}"])
+async def test_max_turns_stops_both_loops(fake, tmp_path, model):
+    with pytest.raises(RuntimeError, match="no answer after 2 turns"):
+        await run_agent(PROMPTS["multi"], tools=TOOLS, model=model, max_turns=2, **options(fake, tmp_path, f"limit-{model}"))
+    assert fake.live_calls() == 2

@@ -81,6 +81,20 @@ def _delegate(agent: MistralAgent, run: Any) -> Any:
     return delegate
 
 
+class LimitedRunContext(RunContext):
+    """The SDK's ``RunContext`` with a turn limit: its loop makes one request per tool turn and
+    asks the context to run the calls in between, so that is where a run over ``max_turns`` stops."""
+
+    def __init__(self, *args: Any, max_turns: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_turns = max_turns
+
+    async def execute_function_calls(self, function_calls: Any) -> Any:
+        if self.max_turns is not None and self.request_count >= self.max_turns:
+            raise RuntimeError(f"no answer after {self.max_turns} turns (max_turns)")
+        return await super().execute_function_calls(function_calls)
+
+
 class Runner:
     """Runs agents for one ``run_agent`` call: one SDK client on the seam, memory, streaming."""
 
@@ -109,7 +123,7 @@ class Runner:
             options["completion_args"] = agent.completion_args
         # continue_on_fn_error: a Tether tool returns its failure as text already; anything else
         # raising in a function (a delegated agent's loop) reaches the model as an error too.
-        async with RunContext(model=agent.model, continue_on_fn_error=True) as ctx:
+        async with LimitedRunContext(model=agent.model, continue_on_fn_error=True, max_turns=self.session.max_turns) as ctx:
             for fn in self.functions(agent):
                 ctx.register_func(fn)
             result: RunResult | None = None

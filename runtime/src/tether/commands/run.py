@@ -160,7 +160,9 @@ def main(argv: list[str]) -> int:
             )
             return 2
 
-        fake = FakeProvider(Script.load(script), latency=0.2).start()
+        # Server-side state (Mistral conversations) outlives each invocation, as on a real server.
+        state = Path(store) / "fake-provider" / f"{run_id}.json" if "://" not in store else None
+        fake = FakeProvider(Script.load(script), latency=0.2, state_path=state).start()
         spec = spec.model_copy(update={"model": spec.model.model_copy(update={"base_url": fake.base_url(provider)})})
         env[API_KEY_ENV[provider]] = "fake-key-no-real-model"
         print(f"No {API_KEY_ENV[provider]} set: using Tether's fake {provider} provider at {fake.url}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,6 +34,8 @@ from .protocols.base import WireProtocol, sse_data
 
 if TYPE_CHECKING:
     from ..run import Run
+
+log = logging.getLogger("tether.wire")
 
 #: Response headers kept in a record and replayed; everything else is transport or per-call noise.
 KEPT_RESPONSE_HEADERS = ("content-type",)
@@ -186,7 +189,75 @@ class WireSeam:
             return WireResponse(record.response["status"], record.response["headers"], _once(record.body), replayed=True)
         if refusal := self.run.cost_refusal():
             return self._refuse(refusal)
+        if (landed := await self._landed(protocol, request, fp, canonical)) is not None:
+            return landed
         return await self._live(protocol, request, fp, canonical)
+
+    async def _landed(self, protocol: WireProtocol, request: WireRequest, fp: str, canonical: dict[str, Any]) -> WireResponse | None:
+        """A turn that adds to state kept on the provider's server (a Mistral conversation append)
+        and that the server already took, in an attempt that died after the server answered but
+        before the journal recorded it: sending it again would duplicate it there (or fork the
+        conversation). The server's state is read back (an unrecorded GET); when it already holds
+        the turn, the answer is rebuilt from it, recorded as the turn's outcome and handed back.
+        Its usage is unknown (the dead attempt paid for it): counted as a turn of unknown cost."""
+        body = json.loads(request.body)
+        check = protocol.landed_check(request.path, body)
+        if check is None or not request.url.endswith(request.path):
+            return None
+        headers = [(k, v) for k, v in request.headers if k.lower() not in ("content-type", "accept")]
+        read = WireRequest(
+            "GET", request.provider, check, request.url[: -len(request.path)] + check, headers=headers, timeout=request.timeout
+        )
+        response = await self._send(read)
+        try:
+            state = await response.aread()
+        except httpx.TransportError as e:
+            raise RecoverableStepError(f"reading back {check} broke: {type(e).__name__}") from e
+        finally:
+            await response.aclose()
+        if classify(response.status_code) == "recoverable":
+            # Unknown whether the turn landed: sending it could duplicate it, so not now.
+            raise RecoverableStepError(f"could not read back {check} (HTTP {response.status_code}) to tell whether the turn landed")
+        if response.status_code != 200:
+            return None  # the turn itself will meet the same error, recorded as usual
+        streamed = protocol.is_streaming(request.path, {}, body)
+        answer = protocol.answer_from_state(request.path, body, state, streamed)
+        if answer is None:
+            return None
+        content_type = "text/event-stream" if streamed else "application/json"
+        record = Record(
+            kind="model",
+            fingerprint=fp,
+            occurrence=0,
+            outcome="ok",
+            request=canonical,
+            response={
+                "status": 200,
+                "headers": [("content-type", content_type)],
+                "streamed": streamed,
+                "protocol": protocol.name,
+                "resolved": check,
+            },
+            body=answer,
+            usage={},
+            model=protocol.model(request.path, body) or protocol.response_model(answer, streamed),
+            started_at=time.time(),
+        )
+        try:
+            await asyncio.to_thread(self.run.journal.append_next, record)
+        except StoreAccessDenied:
+            raise
+        except StoreError as e:
+            raise RecoverableStepError(f"journal write failed, step not done: {e}") from e
+        self.run.model_step(record, replayed=False)
+        log.warning(
+            "tether: %s %s had already reached the server in an attempt that was never recorded; "
+            "its answer was read back from %s and recorded instead of sending the turn again",
+            request.method,
+            request.path,
+            check,
+        )
+        return WireResponse(200, [("content-type", content_type)], _once(answer))
 
     def _refuse(self, message: str) -> WireResponse:
         """Answer for the provider with 402: every SDK raises it as a non-retryable status error,
@@ -267,7 +338,7 @@ class WireSeam:
                 response={"status": status, "headers": headers, "streamed": streamed, "protocol": protocol.name},
                 body=body,
                 usage=_usage(protocol, body, streamed) if ok else {},
-                model=model,
+                model=model or protocol.response_model(body, streamed),
                 started_at=started,
                 duration_ms=(time.time() - started) * 1000,
             )

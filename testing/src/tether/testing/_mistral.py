@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, chat_messages_view, pieces, sse, text_of
@@ -95,10 +98,13 @@ class _Conversation:
     model: str
     #: Appends that carried function results: each answers one tool-calling turn.
     answered_turns: int = 0
+    #: Every entry in order, inputs and outputs, as ``GET /v1/conversations/{id}/history`` lists them.
+    entries: list[dict[str, Any]] = field(default_factory=list)
 
 
 class MistralConversations(Protocol):
-    """``POST /v1/conversations`` (start) and ``POST /v1/conversations/{id}`` (append).
+    """``POST /v1/conversations`` (start), ``POST /v1/conversations/{id}`` (append) and
+    ``GET /v1/conversations/{id}/history`` (:meth:`history`).
 
     Like the real API the history lives on the server: an append carries only the new entries,
     so the turn index is the number of appends with ``function.result`` entries the server has
@@ -110,7 +116,30 @@ class MistralConversations(Protocol):
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        self._replies = 0
         self._lock = threading.Lock()
+        self._state_path: Path | None = None
+
+    def keep_state_in(self, path: Path) -> None:
+        """Keep the conversations in a file, as the real server keeps them across its clients'
+        restarts: a fake provider started again on the same file knows them (``tether run`` starts
+        one per invocation, and a run resumed after an approval appends to its conversation)."""
+        self._state_path = path
+        if path.exists():
+            data = json.loads(path.read_text())
+            with self._lock:
+                self._replies = data["replies"]
+                self._conversations = {k: _Conversation(**v) for k, v in data["conversations"].items()}
+
+    def _save(self) -> None:
+        """Called with the lock held."""
+        if self._state_path is None:
+            return
+        data = {"replies": self._replies, "conversations": {k: asdict(v) for k, v in self._conversations.items()}}
+        self._state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self._state_path)
 
     def read(self, call: Call) -> RequestView:
         body = call.body
@@ -144,17 +173,42 @@ class MistralConversations(Protocol):
 
     def commit(self, view: RequestView, reply: Reply, call: Call) -> None:
         conversation_id = call.path_params.get("conversation_id") or reply.id
+        inputs = call.body.get("inputs")
+        entries = [{"type": "message.input", "role": "user", "content": inputs}] if isinstance(inputs, str) else list(inputs or ())
+        now = _iso(reply)
+        taken = [
+            {**e, "object": "entry", "id": _entry_id(reply, f"in{i}"), "created_at": now, "completed_at": None}
+            for i, e in enumerate(entries)
+            if isinstance(e, Mapping)
+        ]
         with self._lock:
             state = self._conversations.setdefault(conversation_id, _Conversation(view.first_user_text, view.model))
             state.answered_turns = view.tool_turns
+            state.entries += [*taken, *self._outputs(reply)]
+            self._save()
+
+    def history(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation's entries, as ``GET /v1/conversations/{id}/history`` answers."""
+        state = self._state(conversation_id)
+        with self._lock:
+            entries = list(state.entries)
+        return {"object": "conversation.history", "conversation_id": conversation_id, "entries": entries}
 
     def reset(self) -> None:
         with self._lock:
             self._conversations.clear()
+            self._replies = 0
+            self._save()
 
     def response_id(self, ids: Ids) -> str:
-        # The reply id is the conversation id: a start creates it, an append must keep it.
-        return "conv_" + ids.hex(32)
+        # The reply id is the conversation id: a start creates it, an append must keep it. As on
+        # the real server every start is a new conversation, even with the same body (the count
+        # of replies is mixed in), and the ids stay reproducible for a seed.
+        with self._lock:
+            self._replies += 1
+            n = self._replies
+            self._save()
+        return f"conv_{ids.hex(24)}{n:08x}"
 
     def tool_call_id(self, ids: Ids) -> str:
         return ids.alnum(9)
@@ -166,7 +220,7 @@ class MistralConversations(Protocol):
         return {
             "object": "conversation.response",
             "conversation_id": self._conversation_id(reply, call),
-            "outputs": self._outputs(reply, ids),
+            "outputs": self._outputs(reply),
             "usage": _usage(reply),
         }
 
@@ -177,7 +231,7 @@ class MistralConversations(Protocol):
             return sse({"type": kind, "created_at": now, **fields}, event=kind)
 
         out = [event("conversation.response.started", conversation_id=self._conversation_id(reply, call))]
-        for index, entry in enumerate(self._outputs(reply, ids)):
+        for index, entry in enumerate(self._outputs(reply)):
             common = {"output_index": index, "id": entry["id"], "model": reply.model, "agent_id": None}
             if entry["type"] == "message.output":
                 out += [
@@ -203,7 +257,8 @@ class MistralConversations(Protocol):
         return call.path_params.get("conversation_id") or reply.id
 
     @staticmethod
-    def _outputs(reply: Reply, ids: Ids) -> list[dict[str, Any]]:
+    def _outputs(reply: Reply) -> list[dict[str, Any]]:
+        # Entry ids follow from the reply's own (seeded) id, so the answer and the history agree.
         now = _iso(reply)
         entry = {"object": "entry", "created_at": now, "completed_at": now, "agent_id": None, "model": reply.model}
         outputs: list[dict[str, Any]] = []
@@ -212,7 +267,7 @@ class MistralConversations(Protocol):
                 {
                     **entry,
                     "type": "message.output",
-                    "id": "msg_" + ids.hex(32),
+                    "id": _entry_id(reply, "msg"),
                     "role": "assistant",
                     "content": reply.text,
                 }
@@ -222,13 +277,18 @@ class MistralConversations(Protocol):
                 {
                     **entry,
                     "type": "function.call",
-                    "id": "fc_" + ids.hex(32),
+                    "id": _entry_id(reply, f"fc{c.id}"),
                     "tool_call_id": c.id,
                     "name": c.name,
                     "arguments": c.arguments_json,
                 }
             )
         return outputs
+
+
+def _entry_id(reply: Reply, what: str) -> str:
+    kind = "fc" if what.startswith("fc") else "msg"
+    return f"{kind}_" + hashlib.sha256(f"{reply.id}:{what}".encode()).hexdigest()[:32]
 
 
 def _iso(reply: Reply) -> str:

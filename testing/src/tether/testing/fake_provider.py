@@ -24,6 +24,7 @@ Routes (see :data:`ROUTES`)::
     POST /anthropic/v1/messages
     POST /gemini/{version}/models/{model}:generateContent   (:streamGenerateContent?alt=sse)
     POST /mistral/v1/chat/completions   POST /mistral/v1/conversations   POST /mistral/v1/conversations/{id}
+    GET /mistral/v1/conversations/{id}/history
     GET /_control/ledger    POST /_control/faults    POST /_control/reset
 
 Usage in every answer is deterministic, from the request body's length ``n`` in bytes and the turn
@@ -84,6 +85,7 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/mistral/v1/chat/completions", "mistral-chat"),
     ("POST", "/mistral/v1/conversations", "mistral-conversations"),
     ("POST", "/mistral/v1/conversations/{conversation_id}", "mistral-conversations"),
+    ("GET", "/mistral/v1/conversations/{conversation_id}/history", "mistral_history"),
     ("GET", "/_control/ledger", "control_ledger"),
     ("POST", "/_control/faults", "control_faults"),
     ("POST", "/_control/reset", "control_reset"),
@@ -254,6 +256,7 @@ class FakeProvider:
         latency: float = 0.0,
         seed: int | None = None,
         ledger_path: str | Path | None = None,
+        state_path: str | Path | None = None,
     ):
         if script is None:
             script = Script.text("Hello from the Tether fake provider.")
@@ -267,6 +270,8 @@ class FakeProvider:
         self.seed = seed
         self.ledger = Ledger(ledger_path)
         self._protocols = {name: cls() for name, cls in PROTOCOLS.items()}
+        if state_path is not None:  # conversations kept on the "server" outlive this process
+            cast(MistralConversations, self._protocols["mistral-conversations"]).keep_state_in(Path(state_path))
         self._faults: list[list[Any]] = []  # [Fault, calls left]
         self._faults_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -448,6 +453,15 @@ class FakeProvider:
             return _json(OpenAIChat().error(401, "No API key provided."), 401)
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "tether-fake"} for m in _DEFAULT_MODELS]
         return _json({"object": "list", "data": data}, 200)
+
+    async def _mistral_history(self, request: web.Request) -> web.Response:
+        protocol = cast(MistralConversations, self._protocols["mistral-conversations"])
+        if not _has_credentials(request):
+            return _json(protocol.error(401, "No API key provided."), 401)
+        try:
+            return _json(protocol.history(request.match_info["conversation_id"]), 200)
+        except RequestError as exc:
+            return _json(protocol.error(exc.status, exc.message), exc.status)
 
     async def _control_ledger(self, request: web.Request) -> web.Response:
         return _json([e.to_dict() for e in self.ledger], 200)

@@ -87,6 +87,24 @@ class WireProtocol(ABC):
         model = get_path(body, "model")
         return model if isinstance(model, str) else ""
 
+    def response_model(self, body: bytes, streamed: bool) -> str:
+        """The model named by a successful answer, for turns whose request names none (a
+        conversation append). Never raises; ``""`` if unknown."""
+        return ""
+
+    def landed_check(self, path: str, body: Any) -> str | None:
+        """For a turn that adds to state kept on the provider's server (a conversation append):
+        the path (under the same upstream) to read that state back before sending the turn live,
+        so a turn the server already took — in an attempt that died before recording it — is not
+        sent twice. Default ``None``: the request carries all its context, nothing to check."""
+        return None
+
+    def answer_from_state(self, path: str, body: Any, state: bytes, streamed: bool) -> bytes | None:
+        """The answer the server gave to this turn, rebuilt from ``state`` (the body read from
+        :meth:`landed_check`'s path), when the turn is already there; ``None`` when it is not
+        (the seam then sends it live)."""
+        return None
+
 
 def sse_data(body: bytes) -> Iterator[Any]:
     """Yield the JSON payload of each ``data:`` event of an SSE body; skips ``[DONE]`` and non-JSON."""

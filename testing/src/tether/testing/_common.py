@@ -44,6 +44,15 @@ class RequestView:
     tool_turns: int
     #: Tool results sent since the last tool-calling turn (for ``text_from_tool_results``).
     tool_results: tuple[str, ...] = ()
+    #: Names of the tools the request offers (where the protocol reads them).
+    tool_names: tuple[str, ...] = ()
+
+    def offered_name(self, scripted: str) -> str:
+        """The name to call a scripted tool by: itself, or the MCP tool ``mcp__<server>__<name>``
+        the request offers instead (Claude Code names MCP tools so), as a real model would."""
+        if scripted in self.tool_names:
+            return scripted
+        return next((n for n in self.tool_names if n.startswith("mcp__") and n.endswith(f"__{scripted}")), scripted)
 
 
 @dataclass(frozen=True)

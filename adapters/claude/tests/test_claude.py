@@ -184,3 +184,20 @@ def test_your_own_sdk_tools_are_not_journaled(fake: FakeProvider, tmp_path: Path
     assert first.model_live == 2 and again.model_replayed == 2 and again.model_live == 0
     assert first.tool_live == again.tool_live == again.tool_replayed == 0
     assert executions == ["plain:Paris", "plain:Paris"]
+
+
+def test_memory_continues_the_session_over_three_runs(fake: FakeProvider, tmp_path: Path) -> None:
+    """Each run on a memory key resumes the SDK session the earlier runs left (the provider sees
+    every earlier turn, once), and the store keeps each turn once."""
+    for i in range(3):
+        fake.ledger.clear()
+        done = asyncio.run(
+            run_agent(f"memory: run {i} here", model=MODEL, tools=[get_weather], **options(fake, tmp_path, f"m{i}", memory_key="m"))
+        )
+        assert done.status == "succeeded"
+    sent = fake.ledger.snapshot()[0].body.decode()
+    assert [sent.count(f"memory: run {i} here") for i in range(3)] == [1, 1, 1]
+    assert sent.count("The weather in Paris is sunny") >= 2  # the earlier runs' tool results
+    store = open_store(str(tmp_path / "store"))
+    stored = b"".join(store.get(k) or b"" for k in store.list("memory/default/m/segments/"))
+    assert [stored.count(f"memory: run {i} here".encode()) for i in range(3)] == [1, 1, 1]

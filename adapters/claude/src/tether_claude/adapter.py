@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -162,6 +163,9 @@ class ClaudeAdapter(Adapter):
         return agent
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
+        # The SDK waits 60 s (its default) for a CLI to start; many CLIs starting at once on a
+        # busy node take longer. A default only: the user's own setting wins.
+        os.environ.setdefault("CLAUDE_CODE_STREAM_CLOSE_TIMEOUT", "300000")
         if isinstance(agent, ClaudeAgentOptions):
             agent = ClaudeAgent(agent, [])
         stop = _Stop()
@@ -170,7 +174,7 @@ class ClaudeAdapter(Adapter):
         try:
             options = dataclasses.replace(options, env={**options.env, **self._env(session, home)})
             cwd = str(options.cwd)
-            resumed = self._restore(session.history, home, cwd)
+            resumed, written = self._restore(session.history, home, cwd)
             if resumed:
                 options = dataclasses.replace(options, resume=resumed)
             result = await self._query(prompt, options, stop)
@@ -182,7 +186,7 @@ class ClaudeAdapter(Adapter):
                 raise RuntimeError(f"the Claude CLI failed: {result.subtype}: {result.result or ''}")
             if session.run is not None:
                 session.run.framework_cost_usd = (session.run.framework_cost_usd or 0.0) + (result.total_cost_usd or 0.0)
-            session.new_items.extend(self._new_transcript(session.history, home, cwd, result.session_id))
+            session.new_items.extend(self._new_transcript([*session.history, *written], home, cwd, result.session_id))
             return result.result or ""
         finally:
             shutil.rmtree(home, ignore_errors=True)
@@ -240,24 +244,39 @@ class ClaudeAdapter(Adapter):
         return result
 
     @staticmethod
-    def _restore(history: list[Any], home: Path, cwd: str) -> str | None:
-        """Write the stored transcript into the new HOME; the session id to resume, if any."""
+    def _restore(history: list[Any], home: Path, cwd: str) -> tuple[str | None, list[Any]]:
+        """Write the stored transcript into the new HOME as one session; its id, to resume.
+
+        Memory holds one segment per run, each its own CLI session whose first line has no
+        parent. The CLI resumes by following ``parentUuid`` back from the last line, so each
+        segment's first line is chained to the previous segment's last (runs that wrote
+        concurrently come one after the other) and all lines get the last session's id."""
         lines = [h for h in history if isinstance(h, dict)]
         session_ids = [h["sessionId"] for h in lines if isinstance(h.get("sessionId"), str)]
         if not session_ids:
-            return None
+            return None, []
+        session_id = session_ids[-1]
+        chained: list[dict[str, Any]] = []
+        last_uuid: str | None = None
+        for line in lines:
+            line = {**line, "sessionId": session_id} if "sessionId" in line else dict(line)
+            if "parentUuid" in line and line["parentUuid"] is None and last_uuid is not None:
+                line["parentUuid"] = last_uuid
+            if isinstance(line.get("uuid"), str):
+                last_uuid = line["uuid"]
+            chained.append(line)
         folder = transcript_dir(home, cwd)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{session_ids[-1]}.jsonl").write_text("".join(json.dumps(h) + "\n" for h in lines))
-        return session_ids[-1]
+        (folder / f"{session_id}.jsonl").write_text("".join(json.dumps(h) + "\n" for h in chained))
+        return session_id, chained
 
     @staticmethod
-    def _new_transcript(history: list[Any], home: Path, cwd: str, session_id: str) -> list[Any]:
-        """The transcript lines this run added (those not already in memory)."""
+    def _new_transcript(known: list[Any], home: Path, cwd: str, session_id: str) -> list[Any]:
+        """The transcript lines this run added (neither in memory nor restored from it)."""
         path = transcript_dir(home, cwd) / f"{session_id}.jsonl"
         if not path.exists():
             return []
-        seen = {json.dumps(h, sort_keys=True) for h in history}
+        seen = {json.dumps(h, sort_keys=True) for h in known}
         out = []
         for line in path.read_text().splitlines():
             try:

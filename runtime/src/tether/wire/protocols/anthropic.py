@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .base import (
@@ -88,7 +88,7 @@ def _normalise_handback(text: str) -> str:
     return text
 
 
-def _normalise_blocks(content: Any, normalise: Any = _normalise_text) -> Any:
+def _normalise_blocks(content: Any, normalise: Callable[[str], str] = _normalise_text) -> Any:
     if isinstance(content, str):
         return normalise(content)
     if not isinstance(content, list):

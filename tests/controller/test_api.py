@@ -164,8 +164,8 @@ def test_duplicate_env_names_are_refused() -> None:
 
 def test_read_spec_names_fields_without_a_pydantic_dump() -> None:
     with pytest.raises(api.ManifestError) as caught:
-        api.read_spec(api.AgentRunSpec, {"framework": "claude", "model": {"name": " "}, "input": ""})
+        api.read_spec(api.AgentRunSpec, {"framework": "no-such-framework", "model": {"name": " "}, "input": ""})
     text = str(caught.value)
-    assert "spec.framework: Input should be 'openai', 'langgraph', 'langchain', 'pydantic-ai', 'google-adk' or 'deepagents'" in text
+    assert "spec.framework: Input should be 'openai', 'langgraph', 'langchain', 'pydantic-ai', 'google-adk', 'deepagents' or 'claude'" in text
     assert "spec.model.name: must not be blank" in text and "spec.input: String should have at least 1 character" in text
     assert "errors.pydantic.dev" not in text and "type=" not in text and "\n" not in text

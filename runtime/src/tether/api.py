@@ -206,6 +206,7 @@ class Framework(str, Enum):
     GOOGLE_ADK = "google-adk"
     DEEPAGENTS = "deepagents"
     MISTRAL = "mistral"
+    CLAUDE = "claude"
 
 
 class Provider(str, Enum):
@@ -654,6 +655,11 @@ class Steps(_Wire):
     model_replayed: int = Field(default=0, ge=0, description="Model turns replayed.")
     tool_live: int = Field(default=0, ge=0, description="Tool calls executed.")
     tool_replayed: int = Field(default=0, ge=0, description="Tool calls replayed.")
+    normalised_parts: int = Field(
+        default=0,
+        ge=0,
+        description="Volatile parts of model requests (a CLI's date, kernel, working directory) left out of their fingerprints.",
+    )
     first_divergence: Divergence | None = Field(
         default=None,
         description="First step at which a retry sent a request not in the journal (a cache miss, not an error).",
@@ -673,6 +679,11 @@ class Usage(_Wire):
     cost_usd: float = Field(default=0.0, alias="costUSD", description="Cost of all turns in US dollars.")
     live_cost_usd: float = Field(default=0.0, alias="liveCostUSD", description="Cost of the turns called live.")
     saved_usd: float = Field(default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again).")
+    framework_cost_usd: float | None = Field(
+        default=None,
+        alias="frameworkCostUSD",
+        description="The framework's own cost figure for this attempt, where it reports one (the Claude Agent SDK's total_cost_usd; replayed turns included).",
+    )
     live_tokens: int = Field(default=0, ge=0, description="Tokens of the turns called live.")
     replayed_tokens: int = Field(default=0, ge=0, description="Tokens of the turns replayed from the journal.")
     unpriced_models: list[str] = Field(default_factory=list, max_length=32, description="Models with no price: their cost is not counted.")

@@ -42,6 +42,7 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
             model_replayed=c.model_replayed,
             tool_live=c.tool_live,
             tool_replayed=c.tool_replayed,
+            normalised_parts=run.normalised_parts,
             first_divergence=None if c.first_divergence is None else Divergence.model_validate(c.first_divergence),
         ),
         usage=Usage.model_validate(
@@ -55,6 +56,7 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
                 "cost_usd": round(a.live_cost_usd + a.saved_usd, 6),
                 "live_cost_usd": round(a.live_cost_usd, 6),
                 "saved_usd": round(a.saved_usd, 6),
+                "framework_cost_usd": None if run.framework_cost_usd is None else round(run.framework_cost_usd, 6),
                 "unpriced_models": sorted(a.unpriced_models),
                 "unknown_cost_turns": a.unknown_cost_live,
                 "unknown_saved_turns": a.unknown_cost_replayed,

@@ -93,6 +93,11 @@ class Run:
         self.listeners: list[Callable[[StepEvent], None]] = []
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None
+        #: Volatile parts of this attempt's model requests the fingerprints left out (a CLI's date,
+        #: kernel, working directory: see the protocol modules), so a retry elsewhere still replays.
+        self.normalised_parts = 0
+        #: The framework's own cost figure, where it reports one (shown beside Tether's).
+        self.framework_cost_usd: float | None = None
         #: Tokens under which wire.proxy serves this run (empty until an SDK is pointed at it).
         self._proxy_tokens: list[str] = []
         from .wire.seam import WireSeam  # the seam reports back here

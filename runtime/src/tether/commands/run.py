@@ -252,4 +252,8 @@ def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], starte
             f"tokens {usage.get('liveTokens', 0)} live / {usage.get('replayedTokens', 0)} replayed; "
             f"cost ${usage.get('liveCostUSD', 0):.6f}, saved by replay ${usage.get('savedUSD', 0):.6f}{unknown_cost_note(usage)}"
         )
+        if usage.get("frameworkCostUSD") is not None:
+            print(f"  the framework's own cost figure (replayed turns included): ${usage['frameworkCostUSD']:.6f}")
+        if steps.get("normalisedParts"):
+            print(f"  normalised {steps['normalisedParts']} volatile parts of model requests (left out of fingerprints)")
     print(json.dumps({"run_id": run_id, "exit_code": code, "phase": progress.get("phase")}))

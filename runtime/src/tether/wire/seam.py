@@ -26,11 +26,11 @@ from urllib.parse import parse_qsl
 
 import httpx
 
-from ..canonical import fingerprint
+from ..canonical import canonical_json, fingerprint
 from ..errors import RecoverableStepError, StoreAccessDenied, StoreError
 from ..journal import Record
 from . import protocols
-from .protocols.base import WireProtocol, sse_data
+from .protocols.base import NORMALISED, WireProtocol, sse_data
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -167,6 +167,22 @@ class WireSeam:
             task.get_loop().call_soon_threadsafe(task.cancel)
         return len(late)
 
+    async def recorded(self) -> None:
+        """Wait until every stream being read upstream now is recorded (or failed); cancels
+        nothing. For a client that acts on a stream before its end (the Claude CLI starts a tool
+        at the tool-use block's end): the tool must not run before the turn that asked for it is
+        durable, or a crash in between would run it again."""
+        here = asyncio.get_running_loop()
+        waits: list[asyncio.Future[Any]] = []
+        for task in list(self._pumps):
+            loop = task.get_loop()
+            if loop is here:
+                waits.append(task)
+            elif loop.is_running():
+                waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.wait([task]), loop)))
+        if waits:
+            await asyncio.wait(waits)
+
     async def aclose(self) -> None:
         await self.settle()
         for client in self._clients.values():
@@ -183,6 +199,7 @@ class WireSeam:
         if protocol is None or canonical is None:
             return await self._forward(request)
         fp = fingerprint("model", canonical)
+        self.run.normalised_parts += canonical_json(canonical).count(NORMALISED.encode())
         record = self.run.journal.replay_next("model", fp)
         if record is not None:
             self.run.model_step(record, replayed=True)

@@ -36,6 +36,7 @@ class AnthropicMessages(Protocol):
             stream=bool(body.get("stream")),
             first_user_text=first_user,
             tool_turns=len(calling),
+            tool_names=tuple(t["name"] for t in body.get("tools") or () if isinstance(t, Mapping) and isinstance(t.get("name"), str)),
             tool_results=results,
             system_text=text_of(body.get("system")),
         )

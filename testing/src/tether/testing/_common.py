@@ -46,6 +46,15 @@ class RequestView:
     tool_results: tuple[str, ...] = ()
     #: The system instructions (for a conversation's ``system`` match: which agent is asking).
     system_text: str = ""
+    #: Names of the tools the request offers (where the protocol reads them).
+    tool_names: tuple[str, ...] = ()
+
+    def offered_name(self, scripted: str) -> str:
+        """The name to call a scripted tool by: itself, or the MCP tool ``mcp__<server>__<name>``
+        the request offers instead (Claude Code names MCP tools so), as a real model would."""
+        if scripted in self.tool_names:
+            return scripted
+        return next((n for n in self.tool_names if n.startswith("mcp__") and n.endswith(f"__{scripted}")), scripted)
 
 
 @dataclass(frozen=True)

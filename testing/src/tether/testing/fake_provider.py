@@ -417,7 +417,11 @@ class FakeProvider:
             message = f"fake provider: no scripted conversation matches first user message {view.first_user_text!r}"
             return _json(protocol.error(400, message), 400)
 
-        ids = Ids(self.seed, record.sha256)
+        # Ids follow the seed and the request, not who sent it: `metadata` (a caller's user or
+        # session id, new in every Claude CLI process) is left out.
+        ids = Ids(
+            self.seed, hashlib.sha256(json.dumps({k: v for k, v in body.items() if k != "metadata"}, sort_keys=True).encode()).hexdigest()
+        )
         reply = _reply(protocol, view, conversation.turn(view.tool_turns), ids, len(raw))
         # Written before the answer leaves, so whoever reads the ledger after the call sees it.
         record(view=view, status=200, fault=fault.kind if fault else None, usage=reply.usage)
@@ -519,7 +523,7 @@ class _Recorder:
 
 
 def _reply(protocol: Protocol, view: RequestView, turn: Turn, ids: Ids, body_bytes: int) -> Reply:
-    calls = tuple(ToolCall(protocol.tool_call_id(ids), c.name, dict(c.arguments)) for c in turn.tool_calls)
+    calls = tuple(ToolCall(protocol.tool_call_id(ids), view.offered_name(c.name), dict(c.arguments)) for c in turn.tool_calls)
     text = turn.answer_text(view.tool_results)
     first = view.tool_turns == 0
     usage = TokenUsage(

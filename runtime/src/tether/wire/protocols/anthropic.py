@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .base import (
     COMMON_DROPPED_KEYS,
+    NORMALISED,
     Usage,
     WireProtocol,
     drop_keys,
@@ -40,6 +41,79 @@ KEPT_HEADERS = frozenset({"anthropic-version", "anthropic-beta"})
 DROPPED_QUERY: frozenset[str] = frozenset()
 
 _TURN = re.compile(r"(^|/)v1/messages$")
+
+# -- Claude Code (the CLI the Claude Agent SDK drives) -----------------------------------------
+# The CLI puts facts about the machine and the day into every request, as <system-reminder> text
+# blocks at the start of the first user message (and, with its default system prompt, an <env>
+# block of the system prompt). A retry on another node or another day must still replay, so for
+# requests whose User-Agent says ``claude-cli/`` — and only those: no other SDK's fingerprint
+# changes — these values are replaced by NORMALISED before fingerprinting:
+#     Primary working directory / Additional working directories / Working directory
+#     Is a git repository / Platform / Shell / OS Version (the kernel string)
+#     Today's date is YYYY-MM-DD
+# and in the hand-back of a subagent (the result of the CLI's Agent tool, a tool_result):
+#     agentId: <random id>    duration_ms: <wall time> (inside its <usage> block)
+# Nothing else is: the model id, the tokens-left reminder (a function of the recorded usage), the
+# user's own text and all other tool results stay part of the fingerprint. The seam counts the replacements
+# (Run.normalised_parts: "normalised N volatile parts" in the summary).
+CLAUDE_CLI_AGENT = "claude-cli/"
+_CLI_VOLATILE = (
+    re.compile(
+        r"^(\s*-?\s*(?:Primary working directory|Additional working directories|Working directory|Is a git repository|"
+        r"Is directory a git repo|Platform|Shell|OS Version)\s*:[ \t]*)(\S.*)$",
+        re.MULTILINE,
+    ),
+    re.compile(r"^(.*Today's date is )(\S+?)(\.?)$", re.MULTILINE),
+)
+_HANDBACK_VOLATILE = (
+    re.compile(r"^(agentId: )([0-9a-zA-Z_-]+)()", re.MULTILINE),
+    re.compile(r"(<usage>[^<]*?duration_ms: )(\d+)()"),
+)
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>|<env>.*?</env>", re.DOTALL)
+
+
+def _normalise_text(text: str) -> str:
+    def volatile(match: re.Match[str]) -> str:
+        out = match.group(0)
+        for pattern in _CLI_VOLATILE:
+            out = pattern.sub(lambda m: m.group(1) + NORMALISED + (m.group(3) if m.lastindex == 3 else ""), out)
+        return out
+
+    return _REMINDER.sub(volatile, text)
+
+
+def _normalise_handback(text: str) -> str:
+    for pattern in _HANDBACK_VOLATILE:
+        text = pattern.sub(lambda m: m.group(1) + NORMALISED + m.group(3), text)
+    return text
+
+
+def _normalise_blocks(content: Any, normalise: Callable[[str], str] = _normalise_text) -> Any:
+    if isinstance(content, str):
+        return normalise(content)
+    if not isinstance(content, list):
+        return content
+    out = []
+    for b in content:
+        if isinstance(b, dict) and isinstance(b.get("text"), str):
+            b = {**b, "text": normalise(b["text"])}
+        elif isinstance(b, dict) and b.get("type") == "tool_result":
+            b = {**b, "content": _normalise_blocks(b.get("content"), _normalise_handback)}
+        out.append(b)
+    return out
+
+
+def _normalise_cli(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with the CLI's environment facts replaced (user messages and the system prompt)."""
+    out = dict(body)
+    if isinstance(out.get("messages"), list):
+        out["messages"] = [
+            {**m, "content": _normalise_blocks(m.get("content"))} if isinstance(m, dict) and m.get("role") == "user" else m
+            for m in out["messages"]
+        ]
+    if "system" in out:
+        out["system"] = _normalise_blocks(out["system"])
+    return out
 
 
 def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
@@ -99,7 +173,10 @@ class Anthropic(WireProtocol):
         return method.upper() == "POST" and bool(_TURN.search(route(path)))
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
-        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": _headers(headers), "body": _body(body)}
+        out = _body(body)
+        if (headers or {}).get("user-agent", "").startswith(CLAUDE_CLI_AGENT):
+            out = _normalise_cli(out)
+        return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": _headers(headers), "body": out}
 
     def usage(self, body: bytes, streamed: bool) -> Usage:
         try:

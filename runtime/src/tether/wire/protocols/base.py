@@ -19,6 +19,10 @@ from typing import Any
 # not what the model is asked.
 COMMON_DROPPED_KEYS = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key", "store"})
 
+#: What a protocol puts in a canonical request where it left a volatile value out (a date, a
+#: kernel string); the seam counts these (``Run.normalised_parts``).
+NORMALISED = "<tether:normalised>"
+
 
 @dataclass(frozen=True)
 class Usage:

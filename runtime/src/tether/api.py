@@ -205,6 +205,7 @@ class Framework(str, Enum):
     PYDANTIC_AI = "pydantic-ai"
     GOOGLE_ADK = "google-adk"
     DEEPAGENTS = "deepagents"
+    HERMES = "hermes"
 
 
 class Provider(str, Enum):

@@ -46,6 +46,7 @@ import pydantic
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
 from tether.errors import ConfigError, ToolError
+from tether.tools import ToolSpec, call_tool
 
 from .memory import Transcript
 
@@ -165,9 +166,7 @@ class ToolBridge:
         if t is None:
             return json.dumps({"error": f"tool {name!r} is not one of this run's tools"})
         try:
-            # The task takes the run's context (journal, Flyte action) from the scheduling call.
-            future = run.context.copy().run(asyncio.run_coroutine_threadsafe, t(**args), run.loop)
-            value = future.result()
+            value = run.call(t(**args))
         except ToolError as e:
             return tool_error_text(e)
         return value if isinstance(value, str) else json.dumps(value, default=str)
@@ -179,6 +178,31 @@ class _ActiveRun:
     tools: dict[str, Tool]
     loop: asyncio.AbstractEventLoop
     context: contextvars.Context = field(default_factory=contextvars.Context)
+
+    def call(self, coro: Any) -> Any:
+        """Run ``coro`` on the run's loop from a Hermes thread and wait for it. The task takes
+        the run's context (journal, Flyte action) from the scheduling call."""
+        return self.context.copy().run(asyncio.run_coroutine_threadsafe, coro, self.loop).result()
+
+
+def journal_delegation(hermes: Any, run: _ActiveRun) -> None:
+    """``delegate_task`` through the tool seam, on this agent only (``_dispatch_delegate_task``
+    is Hermes' single call site for it). Its result carries timings and fresh ids, which the
+    coordinator's next request quotes: recorded once, a finished delegation is replayed — its
+    sub-agents do not run again — and that next request is the same on every attempt. A
+    delegation cut short by a crash runs again; its sub-agents' finished turns replay."""
+    dispatch = hermes._dispatch_delegate_task
+
+    def journaled(function_args: dict[str, Any]) -> str:
+        here = contextvars.copy_context()  # this conversation thread's: its Hermes home, one-shot channel
+        spec = ToolSpec("delegate_task", lambda **args: here.run(dispatch, args))
+        try:
+            value = run.call(call_tool(spec, dict(function_args)))
+        except ToolError as e:
+            return tool_error_text(e)
+        return value if isinstance(value, str) else json.dumps(value, default=str)
+
+    hermes._dispatch_delegate_task = journaled
 
 
 BRIDGE = ToolBridge()
@@ -238,19 +262,24 @@ class HermesAdapter(Adapter):
         memory = Transcript(session)
         history = memory.load()
 
-        def converse(home: str, task_id: str) -> dict[str, Any]:
+        def converse(home: str, active: _ActiveRun) -> dict[str, Any]:
+            from gateway.session_context import declare_stateless_channel
             from hermes_constants import reset_hermes_home_override, set_hermes_home_override
 
             token = set_hermes_home_override(home)
+            # A Tether attempt is a one-shot run: nothing can take a result after it ends, so
+            # delegate_task runs its sub-agents within the turn (not detached in the background).
+            declare_stateless_channel()
             try:
                 hermes = spec.factory(base_url=base_url, api_key=api_key)
                 check(hermes, base_url)
+                journal_delegation(hermes, active)
                 if session.max_turns:
                     hermes.max_iterations = session.max_turns
                 try:
                     return dict(
                         hermes.run_conversation(
-                            prompt, system_message=spec.system_message, conversation_history=list(history), task_id=task_id
+                            prompt, system_message=spec.system_message, conversation_history=list(history), task_id=active.task_id
                         )
                     )
                 finally:
@@ -259,7 +288,7 @@ class HermesAdapter(Adapter):
                 reset_hermes_home_override(token)
 
         with BRIDGE.active(spec.tools) as active, attempt_home() as home:
-            result = await asyncio.to_thread(converse, home, active.task_id)
+            result = await asyncio.to_thread(converse, home, active)
         if result.get("failed"):
             raise RuntimeError(f"Hermes run failed: {result.get('error') or result.get('turn_exit_reason')}")
         messages = list(result.get("messages") or [])

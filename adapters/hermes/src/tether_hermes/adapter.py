@@ -38,6 +38,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -288,12 +289,24 @@ class HermesAdapter(Adapter):
                 reset_hermes_home_override(token)
 
         with BRIDGE.active(spec.tools) as active, attempt_home() as home:
-            result = await asyncio.to_thread(converse, home, active)
+            result = await in_own_thread(converse, home, active)
         if result.get("failed"):
             raise RuntimeError(f"Hermes run failed: {result.get('error') or result.get('turn_exit_reason')}")
         messages = list(result.get("messages") or [])
         memory.add(messages[len(history) :])
         return str(result.get("final_response") or "")
+
+
+async def in_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn`` on a thread of its own, in a copy of this context. Not the loop's default executor:
+    Hermes blocks its thread while a tool runs, and a sync Tether tool runs on that executor, so
+    enough concurrent runs holding all of its workers would wait on each other forever."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-hermes")
+    try:
+        ctx = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(ctx.run, fn, *args))
+    finally:
+        pool.shutdown(wait=False)
 
 
 def check(hermes: Any, base_url: str) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -175,3 +177,31 @@ async def test_hermes_never_reaches_the_network_and_keeps_no_host_state(fake, tm
         assert result.status == "succeeded"
     assert connects and all(ipaddress.ip_address(host).is_loopback for host in connects), connects
     assert homes[0] == homes[1] and not homes[0].exists()
+
+
+def test_sub_agent_turns_replay_in_a_new_process_after_a_crash_mid_delegation(tmp_path):
+    """Killed after a ``delegate_task`` sub-agent's first turn (the delegation unfinished), the
+    next process runs the delegation again and the sub-agent's finished turn replays: its prompt
+    names the same Hermes home as before."""
+    from tests.conformance.agents import script_for
+    from tests.conformance.driver import load_kit
+
+    root = Path(__file__).resolve().parents[3]
+    kit_path = str(root / "adapters/hermes/tests/kit.py")
+    with FakeProvider(Script.from_dict(script_for(load_kit(kit_path))), seed=5) as provider:
+        args = {"kit": kit_path, "scenario": "delegate", "run_id": "deleg", "store": str(tmp_path / "store"), "origin": provider.url}
+        env = {**os.environ, "OPENAI_API_KEY": "sk-test", "TETHER_TOOL_LOG": str(tmp_path / "tools.jsonl")}
+
+        def attempt(kill_after_turn: int) -> subprocess.CompletedProcess:
+            argv = [sys.executable, "-m", "tests.conformance.driver", json.dumps({**args, "kill_after_turn": kill_after_turn})]
+            return subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+        killed = attempt(2)  # the coordinator's first turn, then the sub-agent's first
+        assert killed.returncode == -9, killed.stderr[-3000:]
+        assert provider.live_calls() == 2
+        done = attempt(0)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "succeeded" and "sunny" in result["output"]
+    assert result["model_replayed"] == 2  # the coordinator's turn and the sub-agent's
+    assert result["model_live"] == 2 and provider.live_calls() == 4

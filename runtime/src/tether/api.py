@@ -207,6 +207,7 @@ class Framework(str, Enum):
     DEEPAGENTS = "deepagents"
     MISTRAL = "mistral"
     CLAUDE = "claude"
+    HERMES = "hermes"
 
 
 class Provider(str, Enum):

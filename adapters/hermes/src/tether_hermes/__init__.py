@@ -1,0 +1,47 @@
+"""Tether for Hermes Agent: durable model turns, tools, transcripts and approvals.
+
+    from tether_hermes import run_agent, tool
+
+    @tool
+    def get_weather(city: str) -> str: ...
+
+    result = await run_agent("Weather in Paris?", model="gpt-4o-mini", tools=[get_weather])
+    result = await run_agent("Weather in Paris?", agent="myapp.agents:make_agent")   # your own agent
+
+A bring-your-own agent is a factory ``make_agent(base_url=..., api_key=...) -> AIAgent`` (or a
+``HermesAgent(factory, tools=[...])`` to give it Tether tools): Hermes builds its HTTP clients in
+its constructor, so Tether has to hand it the base URL before.
+"""
+
+import os
+import tempfile
+
+# Hermes resolves some paths under its home at import time; without a HERMES_HOME they would be
+# the host's ~/.hermes. Each attempt then gets its own fresh home (see adapter.py).
+os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="tether-hermes-"))
+
+try:
+    import run_agent as _hermes  # noqa: F401  (hermes-agent's top-level module)
+except ImportError as e:  # pragma: no cover - the import guard names what to install
+    raise ImportError("tether-hermes needs Hermes Agent: pip install 'tether-hermes' (hermes-agent)") from e
+
+from tether.agent import Tool, bind, tool
+
+from .adapter import TOOLSET, HermesAdapter, HermesAgent, parameters_schema
+from .memory import Transcript
+
+ADAPTER = HermesAdapter()
+run_agent, run_agent_sync = bind(ADAPTER)
+
+__all__ = [
+    "ADAPTER",
+    "TOOLSET",
+    "HermesAdapter",
+    "HermesAgent",
+    "Tool",
+    "Transcript",
+    "parameters_schema",
+    "run_agent",
+    "run_agent_sync",
+    "tool",
+]

@@ -1,0 +1,36 @@
+"""The Hermes transcript over a Tether memory store (DESIGN §3 "Memory").
+
+Hermes keeps a conversation as a list of OpenAI-style message dicts: the user's messages, each
+assistant message with its ``tool_calls``, each ``tool`` result, the answers.
+``run_conversation(conversation_history=...)`` continues such a list and returns it, extended, as
+``messages``. Tether stores every message as one item, exactly as Hermes returned it::
+
+    memory segment (one per successful run) = [user, assistant+tool_calls, tool, ..., assistant]
+
+A run passes every committed message as ``conversation_history`` (so the model sees the earlier
+runs' tool calls and results, not only their questions and answers) and hands the messages it
+added to ``session.new_items``; the runtime commits them as one segment only when the run
+succeeds, so a crash never stores a turn twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether.agent import AgentSession
+
+
+class Transcript:
+    """The Hermes messages of a ``memory_key``."""
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def load(self) -> list[dict[str, Any]]:
+        """Every message committed by earlier runs, oldest first."""
+        return [dict(m) for m in self.session.history]
+
+    def add(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Messages this run adds (committed with the run, if it succeeds)."""
+        self.session.new_items.extend(dict(m) for m in messages)

@@ -193,9 +193,28 @@ def _publish_failed_start(store: str, run_id: str, error: str) -> None:
         pass
 
 
+FLYTE_REMOTE_ENV = "TETHER_FLYTE_REMOTE"
+"""Set (to 1) by the Flyte executor on the runs it submits: the task is the process's entry point
+(no ``tether exec`` before it), so it reads its secrets itself, and a recoverable failure raises,
+so that Flyte's own retries start the next attempt."""
+
+
+class RecoverableAttempt(RuntimeError):
+    """The attempt failed in a way the next attempt can get past (it replays the journal)."""
+
+
 @env.task
 async def agent_run(request: str, store: str) -> str:
     """Run one attempt of an AgentRun (JSON exec request) against ``store``; JSON outcome."""
+    parsed = ExecRequest.model_validate_json(request)
+    remote = os.environ.get(FLYTE_REMOTE_ENV) == "1"
+    if remote:
+        from . import secrets as tether_secrets
+        from .api import PROVIDER_KEY_ENV
+
+        tether_secrets.use(tether_secrets.load(), PROVIDER_KEY_ENV.get(parsed.spec.model.provider))
     show = os.environ.get("TETHER_PROGRESS") == "1"
-    outcome = await execute(ExecRequest.model_validate_json(request), store, step_printer(sys.stdout if show else None))
+    outcome = await execute(parsed, store, step_printer(sys.stdout if show else None))
+    if remote and outcome["exit_code"] == EXIT_RECOVERABLE:
+        raise RecoverableAttempt(outcome.get("error") or "recoverable failure")
     return json.dumps(outcome)

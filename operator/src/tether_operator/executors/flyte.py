@@ -1,0 +1,362 @@
+"""The Flyte executor: each AgentRun is a run of the runtime task on a Flyte 2 backend.
+
+    task  tether-runtime.agent_run   deployed once per Tether version (and per image: a run that
+                                     names its own image gets a task version of that image), with
+                                     `copy_style="none"`: the image already holds the runtime
+    run   <execution>                the AgentRun's run, named deterministically from its uid, so an
+                                     operator restart finds it (adopts) and never starts a second
+    run   <execution>-<n>            the n-th segment after an approval: a suspended run has
+                                     ended (nothing is held while a human decides); the decision
+                                     starts the next one, which replays to the approval point
+
+Per-run overrides of the deployed task, through the SDK's `TaskDetails.override`: resources
+(`gpu: {type: A100, count: 1}` is Flyte's `gpu="A100:1"`, which the backend turns into the
+accelerator's node selector and toleration), env, secrets (Flyte secrets named `<Secret
+name>/<key>` of the AgentRun's references, injected by the backend as variables; the operator
+never reads a value), service account, retries (Flyte retries an attempt that raised: the
+runtime raises on a recoverable failure) and timeout.
+
+Everything goes through the real `flyte` SDK (`flyte.remote`): deploy, run, get, abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, cast
+
+from tether.api import Resources
+
+from .base import (
+    EXIT_SUCCEEDED,
+    EXIT_SUSPENDED,
+    Capability,
+    ExecutionState,
+    ExecutionStatus,
+    Executor,
+    Submission,
+)
+
+log = logging.getLogger(__name__)
+
+RUNTIME_ENV = "tether-runtime"
+RUNTIME_TASK = f"{RUNTIME_ENV}.agent_run"
+SECRET_VAR = "TETHER_SECRET_{}"
+
+# Flyte's phases (flyte.models.ActionPhase values) -> ours. A finished run's outcome (the task's
+# output) decides between succeeded, suspended and a terminal failure.
+_PHASES = {
+    "queued": ExecutionState.QUEUED,
+    "waiting_for_resources": ExecutionState.QUEUED,
+    "initializing": ExecutionState.QUEUED,
+    "running": ExecutionState.RUNNING,
+    "paused": ExecutionState.RUNNING,
+    "succeeded": ExecutionState.SUCCEEDED,
+    "recovered": ExecutionState.SUCCEEDED,
+    "failed": ExecutionState.FAILED,
+    "timed_out": ExecutionState.FAILED,
+    "aborted": ExecutionState.ABORTED,
+}
+
+
+def flyte_resources(resources: Resources | None) -> Any:
+    """`spec.resources` as `flyte.Resources` (None: the deployed task's own)."""
+    import flyte
+
+    if resources is None:
+        return None
+    gpu = None
+    if resources.gpu is not None and resources.gpu.count > 0:
+        gpu = f"{resources.gpu.type}:{resources.gpu.count}"  # the SDK checks it against its GPU types
+    return flyte.Resources(cpu=resources.cpu, memory=resources.memory, gpu=cast(Any, gpu))
+
+
+def task_version(tether_version: str, image: str) -> str:
+    """The runtime task's version for `image`: the Tether version, plus the image's digest so a
+    run with its own image never reuses another image's task."""
+    return f"{tether_version}-{hashlib.sha256(image.encode()).hexdigest()[:10]}"
+
+
+def segment_name(execution: str, segment: int) -> str:
+    return execution if segment <= 1 else f"{execution}-{segment}"
+
+
+@dataclass
+class _Execution:
+    sub: Submission
+    segment: int = 1
+    state: ExecutionState = ExecutionState.QUEUED
+    attempts: int = 0
+    exit_code: int | None = None
+    message: str = ""
+    url: str | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def run_name(self) -> str:
+        return segment_name(self.sub.name, self.segment)
+
+    def status(self) -> ExecutionStatus:
+        return ExecutionStatus(self.sub.name, self.state, self.attempts, 0, self.exit_code, self.message, self.url)
+
+
+class FlyteExecutor(Executor):
+    kind = "flyte"
+    supports = frozenset({Capability.IMAGE, Capability.RESOURCES})
+    refusal_hint = (
+        "placement is the Flyte backend's: a GPU type in spec.resources selects its accelerator pool; "
+        "nodeSelector and tolerations are not passed through"
+    )
+    reads_secrets = False
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        runtime_image: str,
+        project: str = "tether",
+        domain: str = "development",
+        insecure: bool = False,
+        version: str | None = None,
+        service_account: str = "",
+        poll_seconds: float = 2.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.runtime_image = runtime_image
+        self.project = project
+        self.domain = domain
+        self.insecure = insecure
+        self.version = version or importlib.metadata.version("tether")
+        self.service_account = service_account
+        self.poll_seconds = poll_seconds
+        self._runs: dict[str, _Execution] = {}
+        self._deployed: dict[str, Any] = {}  # image -> remote TaskDetails
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------------ SDK plumbing
+
+    async def _init(self) -> None:
+        if self._ready:
+            return
+        import flyte
+
+        endpoint = self.endpoint if "://" in self.endpoint else f"dns:///{self.endpoint}"
+        await flyte.init.aio(endpoint=endpoint, insecure=self.insecure, project=self.project, domain=self.domain)
+        self._ready = True
+
+    async def runtime_task(self, image: str) -> Any:
+        """The deployed runtime task for `image` (deployed now if this version is not yet)."""
+        async with self._lock:
+            await self._init()
+            if image in self._deployed:
+                return self._deployed[image]
+            import flyte
+            import flyte.remote
+
+            from tether.entrypoint import env as runtime_env
+
+            version = task_version(self.version, image)
+            try:
+                task = await flyte.remote.Task.get(RUNTIME_TASK, version=version).fetch.aio()
+            except Exception as exc:  # not deployed yet (NOT_FOUND); anything else fails deploy below
+                log.info("deploying %s version %s (image %s): %s", RUNTIME_TASK, version, image, type(exc).__name__)
+                await flyte.deploy.aio(runtime_env.clone_with(RUNTIME_ENV, image=image), version=version, copy_style="none")
+                task = await flyte.remote.Task.get(RUNTIME_TASK, version=version).fetch.aio()
+            self._deployed[image] = task
+            return task
+
+    def overrides(self, sub: Submission) -> dict[str, Any]:
+        """Keyword arguments of `TaskDetails.override` for this submission (a pure function:
+        tests compare it, and the backend's stored spec, exactly)."""
+        import flyte
+
+        from tether.entrypoint import FLYTE_REMOTE_ENV
+        from tether.secrets import SECRETS_FROM_ENV
+
+        spec = sub.request.spec
+        env = {**sub.env, FLYTE_REMOTE_ENV: "1"}
+        secrets = []
+        names: dict[str, str] = {}
+        for i, f in enumerate(sub.secret_files):
+            var = SECRET_VAR.format(i)
+            secrets.append(flyte.Secret(key=f.key, group=f.secret, as_env_var=var))
+            names[f.path] = var
+        if names:
+            env[SECRETS_FROM_ENV] = json.dumps(names, sort_keys=True)
+        out: dict[str, Any] = {
+            "env_vars": env,
+            "retries": sub.retries,
+            "timeout": timedelta(seconds=sub.timeout_seconds),
+        }
+        if (resources := flyte_resources(spec.resources)) is not None:
+            out["resources"] = resources
+        if secrets:
+            out["secrets"] = secrets
+        if self.service_account:
+            out["service_account"] = self.service_account
+        return out
+
+    async def _get(self, run_name: str) -> Any | None:
+        import flyte.remote
+
+        try:
+            return await flyte.remote.Run.get.aio(run_name)
+        except Exception as exc:
+            if _not_found(exc):
+                return None
+            raise
+
+    async def _launch(self, run: _Execution) -> None:
+        import flyte
+
+        sub = run.sub
+        task = await self.runtime_task(sub.request.spec.image or self.runtime_image)
+        remote = await self._get(run.run_name)
+        if remote is None:
+            overridden = task.override(**self.overrides(sub))
+            labels = {k.replace("/", "_").replace(".", "_"): v for k, v in sub.labels.items()}
+            try:
+                remote = await flyte.with_runcontext(name=run.run_name, labels=labels, project=self.project, domain=self.domain).run.aio(
+                    overridden, sub.request.model_dump_json(by_alias=True), sub.store_url
+                )
+            except Exception as exc:
+                if not _already_exists(exc):
+                    raise
+                remote = await self._get(run.run_name)  # submitted concurrently: adopt it
+        self._observe(run, remote)
+
+    # --------------------------------------------------------------------------- interface
+
+    async def submit(self, submission: Submission) -> ExecutionStatus:
+        run = self._runs.get(submission.name)
+        if run is not None:
+            return run.status()
+        run = _Execution(submission)
+        self._runs[submission.name] = run
+        # Adopt: the newest segment that exists is the current one.
+        await self._init()
+        while await self._get(segment_name(submission.name, run.segment + 1)) is not None:
+            run.segment += 1
+        try:
+            await self._launch(run)
+        except Exception as exc:
+            run.state, run.message = ExecutionState.FAILED, f"the Flyte backend refused the run: {_describe(exc)}"
+        if submission.suspended and run.state is ExecutionState.SUCCEEDED and run.exit_code == EXIT_SUSPENDED:
+            run.state = ExecutionState.SUSPENDED
+        return run.status()
+
+    async def status(self, name: str) -> ExecutionStatus | None:
+        run = self._runs.get(name)
+        if run is None:
+            return None
+        if not run.state.finished and run.state is not ExecutionState.SUSPENDED:
+            try:
+                remote = await self._get(run.run_name)
+            except Exception as exc:  # the backend unreachable: say so, keep the last state
+                run.message = f"cannot reach the Flyte backend: {_describe(exc)}"
+            else:
+                if remote is not None:
+                    self._observe(run, remote)
+                    if run.state is ExecutionState.SUCCEEDED:
+                        await self._outcome(run, remote)
+        return run.status()
+
+    async def resume(self, name: str) -> None:
+        run = self._runs.get(name)
+        if run is None or run.state is not ExecutionState.SUSPENDED:
+            return
+        run.segment += 1
+        run.state, run.exit_code, run.message = ExecutionState.QUEUED, None, "resumed after the approval"
+        await self._launch(run)
+
+    async def abort(self, name: str, namespace: str | None = None) -> None:
+        run = self._runs.pop(name, None)
+        await self._init()
+        segment = run.segment if run is not None else 1
+        if run is None:
+            while await self._get(segment_name(name, segment + 1)) is not None:
+                segment += 1
+        remote = await self._get(segment_name(name, segment))
+        if remote is not None and not remote.done():
+            await remote.abort.aio(reason="the AgentRun was deleted")
+        if run is not None:
+            run.state, run.message = ExecutionState.ABORTED, "aborted"
+            run.changed.set()
+
+    async def wait(self, name: str, timeout: float) -> None:
+        run = self._runs.get(name)
+        if run is None:
+            await asyncio.sleep(timeout)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(run.changed.wait(), min(timeout, self.poll_seconds))
+        run.changed.clear()
+
+    def executions(self) -> list[ExecutionStatus]:
+        return [run.status() for run in self._runs.values()]
+
+    def forget(self, name: str) -> None:
+        run = self._runs.get(name)
+        if run is not None and run.state.finished:
+            del self._runs[name]
+
+    async def close(self) -> None:
+        """Operator shutdown: the runs go on in Flyte and are adopted on restart."""
+        self._runs.clear()
+
+    # ----------------------------------------------------------------------------- reading
+
+    def _observe(self, run: _Execution, remote: Any) -> None:
+        details = remote._details.action_details if remote._details is not None else None
+        phase = str(remote.phase.value)
+        state = _PHASES.get(phase, ExecutionState.QUEUED)
+        attempts = int(details.attempts) if details is not None else 0
+        message = f"Flyte run {run.run_name}: {phase.replace('_', ' ')}"
+        error = details.error_info if details is not None else None
+        if error is not None and error.message:
+            message += f": {error.message}"
+        if phase == "timed_out":
+            message += f" (timeout {run.sub.timeout_seconds:g}s)"
+        with contextlib.suppress(Exception):
+            run.url = remote.url
+        if (state, attempts, message) != (run.state, run.attempts, run.message):
+            run.state, run.attempts, run.message = state, attempts, message
+            run.changed.set()
+
+    async def _outcome(self, run: _Execution, remote: Any) -> None:
+        """A succeeded Flyte run ran the task to its end: its output says how the attempt ended."""
+        outputs = await remote.outputs.aio()
+        outcome = json.loads(outputs[0])
+        code = int(outcome["exit_code"])
+        run.exit_code = code
+        if code == EXIT_SUCCEEDED:
+            run.state = ExecutionState.SUCCEEDED
+        elif code == EXIT_SUSPENDED:
+            run.state, run.message = ExecutionState.SUSPENDED, "waiting for an approval"
+        else:
+            run.state, run.message = ExecutionState.FAILED, f"terminal failure: {outcome.get('error') or f'exit code {code}'}"
+        run.changed.set()
+
+
+def _code(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    return str(getattr(code, "name", code) or "").upper()
+
+
+def _not_found(exc: BaseException) -> bool:
+    return _code(exc) == "NOT_FOUND" or type(exc).__name__ in ("RunNotFoundError", "RemoteTaskNotFoundError", "NotFoundError")
+
+
+def _already_exists(exc: BaseException) -> bool:
+    return _code(exc) == "ALREADY_EXISTS" or "already exists" in str(exc).lower()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]

@@ -1,0 +1,221 @@
+"""A real Flyte 2 backend on loopback: the open-source manager binary (flyteorg/flyte main,
+``manager/cmd``, built by scripts/flyte-backend.sh) with PostgreSQL (Debian's package, an
+unprivileged cluster in a temp dir), a moto S3 server as its object store and a bare
+kube-apiserver (tests/support/kube.py) for its TaskAction CRs and pods.
+
+No kubelet: runs are accepted, their TaskAction CRs and pods are created, and they stay queued.
+
+``backend_bin()`` returns the binary's directory or raises ``BackendUnavailable`` with the reason
+(no source snapshot on this machine, no PostgreSQL): the test group reports itself NOT RUN.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.kube import REPO_ROOT, ControlPlane, free_port
+from tests.support.s3 import new_bucket, s3_server
+
+NAMESPACE = "flyte"  # where the backend keeps its TaskAction CRs (actions.kubernetes.namespace)
+EXIT_NO_SOURCE = 3  # scripts/flyte-backend.sh: no source snapshot
+
+
+class BackendUnavailable(RuntimeError):
+    """The Flyte backend cannot be started on this machine (why, in the message)."""
+
+
+def backend_bin() -> Path:
+    """The directory with the ``flyte`` binary (built on first use; ~20 min cold)."""
+    if os.environ.get("TETHER_FLYTE_BIN"):
+        return Path(os.environ["TETHER_FLYTE_BIN"])
+    proc = subprocess.run([str(REPO_ROOT / "scripts" / "flyte-backend.sh")], capture_output=True, text=True)
+    if proc.returncode == EXIT_NO_SOURCE:
+        raise BackendUnavailable(proc.stderr.strip())
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/flyte-backend.sh failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _pg_bin() -> Path:
+    for d in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (d / "initdb").exists():
+            return d
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    raise BackendUnavailable("no PostgreSQL server binaries (apt-get install postgresql)")
+
+
+def _as_unprivileged(argv: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run it as the package's `postgres` user then."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
+
+
+@contextmanager
+def postgres(workdir: Path) -> Iterator[int]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1; yields its port (user postgres, trust auth)."""
+    pg = _pg_bin()
+    data = workdir / "pgdata"
+    workdir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(workdir, "postgres", "postgres")
+    subprocess.run(
+        _as_unprivileged([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]),
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    log = workdir / "postgres.log"
+    opts = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(
+        _as_unprivileged([str(pg / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w", "start"]), check=True, capture_output=True
+    )
+    try:
+        yield port
+    finally:
+        subprocess.run(_as_unprivileged([str(pg / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
+
+
+def _createdb(port: int, name: str) -> None:
+    subprocess.run(
+        _as_unprivileged([str(_pg_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name]),
+        check=True,
+        capture_output=True,
+    )
+
+
+def _config(port: int, pg_port: int, s3: str, bucket: str, kubeconfig: Path, workdir: Path) -> str:
+    free = [free_port() for _ in range(4)]
+    url = f"http://127.0.0.1:{port}"
+    return f"""
+actions:
+  kubernetes:
+    namespace: {NAMESPACE}
+    kubeconfig: {kubeconfig}
+  runServiceUrl: {url}
+events:
+  runServiceUrl: {url}
+runs:
+  server:
+    host: 127.0.0.1
+    port: {port}
+  actionsServiceUrl: {url}
+  storagePrefix: s3://{bucket}
+  database:
+    postgres:
+      host: 127.0.0.1
+      port: {pg_port}
+      dbname: runs
+      username: postgres
+      password: ""
+      options: sslmode=disable
+executor:
+  healthProbeBindAddress: 127.0.0.1:{free[0]}
+  metricsBindAddress: "0"
+  EventsServiceURL: {url}
+  cacheServiceURL: {url}
+secret:
+  webhookURL: http://127.0.0.1:{free[2]}
+webhook:
+  localCert: true
+  certDir: {workdir / "certs"}
+  listenPort: {free[1]}
+  cacheInvalidationPort: {free[2]}
+  disableCreateMutatingWebhookConfig: true
+  secretManagerTypes: [Embedded]
+  embeddedSecretManagerConfig:
+    type: K8s
+    k8sConfig:
+      namespace: {NAMESPACE}
+logger:
+  level: 4
+plugins:
+  k8s:
+    default-env-vars:
+      - _U_EP_OVERRIDE: "127.0.0.1:{port}"
+      - _U_INSECURE: "true"
+      - _U_USE_ACTIONS: "1"
+storage:
+  type: stow
+  container: {bucket}
+  stow:
+    kind: s3
+    config:
+      auth_type: accesskey
+      access_key_id: test
+      secret_key: test
+      region: us-east-1
+      endpoint: {s3}
+      disable_ssl: true
+      v2_signing: true
+"""
+
+
+class Backend:
+    def __init__(self, endpoint: str, kube: ControlPlane, proc: subprocess.Popen[bytes], log: Path, bucket: str, s3: str) -> None:
+        self.endpoint = endpoint  # host:port of every Connect/gRPC service
+        self.kube = kube
+        self.proc = proc
+        self.log = log
+        self.bucket = bucket
+        self.s3 = s3
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def flyte_backend(kube: ControlPlane, workdir: Path, ready_timeout: float = 180.0) -> Iterator[Backend]:
+    """Start the backend against `kube`; yields a Backend whose endpoint the SDK can use."""
+    binary = backend_bin() / "flyte"
+    src = binary.parent.parent / "src" / "flyte"
+    crd = src / "executor" / "config" / "crd" / "bases" / "flyte.org_taskactions.yaml"
+    if not crd.exists():
+        raise BackendUnavailable(f"the TaskAction CRD is missing from the build tree ({crd})")
+    kube.kubectl("apply", "--server-side", "-f", str(crd))
+    kube.kubectl("create", "namespace", NAMESPACE, check=False)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with s3_server() as s3, postgres(workdir / "pg") as pg_port:
+        _createdb(pg_port, "runs")
+        bucket = new_bucket(s3)
+        port = free_port()
+        cfg = workdir / "flyte.yaml"
+        cfg.write_text(_config(port, pg_port, s3, bucket, kube.kubeconfig, workdir))
+        log = workdir / "flyte.log"
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "KUBECONFIG": str(kube.kubeconfig)}
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [str(binary), "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        backend = Backend(f"127.0.0.1:{port}", kube, proc, log, bucket, s3)
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the Flyte backend exited ({proc.returncode}):\n{backend.tail()}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Flyte backend was not ready within {ready_timeout:.0f}s:\n{backend.tail()}")
+                time.sleep(0.2)
+            yield backend
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)

@@ -177,3 +177,57 @@ def test_a_runs_own_image_gets_its_own_task_version(backend: Backend, loop: Any)
     assert template["container"]["image"] == own
     assert template["id"]["version"] == task_version(ex.version, own)
     assert NAMESPACE  # the backend's TaskAction namespace
+
+
+def test_a_tool_with_its_own_image_and_gpu_is_a_child_task_on_the_a100_pool(backend: Backend, loop: Any) -> None:
+    from tether.api import AgentToolSpec
+
+    embed = AgentToolSpec.model_validate(
+        {
+            "description": "Embed",
+            "implementation": "shop.tools:embed",
+            "image": "registry.example/embed:3",
+            "version": "3",
+            "cache": "auto",
+            "resources": {"memory": "8Gi", "gpu": {"type": "A100", "count": 1}},
+        }
+    )
+    sub = submission(tools=["embed"], resources={"cpu": "1"})
+    sub.request.tools = {"embed": embed}
+    sub.secret_files = [SecretFile("openai", "apiKey", "model/apiKey"), SecretFile("embed-creds", "token", "tools/embed/TOKEN")]
+    ex = executor(backend)
+    run(ex.submit(sub))
+    template = run(_task_spec_of(sub.name))
+    env = {e["key"]: e["value"] for e in template["container"]["env"]}
+    refs = json.loads(env["TETHER_FLYTE_TOOL_TASKS"])
+    version = task_version(ex.version, "registry.example/embed:3")
+    assert refs == {
+        "embed": {
+            "task": "tether-tool.tool_call",
+            "version": version,
+            "resources": {"memory": "8Gi", "gpu": "A100:1"},
+            "cache": "3",
+            "secrets": [["embed-creds", "token", "tools/embed/TOKEN", "TETHER_SECRET_EMBED_0"]],
+        }
+    }
+    # The agent stays on CPU and never gets the tool's secret; the tool task is deployed with its image.
+    assert [s["group"] for s in template["securityContext"]["secrets"]] == ["openai"]
+    assert "extendedResources" not in template
+    import flyte
+    import flyte.remote
+
+    tool = run(flyte.remote.Task.get("tether-tool.tool_call", version=version).fetch.aio())
+    assert tool.pb2.spec.task_template.container.image == "registry.example/embed:3"
+    # The tool task as the runtime calls it (the same override): the backend puts it on the A100
+    # pool with its own GPU, its cache keyed by the tool's version.
+    name = f"{sub.name}-embed"
+    child = tool.override(
+        resources=flyte.Resources(memory="8Gi", gpu="A100:1"), cache=flyte.Cache(behavior="override", version_override="3")
+    )
+    run(flyte.with_runcontext(name=name).run.aio(child, implementation="shop.tools:embed", tool="embed", arguments="{}"))
+    stored = run(_task_spec_of(name))
+    assert stored["extendedResources"]["gpuAccelerator"]["device"] == "A100"
+    assert stored["metadata"]["discoverable"] is True and stored["metadata"]["discoveryVersion"] == "3"
+    pod = wait_for(lambda: [p for p in pods(backend) if name in json.dumps(p["metadata"])], timeout=90, what="the tool task's pod")[0]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/embed:3"

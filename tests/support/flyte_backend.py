@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -60,19 +61,22 @@ def _as_unprivileged(argv: list[str]) -> list[str]:
     return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
 
 
+def _run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+
+
 @contextmanager
-def postgres(workdir: Path) -> Iterator[int]:
-    """A throwaway PostgreSQL cluster on 127.0.0.1; yields its port (user postgres, trust auth)."""
+def postgres() -> Iterator[int]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1; yields its port (user postgres, trust auth).
+    Its directory is its own (the `postgres` user must own it; test temp dirs are root's 0700)."""
     pg = _pg_bin()
+    workdir = Path(tempfile.mkdtemp(prefix="tether-pg-"))
     data = workdir / "pgdata"
-    workdir.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         shutil.chown(workdir, "postgres", "postgres")
-    subprocess.run(
-        _as_unprivileged([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]),
-        check=True,
-        capture_output=True,
-    )
+    _run(_as_unprivileged([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]))
     port = free_port()
     log = workdir / "postgres.log"
     opts = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
@@ -86,11 +90,7 @@ def postgres(workdir: Path) -> Iterator[int]:
 
 
 def _createdb(port: int, name: str) -> None:
-    subprocess.run(
-        _as_unprivileged([str(_pg_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name]),
-        check=True,
-        capture_output=True,
-    )
+    _run(_as_unprivileged([str(_pg_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name]))
 
 
 def _config(port: int, pg_port: int, s3: str, bucket: str, kubeconfig: Path, workdir: Path) -> str:
@@ -184,7 +184,7 @@ def flyte_backend(kube: ControlPlane, workdir: Path, ready_timeout: float = 180.
     kube.kubectl("apply", "--server-side", "-f", str(crd))
     kube.kubectl("create", "namespace", NAMESPACE, check=False)
     workdir.mkdir(parents=True, exist_ok=True)
-    with s3_server() as s3, postgres(workdir / "pg") as pg_port:
+    with s3_server() as s3, postgres() as pg_port:
         _createdb(pg_port, "runs")
         bucket = new_bucket(s3)
         port = free_port()

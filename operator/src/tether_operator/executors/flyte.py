@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 RUNTIME_ENV = "tether-runtime"
 RUNTIME_TASK = f"{RUNTIME_ENV}.agent_run"
+TOOL_ENV = "tether-tool"
+TOOL_TASK = f"{TOOL_ENV}.tool_call"
 SECRET_VAR = "TETHER_SECRET_{}"
 
 # Flyte's phases (flyte.models.ActionPhase values) -> ours. A finished run's outcome (the task's
@@ -108,7 +110,7 @@ class _Execution:
 
 class FlyteExecutor(Executor):
     kind = "flyte"
-    supports = frozenset({Capability.IMAGE, Capability.RESOURCES})
+    supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.TOOL_IMAGE, Capability.TOOL_RESOURCES})
     refusal_hint = (
         "placement is the Flyte backend's: a GPU type in spec.resources selects its accelerator pool; "
         "nodeSelector and tolerations are not passed through"
@@ -136,7 +138,7 @@ class FlyteExecutor(Executor):
         self.service_account = service_account
         self.poll_seconds = poll_seconds
         self._runs: dict[str, _Execution] = {}
-        self._deployed: dict[str, Any] = {}  # image -> remote TaskDetails
+        self._deployed: dict[tuple[str, str], Any] = {}  # (task, image) -> remote TaskDetails
         self._ready = False
         self._lock = asyncio.Lock()
 
@@ -153,38 +155,74 @@ class FlyteExecutor(Executor):
 
     async def runtime_task(self, image: str) -> Any:
         """The deployed runtime task for `image` (deployed now if this version is not yet)."""
+        from tether.entrypoint import env
+
+        return await self._deploy(env, RUNTIME_ENV, RUNTIME_TASK, image)
+
+    async def tool_task(self, image: str) -> Any:
+        """The deployed task that runs an AgentTool with its own image or resources."""
+        from tether.entrypoint import tool_env
+
+        return await self._deploy(tool_env, TOOL_ENV, TOOL_TASK, image)
+
+    async def _deploy(self, environment: Any, env_name: str, task_name: str, image: str) -> Any:
         async with self._lock:
             await self._init()
-            if image in self._deployed:
-                return self._deployed[image]
+            if (task_name, image) in self._deployed:
+                return self._deployed[(task_name, image)]
             import flyte
             import flyte.remote
 
-            from tether.entrypoint import env as runtime_env
-
             version = task_version(self.version, image)
             try:
-                task = await flyte.remote.Task.get(RUNTIME_TASK, version=version).fetch.aio()
+                task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
             except Exception as exc:  # not deployed yet (NOT_FOUND); anything else fails deploy below
-                log.info("deploying %s version %s (image %s): %s", RUNTIME_TASK, version, image, type(exc).__name__)
-                await flyte.deploy.aio(runtime_env.clone_with(RUNTIME_ENV, image=image), version=version, copy_style="none")
-                task = await flyte.remote.Task.get(RUNTIME_TASK, version=version).fetch.aio()
-            self._deployed[image] = task
+                log.info("deploying %s version %s (image %s): %s", task_name, version, image, type(exc).__name__)
+                await flyte.deploy.aio(environment.clone_with(env_name, image=image), version=version, copy_style="none")
+                task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
+            self._deployed[(task_name, image)] = task
             return task
 
-    def overrides(self, sub: Submission) -> dict[str, Any]:
-        """Keyword arguments of `TaskDetails.override` for this submission (a pure function:
-        tests compare it, and the backend's stored spec, exactly)."""
+    async def tool_tasks(self, sub: Submission) -> dict[str, dict[str, Any]]:
+        """The AgentTools that run as child tasks (own image or resources): what the runtime needs
+        to call each (`$TETHER_FLYTE_TOOL_TASKS`), their tasks deployed."""
+        refs: dict[str, dict[str, Any]] = {}
+        for name, tool in sorted(sub.request.tools.items()):
+            if not tool.image and tool.resources is None:
+                continue
+            image = tool.image or sub.request.spec.image or self.runtime_image
+            await self.tool_task(image)
+            resources = tool.resources
+            ref: dict[str, Any] = {"task": TOOL_TASK, "version": task_version(self.version, image)}
+            if resources is not None:
+                gpu = f"{resources.gpu.type}:{resources.gpu.count}" if resources.gpu is not None and resources.gpu.count > 0 else None
+                ref["resources"] = {k: v for k, v in (("cpu", resources.cpu), ("memory", resources.memory), ("gpu", gpu)) if v}
+            if tool.effective_cache == "auto":
+                ref["cache"] = tool.version or "auto"
+            prefix = f"tools/{name}/"
+            ref["secrets"] = [
+                [f.secret, f.key, f.path, SECRET_VAR.format(f"{name}_{i}".upper().replace("-", "_"))]
+                for i, f in enumerate(x for x in sub.secret_files if x.path.startswith(prefix))
+            ]
+            refs[name] = ref
+        return refs
+
+    def overrides(self, sub: Submission, tool_tasks: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Keyword arguments of `TaskDetails.override` for this submission. Secrets of tools that
+        run as child tasks go to those tasks only, not to the agent's."""
         import flyte
 
-        from tether.entrypoint import FLYTE_REMOTE_ENV
+        from tether.entrypoint import FLYTE_REMOTE_ENV, TOOL_TASKS_ENV
         from tether.secrets import SECRETS_FROM_ENV
 
         spec = sub.request.spec
         env = {**sub.env, FLYTE_REMOTE_ENV: "1"}
+        if tool_tasks:
+            env[TOOL_TASKS_ENV] = json.dumps(tool_tasks, sort_keys=True)
         secrets = []
         names: dict[str, str] = {}
-        for i, f in enumerate(sub.secret_files):
+        own = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{t}/") for t in tool_tasks or {})]
+        for i, f in enumerate(own):
             var = SECRET_VAR.format(i)
             secrets.append(flyte.Secret(key=f.key, group=f.secret, as_env_var=var))
             names[f.path] = var
@@ -220,7 +258,7 @@ class FlyteExecutor(Executor):
         task = await self.runtime_task(sub.request.spec.image or self.runtime_image)
         remote = await self._get(run.run_name)
         if remote is None:
-            overridden = task.override(**self.overrides(sub))
+            overridden = task.override(**self.overrides(sub, await self.tool_tasks(sub)))
             labels = {k.replace("/", "_").replace(".", "_"): v for k, v in sub.labels.items()}
             try:
                 remote = await flyte.with_runcontext(name=run.run_name, labels=labels, project=self.project, domain=self.domain).run.aio(

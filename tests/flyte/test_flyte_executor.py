@@ -61,7 +61,18 @@ def taskactions(backend: Backend) -> list[dict[str, Any]]:
 
 
 def of_run(backend: Backend, run_name: str) -> Callable[[], list[dict[str, Any]]]:
-    return lambda: [t for t in taskactions(backend) if run_name in json.dumps(t["spec"])]
+    return lambda: [t for t in taskactions(backend) if t["spec"].get("runName") == run_name]
+
+
+def cr_template(action: dict[str, Any]) -> dict[str, Any]:
+    """The task template a TaskAction CR carries (serialized protobuf, base64 in JSON)."""
+    import base64
+
+    from flyteidl2.core import tasks_pb2
+    from google.protobuf import json_format
+
+    raw = base64.b64decode(action["spec"]["taskTemplate"])
+    return dict(json_format.MessageToDict(tasks_pb2.TaskTemplate.FromString(raw)))
 
 
 def pods(backend: Backend) -> list[dict[str, Any]]:
@@ -114,14 +125,19 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
 
     details = run(flyte.remote.Run.get.aio(sub.name))
     assert details.name == sub.name
-    template = run(_task_spec_of(sub.name))
+    template = cr_template(action)
+    stored_spec = run(_task_spec_of(sub.name))  # what the run service stored: the CR carries the same
+    for key in ("securityContext", "metadata", "extendedResources"):
+        assert template[key] == stored_spec[key], key
+    for key in ("env", "resources", "image"):
+        assert template["container"][key] == stored_spec["container"][key], key
     container = template["container"]
     env = {e["key"]: e["value"] for e in container.get("env", [])}
     assert env["TETHER_PROGRESS"] == "1" and env["TETHER_FLYTE_REMOTE"] == "1"
     assert json.loads(env["TETHER_SECRETS_FROM_ENV"]) == {"model/apiKey": "TETHER_SECRET_0", "tools/lookup/CRM_TOKEN": "TETHER_SECRET_1"}
     requests = {r["name"]: r["value"] for r in container["resources"]["requests"]}
     assert requests == {"CPU": "2", "MEMORY": "3Gi", "GPU": "1"}
-    assert template["extendedResources"]["gpuAccelerator"]["device"] == "A100"
+    assert template["extendedResources"]["gpuAccelerator"]["device"] == "nvidia-tesla-a100"  # the SDK's name for A100
     assert template["metadata"]["retries"]["retries"] == 3
     assert template["metadata"]["timeout"] == "900s"
     secrets = template["securityContext"]["secrets"]
@@ -136,6 +152,13 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     assert main["image"] == IMAGE
     assert main["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert main["resources"]["requests"]["cpu"] == "2" and main["resources"]["requests"]["memory"] == "3Gi"
+    assert {"key": "k8s.amazonaws.com/accelerator", "operator": "Equal", "value": "nvidia-tesla-a100", "effect": "NoSchedule"} in pod[
+        "spec"
+    ]["tolerations"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "k8s.amazonaws.com/accelerator", "operator": "In", "values": ["nvidia-tesla-a100"]}]}]
+    pod_env = {e["name"]: e.get("value") for e in main["env"]}
+    assert pod_env["TETHER_FLYTE_REMOTE"] == "1" and pod_env["TETHER_PROGRESS"] == "1"
     assert pod["status"].get("phase", "Pending") == "Pending"
 
 
@@ -226,7 +249,7 @@ def test_a_tool_with_its_own_image_and_gpu_is_a_child_task_on_the_a100_pool(back
     )
     run(flyte.with_runcontext(name=name).run.aio(child, implementation="shop.tools:embed", tool="embed", arguments="{}"))
     stored = run(_task_spec_of(name))
-    assert stored["extendedResources"]["gpuAccelerator"]["device"] == "A100"
+    assert stored["extendedResources"]["gpuAccelerator"]["device"] == "nvidia-tesla-a100"  # the backend's name for A100
     assert stored["metadata"]["discoverable"] is True and stored["metadata"]["discoveryVersion"] == "3"
     pod = wait_for(lambda: [p for p in pods(backend) if name in json.dumps(p["metadata"])], timeout=90, what="the tool task's pod")[0]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"

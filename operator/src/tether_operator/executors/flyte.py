@@ -29,6 +29,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 from tether.api import Resources
@@ -98,6 +99,7 @@ class _Execution:
     exit_code: int | None = None
     message: str = ""
     url: str | None = None
+    launched: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -148,24 +150,38 @@ class FlyteExecutor(Executor):
         if self._ready:
             return
         import flyte
+        import flyte.remote
+
+        import tether
 
         endpoint = self.endpoint if "://" in self.endpoint else f"dns:///{self.endpoint}"
-        await flyte.init.aio(endpoint=endpoint, insecure=self.insecure, project=self.project, domain=self.domain)
+        # root_dir: where `tether` is importable from, so the deployed task names its module
+        # `tether.entrypoint` (what the image imports), not a path of this checkout.
+        root = Path(tether.__file__).resolve().parent.parent
+        await flyte.init.aio(endpoint=endpoint, insecure=self.insecure, project=self.project, domain=self.domain, root_dir=root)
+        try:
+            await flyte.remote.Project.get.aio(self.project)
+        except Exception as exc:
+            if not _not_found(exc):
+                raise
+            log.info("creating Flyte project %s", self.project)
+            with contextlib.suppress(Exception):  # created concurrently: the deploy below says if not
+                await flyte.remote.Project.create.aio(id=self.project, name=self.project, description="Tether AgentRuns")
         self._ready = True
 
     async def runtime_task(self, image: str) -> Any:
         """The deployed runtime task for `image` (deployed now if this version is not yet)."""
-        from tether.entrypoint import env
+        from tether.entrypoint import agent_run
 
-        return await self._deploy(env, RUNTIME_ENV, RUNTIME_TASK, image)
+        return await self._deploy(agent_run.func, RUNTIME_ENV, RUNTIME_TASK, image)
 
     async def tool_task(self, image: str) -> Any:
         """The deployed task that runs an AgentTool with its own image or resources."""
-        from tether.entrypoint import tool_env
+        from tether.entrypoint import tool_call
 
-        return await self._deploy(tool_env, TOOL_ENV, TOOL_TASK, image)
+        return await self._deploy(tool_call.func, TOOL_ENV, TOOL_TASK, image)
 
-    async def _deploy(self, environment: Any, env_name: str, task_name: str, image: str) -> Any:
+    async def _deploy(self, func: Any, env_name: str, task_name: str, image: str) -> Any:
         async with self._lock:
             await self._init()
             if (task_name, image) in self._deployed:
@@ -178,7 +194,10 @@ class FlyteExecutor(Executor):
                 task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
             except Exception as exc:  # not deployed yet (NOT_FOUND); anything else fails deploy below
                 log.info("deploying %s version %s (image %s): %s", task_name, version, image, type(exc).__name__)
-                await flyte.deploy.aio(environment.clone_with(env_name, image=image), version=version, copy_style="none")
+                # The same function in an environment of this image (a clone would carry no tasks).
+                environment = flyte.TaskEnvironment(name=env_name, image=image)
+                environment.task(func)
+                await flyte.deploy.aio(environment, version=version, copy_style="none")
                 task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
             self._deployed[(task_name, image)] = task
             return task
@@ -230,7 +249,7 @@ class FlyteExecutor(Executor):
             env[SECRETS_FROM_ENV] = json.dumps(names, sort_keys=True)
         out: dict[str, Any] = {
             "env_vars": env,
-            "retries": sub.retries,
+            "retries": flyte.RetryStrategy(count=sub.retries),
             "timeout": timedelta(seconds=sub.timeout_seconds),
         }
         if (resources := flyte_resources(spec.resources)) is not None:
@@ -282,19 +301,34 @@ class FlyteExecutor(Executor):
         await self._init()
         while await self._get(segment_name(submission.name, run.segment + 1)) is not None:
             run.segment += 1
-        try:
-            await self._launch(run)
-        except Exception as exc:
-            run.state, run.message = ExecutionState.FAILED, f"the Flyte backend refused the run: {_describe(exc)}"
+        await self._try_launch(run)
         if submission.suspended and run.state is ExecutionState.SUCCEEDED and run.exit_code == EXIT_SUSPENDED:
             run.state = ExecutionState.SUSPENDED
         return run.status()
+
+    async def _try_launch(self, run: _Execution) -> None:
+        """Launch (or adopt); a spec the SDK or the backend refuses fails the run, a backend out
+        of reach leaves it queued, launched again on the next look."""
+        try:
+            await self._launch(run)
+            run.launched = True
+        except (ValueError, TypeError, AssertionError) as exc:
+            run.state, run.message = ExecutionState.FAILED, f"the Flyte run was refused: {_describe(exc)}"
+        except Exception as exc:
+            if _code(exc) in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "PERMISSION_DENIED"):
+                run.state, run.message = ExecutionState.FAILED, f"the Flyte run was refused: {_describe(exc)}"
+            else:
+                log.warning("execution %s: %s", run.sub.name, _describe(exc))
+                run.state, run.message = ExecutionState.QUEUED, f"cannot reach the Flyte backend: {_describe(exc)}"
+        run.changed.set()
 
     async def status(self, name: str) -> ExecutionStatus | None:
         run = self._runs.get(name)
         if run is None:
             return None
-        if not run.state.finished and run.state is not ExecutionState.SUSPENDED:
+        if not run.launched and not run.state.finished:
+            await self._try_launch(run)
+        elif not run.state.finished and run.state is not ExecutionState.SUSPENDED:
             try:
                 remote = await self._get(run.run_name)
             except Exception as exc:  # the backend unreachable: say so, keep the last state
@@ -311,8 +345,8 @@ class FlyteExecutor(Executor):
         if run is None or run.state is not ExecutionState.SUSPENDED:
             return
         run.segment += 1
-        run.state, run.exit_code, run.message = ExecutionState.QUEUED, None, "resumed after the approval"
-        await self._launch(run)
+        run.state, run.exit_code, run.message, run.launched = ExecutionState.QUEUED, None, "resumed after the approval", False
+        await self._try_launch(run)
 
     async def abort(self, name: str, namespace: str | None = None) -> None:
         run = self._runs.pop(name, None)

@@ -287,7 +287,7 @@ class FlyteExecutor(Executor):
                 if not _already_exists(exc):
                     raise
                 remote = await self._get(run.run_name)  # submitted concurrently: adopt it
-        self._observe(run, remote)
+        await self._refresh(run, remote)
 
     # --------------------------------------------------------------------------- interface
 
@@ -302,8 +302,6 @@ class FlyteExecutor(Executor):
         while await self._get(segment_name(submission.name, run.segment + 1)) is not None:
             run.segment += 1
         await self._try_launch(run)
-        if submission.suspended and run.state is ExecutionState.SUCCEEDED and run.exit_code == EXIT_SUSPENDED:
-            run.state = ExecutionState.SUSPENDED
         return run.status()
 
     async def _try_launch(self, run: _Execution) -> None:
@@ -335,9 +333,7 @@ class FlyteExecutor(Executor):
                 run.message = f"cannot reach the Flyte backend: {_describe(exc)}"
             else:
                 if remote is not None:
-                    self._observe(run, remote)
-                    if run.state is ExecutionState.SUCCEEDED:
-                        await self._outcome(run, remote)
+                    await self._refresh(run, remote)
         return run.status()
 
     async def resume(self, name: str) -> None:
@@ -384,6 +380,14 @@ class FlyteExecutor(Executor):
         self._runs.clear()
 
     # ----------------------------------------------------------------------------- reading
+
+    async def _refresh(self, run: _Execution, remote: Any) -> None:
+        self._observe(run, remote)
+        if run.state is ExecutionState.SUCCEEDED:
+            try:
+                await self._outcome(run, remote)
+            except Exception as exc:  # outputs not readable yet: look again next time
+                run.state, run.message = ExecutionState.RUNNING, f"reading the run's outcome: {_describe(exc)}"
 
     def _observe(self, run: _Execution, remote: Any) -> None:
         details = remote._details.action_details if remote._details is not None else None

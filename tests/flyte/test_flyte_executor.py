@@ -254,3 +254,27 @@ def test_a_tool_with_its_own_image_and_gpu_is_a_child_task_on_the_a100_pool(back
     pod = wait_for(lambda: [p for p in pods(backend) if name in json.dumps(p["metadata"])], timeout=90, what="the tool task's pod")[0]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["spec"]["containers"][0]["image"] == "registry.example/embed:3"
+
+
+def test_the_runtime_task_runs_and_its_outcome_is_read(backend: Backend, loop: Any) -> None:
+    """No kubelet here, so the test plays it: the pod's container (the real Flyte runtime running
+    tether's agent_run) runs as a local process against the backend and the S3 store; the backend
+    completes the run from what it wrote, and the executor reads the attempt's outcome from the
+    run's output: a terminal failure (an AgentTool that does not exist), with its message."""
+    sub = submission(tools=["missing"])
+    sub.store_url = f"s3://{backend.bucket}/tether/team-a?endpoint_url={backend.s3}"
+    ex = executor(backend)
+    run(ex.submit(sub))
+    pod = wait_for(
+        lambda: [p for p in pods(backend) if p["metadata"].get("labels", {}).get("flyte.org/run") == sub.name], timeout=90, what="the pod"
+    )[0]
+    assert backend.play_kubelet(pod) == 0  # the task ran to its end: the outcome is its output
+
+    def finished() -> Any:
+        status = run(ex.status(sub.name))
+        return status if status is not None and status.state.finished else None
+
+    status = wait_for(finished, timeout=90, what="the run's outcome")
+    assert status.state is ExecutionState.FAILED and status.exit_code == 2
+    assert status.message == "terminal failure: ConfigError: unknown AgentTool(s): missing"
+    assert status.attempts == 1

@@ -11,15 +11,18 @@ No kubelet: runs are accepted, their TaskAction CRs and pods are created, and th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.support.kube import REPO_ROOT, ControlPlane, free_port
 from tests.support.s3 import new_bucket, s3_server
@@ -168,6 +171,45 @@ class Backend:
         self.log = log
         self.bucket = bucket
         self.s3 = s3
+
+    def play_kubelet(self, pod: dict[str, Any]) -> int:
+        """Run the pod's container as a kubelet would, here: the Flyte runtime (`a0`, from this
+        environment's `flyte` install) with the pod's args and env, the S3 store's credentials
+        (in a cluster: the backend's default env) - then report its exit through pods/status.
+        The backend reads the outputs or error the runtime wrote, as it would in a cluster."""
+        container = pod["spec"]["containers"][0]
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": tempfile.gettempdir()}
+        env.update({e["name"]: e.get("value") or "" for e in container.get("env", [])})
+        env.update(FLYTE_AWS_ENDPOINT=self.s3, FLYTE_AWS_ACCESS_KEY_ID="test", FLYTE_AWS_SECRET_ACCESS_KEY="test")
+        args = container["args"]
+        proc = subprocess.run([str(Path(sys.executable).parent / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=300)
+        terminated = {"exitCode": proc.returncode, "reason": "Completed" if proc.returncode == 0 else "Error"}
+        status = {
+            "phase": "Succeeded" if proc.returncode == 0 else "Failed",
+            "containerStatuses": [
+                {
+                    "name": container["name"],
+                    "image": container["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": terminated},
+                }
+            ],
+        }
+        meta = pod["metadata"]
+        self.kube.kubectl(
+            "patch",
+            "pod",
+            meta["name"],
+            "-n",
+            meta["namespace"],
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+        )
+        return proc.returncode
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

@@ -58,6 +58,18 @@ def test_load_from_env_removes_it_and_from_a_directory(tmp_path: Path) -> None:
     assert loaded.model_key == MODEL_KEY and loaded.tools == {"a": {"A_TOKEN": A_VALUE}, "b": {"B_TOKEN": B_VALUE}}
 
 
+def test_load_from_variables_a_flyte_run_was_given() -> None:
+    """The Flyte executor asks Flyte to inject each Secret key as a variable and names them in
+    $TETHER_SECRETS_FROM_ENV; load() reads them by path and removes all of them."""
+    names = {"model/apiKey": "TETHER_SECRET_0", "tools/a/A_TOKEN": "TETHER_SECRET_1"}
+    env = {S.SECRETS_FROM_ENV: json.dumps(names), "TETHER_SECRET_0": MODEL_KEY, "TETHER_SECRET_1": A_VALUE, "PATH": "/bin"}
+    loaded = S.load(env)
+    assert env == {"PATH": "/bin"}
+    assert loaded.model_key == MODEL_KEY and loaded.tools == {"a": {"A_TOKEN": A_VALUE}}
+    with pytest.raises(S.SecretsError, match="TETHER_SECRET_0 is not set"):
+        S.load({S.SECRETS_FROM_ENV: json.dumps(names)})
+
+
 def test_malformed_secrets_are_refused_without_echoing_them() -> None:
     with pytest.raises(S.SecretsError) as e:
         S.load({S.SECRETS_ENV: "{not json " + A_VALUE})

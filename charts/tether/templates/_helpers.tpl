@@ -76,6 +76,9 @@ for the configured executor. */}}
 - apiGroups: [""]
   resources: ["serviceaccounts"]
   verbs: ["get", "create"]
+{{- else if eq .Values.executor.kind "flyte" }}
+# Flyte executor: runs live on the Flyte backend (reached over its API, not the apiserver); its
+# pods get their Secrets from Flyte's secret injection. Nothing more in the served namespaces.
 {{- else }}
 # Local (development) executor: API keys and tools' env are read by name, never listed or watched.
 - apiGroups: [""]

@@ -26,6 +26,7 @@ from tether.stores import Store, open_store
 
 from . import kube, metrics
 from .executors.base import Executor, execution_name
+from .executors.flyte import FlyteExecutor
 from .executors.kubernetes import EXECUTION_LABEL, KubernetesExecutor
 from .executors.local import LocalExecutor
 from .runs import FINALIZER, FINISHED, RunLoop
@@ -46,6 +47,17 @@ def make_executor(settings: Settings) -> Executor:
             resync_seconds=ex.resync_seconds,
             tool_modules=settings.tool_modules,
         )
+    if ex.kind == "flyte":
+        if not ex.flyte.endpoint:
+            raise kopf.PermanentError("the flyte executor needs TETHER_FLYTE_ENDPOINT (chart value executor.flyte.endpoint)")
+        return FlyteExecutor(
+            endpoint=ex.flyte.endpoint,
+            runtime_image=ex.runtime_image,
+            project=ex.flyte.project,
+            domain=ex.flyte.domain,
+            insecure=ex.flyte.insecure,
+            service_account=ex.flyte.service_account,
+        )
     if ex.kind == "local":
         return LocalExecutor(
             settings.store.url,
@@ -54,7 +66,7 @@ def make_executor(settings: Settings) -> Executor:
             python=settings.executor.python or None,
             passed_env=settings.executor.runtime_env,
         )
-    raise kopf.PermanentError(f"unknown executor {settings.executor.kind!r} (supported: kubernetes, local)")
+    raise kopf.PermanentError(f"unknown executor {settings.executor.kind!r} (supported: kubernetes, flyte, local)")
 
 
 class _StopWhenGone:

@@ -30,8 +30,9 @@ class StoreSettings:
 @dataclass(frozen=True)
 class ExecutorSettings:
     kind: str = "kubernetes"
-    """`kubernetes` (one pod per attempt; the default) or `local` (development only: the runtime
-    runs as a subprocess of the operator, with the operator's rights)."""
+    """`kubernetes` (one pod per attempt; the default), `flyte` (a run per AgentRun on a Flyte 2
+    backend) or `local` (development only: the runtime runs as a subprocess of the operator, with
+    the operator's rights)."""
     concurrency: int = 4
     """Local executor: executions running at once; more wait in the queue (phase Pending, reason Queued)."""
     workdir: str = ""
@@ -50,6 +51,23 @@ class ExecutorSettings:
     created by the operator when missing (env TETHER_RUNNER_SERVICE_ACCOUNT)."""
     resync_seconds: float = 10.0
     """Kubernetes executor: look at a runner pod at least this often even without watch events."""
+    flyte: FlyteSettings = field(default_factory=lambda: FlyteSettings())
+
+
+@dataclass(frozen=True)
+class FlyteSettings:
+    endpoint: str = ""
+    """Flyte executor: the backend's gRPC/Connect endpoint, `host:port` or `dns:///host:port`
+    (env TETHER_FLYTE_ENDPOINT)."""
+    project: str = "tether"
+    """Flyte project of the runtime task and the runs (env TETHER_FLYTE_PROJECT)."""
+    domain: str = "development"
+    """Flyte domain (env TETHER_FLYTE_DOMAIN)."""
+    insecure: bool = False
+    """Plain-text connection to the backend (env TETHER_FLYTE_INSECURE; in-cluster only)."""
+    service_account: str = ""
+    """Kubernetes service account of the runs' pods (env TETHER_FLYTE_SERVICE_ACCOUNT; empty:
+    the backend's default)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,13 @@ class Settings:
                 image_pull_policy=env.get("TETHER_RUNTIME_IMAGE_PULL_POLICY") or "IfNotPresent",
                 runner_service_account=env.get("TETHER_RUNNER_SERVICE_ACCOUNT") or "tether-runner",
                 resync_seconds=num("TETHER_RESYNC_SECONDS", 10.0),
+                flyte=FlyteSettings(
+                    endpoint=env.get("TETHER_FLYTE_ENDPOINT", ""),
+                    project=env.get("TETHER_FLYTE_PROJECT") or "tether",
+                    domain=env.get("TETHER_FLYTE_DOMAIN") or "development",
+                    insecure=env.get("TETHER_FLYTE_INSECURE", "").strip().lower() in ("1", "true", "yes"),
+                    service_account=env.get("TETHER_FLYTE_SERVICE_ACCOUNT", ""),
+                ),
             ),
             timing=TimingSettings(
                 poll_seconds=num("TETHER_POLL_SECONDS", 0.5),

@@ -11,6 +11,7 @@ framework adapter and returns an outcome whose ``exit_code`` executors understan
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -33,6 +34,10 @@ from .secrets import tool_secrets
 from .tools import allowed_tool_modules, implementation_refusal
 
 env = flyte.TaskEnvironment(name="tether-runtime")
+tool_env = flyte.TaskEnvironment(name="tether-tool")
+"""AgentTools with their own image or resources run as child tasks of this environment (the Flyte
+executor deploys it per image and names them in ``$TETHER_FLYTE_TOOL_TASKS``)."""
+TOOL_TASKS_ENV = "TETHER_FLYTE_TOOL_TASKS"
 
 
 def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> Tool:
@@ -61,7 +66,39 @@ def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | No
         cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
     )
     tool.spec.secrets = tool_secrets(name)
+    child = json.loads(os.environ.get(TOOL_TASKS_ENV) or "{}").get(name)
+    if child is not None and os.environ.get(FLYTE_REMOTE_ENV) == "1":
+        tool.task = ChildToolTask(name, spec.implementation, child)
     return tool
+
+
+class ChildToolTask:
+    """An AgentTool called as a child Flyte task (``tool_call`` of the deployed ``tether-tool``
+    environment, with the tool's own image, resources, secrets and cache): what
+    :meth:`tether.agent.Tool._execute` awaits inside a running Flyte task. The call still goes
+    through the tool seam first, so a recorded call is replayed, never run again."""
+
+    def __init__(self, name: str, implementation: str, ref: dict[str, Any]) -> None:
+        self.name, self.implementation, self.ref = name, implementation, ref
+
+    async def aio(self, **kwargs: Any) -> Any:
+        import flyte.remote
+
+        task = flyte.remote.Task.get(self.ref["task"], version=self.ref["version"])
+        overrides: dict[str, Any] = {}
+        if self.ref.get("resources"):
+            overrides["resources"] = flyte.Resources(**self.ref["resources"])
+        if self.ref.get("cache"):  # cache: auto -> Flyte's cache, keyed by the tool's version
+            overrides["cache"] = flyte.Cache(behavior="override", version_override=self.ref["cache"])
+        if self.ref.get("secrets"):  # the tool's own Secret references, injected into its task only
+            from .secrets import SECRETS_FROM_ENV
+
+            overrides["secrets"] = [flyte.Secret(key=key, group=group, as_env_var=var) for group, key, _, var in self.ref["secrets"]]
+            overrides["env_vars"] = {SECRETS_FROM_ENV: json.dumps({path: var for _, _, path, var in self.ref["secrets"]})}
+        if overrides:
+            task = await task.override.aio(**overrides)
+        out = await task(implementation=self.implementation, tool=self.name, arguments=json.dumps(kwargs, sort_keys=True, default=str))
+        return json.loads(out)
 
 
 def _upstream(base_url: str) -> str:
@@ -193,9 +230,49 @@ def _publish_failed_start(store: str, run_id: str, error: str) -> None:
         pass
 
 
+FLYTE_REMOTE_ENV = "TETHER_FLYTE_REMOTE"
+"""Set (to 1) by the Flyte executor on the runs it submits: the task is the process's entry point
+(no ``tether exec`` before it), so it reads its secrets itself, and a recoverable failure raises,
+so that Flyte's own retries start the next attempt."""
+
+
+class RecoverableAttempt(RuntimeError):
+    """The attempt failed in a way the next attempt can get past (it replays the journal)."""
+
+
+@tool_env.task
+async def tool_call(implementation: str, tool: str, arguments: str) -> str:
+    """One call of AgentTool ``tool`` in its own task: JSON arguments in, JSON result out. Its
+    secrets (and only its) are injected into this task by the Flyte executor."""
+    from . import secrets as tether_secrets
+
+    secrets = tether_secrets.load()
+    refusal = implementation_refusal(implementation, allowed_tool_modules())
+    if refusal:
+        raise ConfigError(f"AgentTool {tool}: {refusal}")
+    module_name, _, attr = implementation.partition(":")
+    fn = getattr(importlib.import_module(module_name), attr)
+    if isinstance(fn, Tool):
+        fn = fn.fn
+    with tether_secrets.tool_scope(secrets.tools.get(tool, {})):
+        result = fn(**json.loads(arguments))
+        if inspect.isawaitable(result):
+            result = await result
+    return json.dumps(result, sort_keys=True, default=str)
+
+
 @env.task
 async def agent_run(request: str, store: str) -> str:
     """Run one attempt of an AgentRun (JSON exec request) against ``store``; JSON outcome."""
+    parsed = ExecRequest.model_validate_json(request)
+    remote = os.environ.get(FLYTE_REMOTE_ENV) == "1"
+    if remote:
+        from . import secrets as tether_secrets
+        from .api import PROVIDER_KEY_ENV
+
+        tether_secrets.use(tether_secrets.load(), PROVIDER_KEY_ENV.get(parsed.spec.model.provider))
     show = os.environ.get("TETHER_PROGRESS") == "1"
-    outcome = await execute(ExecRequest.model_validate_json(request), store, step_printer(sys.stdout if show else None))
+    outcome = await execute(parsed, store, step_printer(sys.stdout if show else None))
+    if remote and outcome["exit_code"] == EXIT_RECOVERABLE:
+        raise RecoverableAttempt(outcome.get("error") or "recoverable failure")
     return json.dumps(outcome)

@@ -4,6 +4,9 @@ Where they come from (:func:`load`, the one reader; ``tether exec`` calls it fir
 
 - ``$TETHER_SECRETS_DIR``: files ``model/apiKey`` and ``tools/<AgentTool>/<ENV_NAME>`` — what the
   Kubernetes executor mounts read-only from a projected Secret volume;
+- ``$TETHER_SECRETS_FROM_ENV``: JSON ``{"model/apiKey": "VAR", "tools/<AgentTool>/<ENV>": "VAR"}``
+  naming the variables that hold each secret (the same paths as the directory) — what the Flyte
+  executor asks Flyte's secret injection for; the variables are removed as they are read;
 - ``$TETHER_SECRETS``: JSON ``{"model": {"apiKey": "..."}, "tools": {"<tool>": {"ENV": "value"}}}``
   — what the local dev executor passes. It is removed from ``os.environ`` as it is read, before
   any agent or tool module is imported.
@@ -42,6 +45,7 @@ from types import MappingProxyType
 
 SECRETS_DIR_ENV = "TETHER_SECRETS_DIR"
 SECRETS_ENV = "TETHER_SECRETS"
+SECRETS_FROM_ENV = "TETHER_SECRETS_FROM_ENV"
 
 
 @dataclass(frozen=True)
@@ -62,13 +66,16 @@ class SecretsError(ValueError):
 
 
 def load(environ: os._Environ[str] | dict[str, str] | None = None) -> Secrets:
-    """Read the attempt's secrets from ``$TETHER_SECRETS_DIR`` or ``$TETHER_SECRETS`` (removed
-    from the environment as it is read). Neither set: no secrets."""
+    """Read the attempt's secrets from ``$TETHER_SECRETS_DIR``, ``$TETHER_SECRETS_FROM_ENV`` or
+    ``$TETHER_SECRETS`` (the last two removed from the environment as read). None set: none."""
     env = os.environ if environ is None else environ
     raw = env.pop(SECRETS_ENV, None)
     folder = env.get(SECRETS_DIR_ENV)
     if folder:
         return _from_dir(Path(folder))
+    names = env.pop(SECRETS_FROM_ENV, None)
+    if names:
+        return _from_env(names, env)
     if not raw:
         return Secrets()
     try:
@@ -80,6 +87,28 @@ def load(environ: os._Environ[str] | dict[str, str] | None = None) -> Secrets:
     if model_key is not None and not isinstance(model_key, str):
         raise SecretsError(f"${SECRETS_ENV}: model.apiKey must be a string")
     return Secrets(model_key=model_key or None, tools=tools)
+
+
+def _from_env(names: str, env: os._Environ[str] | dict[str, str]) -> Secrets:
+    try:
+        paths = json.loads(names)
+        assert isinstance(paths, dict) and all(isinstance(v, str) for v in paths.values())
+    except (ValueError, AssertionError):
+        raise SecretsError(f"${SECRETS_FROM_ENV} is not a JSON object of path -> variable name") from None
+    model_key: str | None = None
+    tools: dict[str, dict[str, str]] = {}
+    for path, var in paths.items():
+        value = env.pop(var, None)
+        if value is None:
+            raise SecretsError(f"secret {path}: variable {var} is not set (was the secret injected?)")
+        parts = path.split("/")
+        if parts == ["model", "apiKey"]:
+            model_key = value
+        elif len(parts) == 3 and parts[0] == "tools":
+            tools.setdefault(parts[1], {})[parts[2]] = value
+        else:
+            raise SecretsError(f"${SECRETS_FROM_ENV}: unknown secret path {path!r}")
+    return Secrets(model_key=model_key, tools=tools)
 
 
 def _from_dir(folder: Path) -> Secrets:

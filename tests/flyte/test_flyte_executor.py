@@ -1,0 +1,280 @@
+"""The Flyte executor against a real Flyte 2 backend (flyteorg/flyte's manager, built from source)
+on the bare apiserver: no kubelet, so runs are accepted, their TaskAction CRs and pods are made,
+and they stay queued. Checked through the SDK and in what the backend stores: submission,
+idempotent resubmission by a second executor (an operator restart), the per-run overrides in the
+TaskAction CR and the pod the backend makes from it, watch, abort, a run's own image."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.support.flyte_backend import NAMESPACE, Backend
+from tests.support.wait import wait_for
+from tether.api import AgentRunSpec, ExecRequest
+from tether_operator.executors.base import ExecutionState, SecretFile, Submission, execution_name
+from tether_operator.executors.flyte import RUNTIME_TASK, FlyteExecutor, task_version
+
+pytestmark = pytest.mark.kube
+
+IMAGE = "registry.example/tether-runtime:flyte-test"
+
+
+def submission(**spec: Any) -> Submission:
+    uid = str(uuid.uuid4())
+    body = {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hello", **spec}
+    request = ExecRequest(run_id=uid, namespace="team-a", name=f"run-{uid[:6]}", spec=AgentRunSpec.model_validate(body))
+    return Submission(
+        name=execution_name(uid),
+        request=request,
+        retries=3,
+        timeout_seconds=900,
+        labels={"tether.dev/run": request.name},
+        store_url="s3://runs/team-a?endpoint_url=http://s3.example:9000",
+    )
+
+
+def executor(backend: Backend) -> FlyteExecutor:
+    return FlyteExecutor(endpoint=backend.endpoint, runtime_image=IMAGE, insecure=True, project="tether", domain="development")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.get_event_loop().run_until_complete(coro)
+
+
+@pytest.fixture(scope="module")
+def loop() -> Any:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.close()
+
+
+def taskactions(backend: Backend) -> list[dict[str, Any]]:
+    out = backend.kube.kubectl("get", "taskactions.flyte.org", "-A", "-o", "json")
+    return list(json.loads(out.stdout)["items"])
+
+
+def of_run(backend: Backend, run_name: str) -> Callable[[], list[dict[str, Any]]]:
+    return lambda: [t for t in taskactions(backend) if t["spec"].get("runName") == run_name]
+
+
+def cr_template(action: dict[str, Any]) -> dict[str, Any]:
+    """The task template a TaskAction CR carries (serialized protobuf, base64 in JSON)."""
+    import base64
+
+    from flyteidl2.core import tasks_pb2
+    from google.protobuf import json_format
+
+    raw = base64.b64decode(action["spec"]["taskTemplate"])
+    return dict(json_format.MessageToDict(tasks_pb2.TaskTemplate.FromString(raw)))
+
+
+def pods(backend: Backend) -> list[dict[str, Any]]:
+    return list(json.loads(backend.kube.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"])
+
+
+def test_submit_creates_one_queued_run_and_a_restart_adopts_it(backend: Backend, loop: Any) -> None:
+    sub = submission()
+    first = executor(backend)
+    status = run(first.submit(sub))
+    assert status.state is ExecutionState.QUEUED, status
+    assert status.url and sub.name in status.url
+    actions = wait_for(of_run(backend, sub.name), timeout=60, what=f"the TaskAction CR of run {sub.name}")
+    assert len(actions) == 1
+    # The runtime task was deployed once, under this Tether version and image.
+    import flyte.remote
+
+    task = run(flyte.remote.Task.get(RUNTIME_TASK, version=task_version(first.version, IMAGE)).fetch.aio())
+    assert task.pb2.spec.task_template.container.image == IMAGE
+
+    # An operator restart: a new executor, the same submission -> the same run, no second one.
+    second = executor(backend)
+    again = run(second.submit(sub))
+    assert again.state is ExecutionState.QUEUED
+    assert again.url == status.url
+    runs = [r for r in run(_list_runs()) if r.name.startswith(sub.name)]
+    assert [r.name for r in runs] == [sub.name]
+    assert len(of_run(backend, sub.name)()) == 1
+    status = run(second.status(sub.name))
+    assert status is not None and status.state is ExecutionState.QUEUED
+    assert "queued" in status.message or "waiting" in status.message or "initializing" in status.message, status.message
+
+
+async def _list_runs() -> list[Any]:
+    import flyte.remote
+
+    return [r async for r in flyte.remote.Run.listall.aio()]
+
+
+def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any) -> None:
+    sub = submission(resources={"cpu": "2", "memory": "3Gi", "gpu": {"type": "A100", "count": 1}})
+    sub.env = {"TETHER_PROGRESS": "1"}
+    sub.secret_files = [SecretFile("openai", "apiKey", "model/apiKey"), SecretFile("crm", "token", "tools/lookup/CRM_TOKEN")]
+    ex = executor(backend)
+    run(ex.submit(sub))
+    action = wait_for(of_run(backend, sub.name), timeout=60, what="the TaskAction CR")[0]
+    stored = json.dumps(action["spec"])
+    # What the backend stores for the run: the overridden task template.
+    import flyte.remote
+
+    details = run(flyte.remote.Run.get.aio(sub.name))
+    assert details.name == sub.name
+    template = cr_template(action)
+    stored_spec = run(_task_spec_of(sub.name))  # what the run service stored: the CR carries the same
+    for key in ("securityContext", "metadata", "extendedResources"):
+        assert template[key] == stored_spec[key], key
+    for key in ("env", "resources", "image"):
+        assert template["container"][key] == stored_spec["container"][key], key
+    container = template["container"]
+    env = {e["key"]: e["value"] for e in container.get("env", [])}
+    assert env["TETHER_PROGRESS"] == "1" and env["TETHER_FLYTE_REMOTE"] == "1"
+    assert json.loads(env["TETHER_SECRETS_FROM_ENV"]) == {"model/apiKey": "TETHER_SECRET_0", "tools/lookup/CRM_TOKEN": "TETHER_SECRET_1"}
+    requests = {r["name"]: r["value"] for r in container["resources"]["requests"]}
+    assert requests == {"CPU": "2", "MEMORY": "3Gi", "GPU": "1"}
+    assert template["extendedResources"]["gpuAccelerator"]["device"] == "nvidia-tesla-a100"  # the SDK's name for A100
+    assert template["metadata"]["retries"]["retries"] == 3
+    assert template["metadata"]["timeout"] == "900s"
+    secrets = template["securityContext"]["secrets"]
+    assert [(s["group"], s["key"], s["envVar"]) for s in secrets] == [
+        ("openai", "apiKey", "TETHER_SECRET_0"),
+        ("crm", "token", "TETHER_SECRET_1"),
+    ]
+    assert "sk-" not in stored  # references only, never a value
+    # The pod the backend's executor makes from the TaskAction (no kubelet: it stays Pending).
+    pod = wait_for(lambda: [p for p in pods(backend) if sub.name in json.dumps(p["metadata"])], timeout=90, what="the run's pod")[0]
+    main = pod["spec"]["containers"][0]
+    assert main["image"] == IMAGE
+    assert main["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert main["resources"]["requests"]["cpu"] == "2" and main["resources"]["requests"]["memory"] == "3Gi"
+    assert {"key": "k8s.amazonaws.com/accelerator", "operator": "Equal", "value": "nvidia-tesla-a100", "effect": "NoSchedule"} in pod[
+        "spec"
+    ]["tolerations"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "k8s.amazonaws.com/accelerator", "operator": "In", "values": ["nvidia-tesla-a100"]}]}]
+    pod_env = {e["name"]: e.get("value") for e in main["env"]}
+    assert pod_env["TETHER_FLYTE_REMOTE"] == "1" and pod_env["TETHER_PROGRESS"] == "1"
+    assert pod["status"].get("phase", "Pending") == "Pending"
+
+
+async def _task_spec_of(run_name: str) -> dict[str, Any]:
+    """The task template the backend stored for the run's root action (as JSON)."""
+    import flyte.remote
+    from google.protobuf import json_format
+
+    details = await flyte.remote.RunDetails.get.aio(name=run_name)
+    spec = details.pb2.action.task  # the TaskSpec the run was created with
+    return dict(json_format.MessageToDict(spec.task_template))
+
+
+def test_abort_stops_the_run(backend: Backend, loop: Any) -> None:
+    sub = submission()
+    ex = executor(backend)
+    run(ex.submit(sub))
+    wait_for(of_run(backend, sub.name), timeout=60, what="the TaskAction CR")
+    run(ex.abort(sub.name, "team-a"))
+    import flyte.remote
+
+    def aborted() -> bool:
+        return "ABORT" in str(run(flyte.remote.Run.get.aio(sub.name)).phase).upper()
+
+    wait_for(aborted, timeout=60, what=f"run {sub.name} aborted")
+    # A restarted operator sees it aborted, and submitting it again adopts it (no new run).
+    later = executor(backend)
+    status = run(later.submit(sub))
+    assert status.state is ExecutionState.ABORTED, status
+    assert [r.name for r in run(_list_runs()) if r.name.startswith(sub.name)] == [sub.name]
+
+
+def test_a_runs_own_image_gets_its_own_task_version(backend: Backend, loop: Any) -> None:
+    own = "registry.example/team-a/agent:7"
+    sub = submission(image=own)
+    ex = executor(backend)
+    run(ex.submit(sub))
+    template = run(_task_spec_of(sub.name))
+    assert template["container"]["image"] == own
+    assert template["id"]["version"] == task_version(ex.version, own)
+    assert NAMESPACE  # the backend's TaskAction namespace
+
+
+def test_a_tool_with_its_own_image_and_gpu_is_a_child_task_on_the_a100_pool(backend: Backend, loop: Any) -> None:
+    from tether.api import AgentToolSpec
+
+    embed = AgentToolSpec.model_validate(
+        {
+            "description": "Embed",
+            "implementation": "shop.tools:embed",
+            "image": "registry.example/embed:3",
+            "version": "3",
+            "cache": "auto",
+            "resources": {"memory": "8Gi", "gpu": {"type": "A100", "count": 1}},
+        }
+    )
+    sub = submission(tools=["embed"], resources={"cpu": "1"})
+    sub.request.tools = {"embed": embed}
+    sub.secret_files = [SecretFile("openai", "apiKey", "model/apiKey"), SecretFile("embed-creds", "token", "tools/embed/TOKEN")]
+    ex = executor(backend)
+    run(ex.submit(sub))
+    template = run(_task_spec_of(sub.name))
+    env = {e["key"]: e["value"] for e in template["container"]["env"]}
+    refs = json.loads(env["TETHER_FLYTE_TOOL_TASKS"])
+    version = task_version(ex.version, "registry.example/embed:3")
+    assert refs == {
+        "embed": {
+            "task": "tether-tool.tool_call",
+            "version": version,
+            "resources": {"memory": "8Gi", "gpu": "A100:1"},
+            "cache": "3",
+            "secrets": [["embed-creds", "token", "tools/embed/TOKEN", "TETHER_SECRET_EMBED_0"]],
+        }
+    }
+    # The agent stays on CPU and never gets the tool's secret; the tool task is deployed with its image.
+    assert [s["group"] for s in template["securityContext"]["secrets"]] == ["openai"]
+    assert "extendedResources" not in template
+    import flyte
+    import flyte.remote
+
+    tool = run(flyte.remote.Task.get("tether-tool.tool_call", version=version).fetch.aio())
+    assert tool.pb2.spec.task_template.container.image == "registry.example/embed:3"
+    # The tool task as the runtime calls it (the same override): the backend puts it on the A100
+    # pool with its own GPU, its cache keyed by the tool's version.
+    name = f"{sub.name}-embed"
+    child = tool.override(
+        resources=flyte.Resources(memory="8Gi", gpu="A100:1"), cache=flyte.Cache(behavior="override", version_override="3")
+    )
+    run(flyte.with_runcontext(name=name).run.aio(child, implementation="shop.tools:embed", tool="embed", arguments="{}"))
+    stored = run(_task_spec_of(name))
+    assert stored["extendedResources"]["gpuAccelerator"]["device"] == "nvidia-tesla-a100"  # the backend's name for A100
+    assert stored["metadata"]["discoverable"] is True and stored["metadata"]["discoveryVersion"] == "3"
+    pod = wait_for(lambda: [p for p in pods(backend) if name in json.dumps(p["metadata"])], timeout=90, what="the tool task's pod")[0]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/embed:3"
+
+
+def test_the_runtime_task_runs_and_its_outcome_is_read(backend: Backend, loop: Any) -> None:
+    """No kubelet here, so the test plays it: the pod's container (the real Flyte runtime running
+    tether's agent_run) runs as a local process against the backend and the S3 store; the backend
+    completes the run from what it wrote, and the executor reads the attempt's outcome from the
+    run's output: a terminal failure (an AgentTool that does not exist), with its message."""
+    sub = submission(tools=["missing"])
+    sub.store_url = f"s3://{backend.bucket}/tether/team-a?endpoint_url={backend.s3}"
+    ex = executor(backend)
+    run(ex.submit(sub))
+    pod = wait_for(
+        lambda: [p for p in pods(backend) if p["metadata"].get("labels", {}).get("flyte.org/run") == sub.name], timeout=90, what="the pod"
+    )[0]
+    assert backend.play_kubelet(pod) == 0  # the task ran to its end: the outcome is its output
+
+    def finished() -> Any:
+        status = run(ex.status(sub.name))
+        return status if status is not None and status.state.finished else None
+
+    status = wait_for(finished, timeout=90, what="the run's outcome")
+    assert status.state is ExecutionState.FAILED and status.exit_code == 2
+    assert status.message == "terminal failure: ConfigError: unknown AgentTool(s): missing"
+    assert status.attempts == 1

@@ -28,7 +28,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,8 +130,8 @@ def _from_record(spec: ToolSpec, record: Record) -> Any:
 
 
 async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
-    """Call a tool through the journal. Async tools run on the caller's loop, sync tools in a tool
-    thread (:func:`in_tool_thread`): calls the framework makes in parallel run in parallel."""
+    """Call a tool through the journal. Async tools run on the caller's loop, sync tools in a
+    thread each (:func:`in_tool_thread`): calls the framework makes in parallel run in parallel."""
     run = run or current_run()
     if run is None:
         with tool_scope(spec.secrets):
@@ -230,24 +229,45 @@ async def _invoke(spec: ToolSpec, args: dict[str, Any]) -> Any:
     return result
 
 
-#: Sync tool calls that run at once per process; more wait for a thread. Not the event loop's
-#: default executor (os.cpu_count() + 4 threads): a turn's parallel calls would queue there
-#: behind each other, and the journal writes that share it behind long-running tools.
-TOOL_THREADS = 128
-_threads: ThreadPoolExecutor | None = None
-_threads_lock = threading.Lock()
-
-
 async def in_tool_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
-    """Run a sync tool function in one of Tether's tool threads, never on the event loop, in a
-    copy of the caller's context: the thread sees the run, the idempotency key and this call's
-    secrets (``tether.secrets``), and no other call's."""
-    global _threads
-    with _threads_lock:
-        if _threads is None:
-            _threads = ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="tether-tool")
+    """Run a sync tool function in a thread of its own, never on the event loop, in a copy of the
+    caller's context: the thread sees the run, the idempotency key and this call's secrets
+    (``tether.secrets``), and no other call's.
+
+    A thread per call, not the loop's default executor (os.cpu_count() + 4 threads): a turn's
+    parallel calls would queue there behind each other, and the journal writes that share it
+    behind long-running tools. Nor a pool: its idle threads would outlive the calls (a process
+    that forks, like a pre-started worker, must have none left).
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
     ctx = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(_threads, functools.partial(ctx.run, fn, **kwargs))
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the caller was cancelled meanwhile
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = ctx.run(fn, **kwargs), None
+        except BaseException as e:  # handed to the caller, like a call on the loop
+            result, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for this call any more
+
+    thread = threading.Thread(target=work, name=f"tether-tool-{getattr(fn, '__name__', 'call')}")
+    thread.start()
+    try:
+        return await done
+    finally:
+        if not done.cancelled():
+            thread.join()  # it has only to return: no thread outlives its call
 
 
 def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:

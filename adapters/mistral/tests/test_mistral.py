@@ -107,7 +107,7 @@ def test_append_the_server_took_but_the_journal_never_recorded_is_not_sent_twice
     calls = conversation_calls(fake)
     assert calls[0].path == "/mistral/v1/conversations" and len(calls) == 3 and len({c.path for c in calls[1:]}) == 1
     conversation = calls[1].path.rsplit("/", 1)[-1]
-    entries = fake._protocols["mistral-conversations"].history(conversation)["entries"]
+    entries = fake.mistral_history(conversation)["entries"]
     assert [e["type"] for e in entries] == [
         "message.input",
         "function.call",
@@ -153,7 +153,7 @@ async def test_an_append_that_never_reached_the_server_goes_live(fake, tmp_path)
     assert retry.status == "succeeded" and retry.model_replayed == 1 and retry.model_live == 2
     assert not any(r.response.get("resolved") for r in records(tmp_path, "never"))
     conversation = next(c.path for c in conversation_calls(fake) if c.path.count("/") > 3).rsplit("/", 1)[-1]
-    types = [e["type"] for e in fake._protocols["mistral-conversations"].history(conversation)["entries"]]
+    types = [e["type"] for e in fake.mistral_history(conversation)["entries"]]
     assert types.count("function.result") == 2 and types[-1] == "message.output"
 
 

@@ -297,6 +297,10 @@ class FakeProvider:
         """Calls the model answered in full, for one protocol or provider name, or all."""
         return sum(1 for e in self.ledger if e.live and protocol in (None, e.protocol, _provider_of(e.protocol)))
 
+    def mistral_history(self, conversation_id: str) -> dict[str, Any]:
+        """A Mistral conversation's entries, as ``GET /v1/conversations/{id}/history`` answers."""
+        return cast(MistralConversations, self._protocols["mistral-conversations"]).history(conversation_id)
+
     def reset(self) -> None:
         """Clear the ledger, pending faults and remembered conversations."""
         self.ledger.clear()

@@ -1,9 +1,16 @@
 """The journal: an append-only record of the completed steps of one run scope (DESIGN §3).
 
-A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once (one
-listing, parallel reads) and serves replays from memory; a live step is written before its result
-is handed back. Records are immutable once written: a second writer of the same key loses quietly
-(``create`` is exclusive), except over a record that failed its checksum.
+A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once and
+serves replays from memory; a live step is written before its result is handed back. Records are
+immutable once written: a second writer of the same key loses quietly (``create`` is exclusive),
+except over a record that failed its checksum.
+
+Loading costs two store round trips whatever the journal's length: the *pack* (one object holding
+a copy of every record, at a fixed key) is read while the journal is listed; then the loose records
+the pack lacks are read in parallel while the attempt number is claimed. Loose records stay the
+source of truth: the pack is only a copy, rewritten in the background every ``PACK_EVERY`` new
+records and at the end of an attempt, so a crash between two pack writes loses nothing (the
+records after the last pack are read loose) and duplicates nothing (a record in both is one key).
 
 Occurrences of model turns count recorded outcomes only. A request replays the lowest recorded
 occurrence of its fingerprint that this attempt has not used yet (:meth:`Journal.replay_next`); a
@@ -25,6 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -37,8 +45,8 @@ Outcome = Literal["ok", "error"]
 StepKey = tuple[str, str, int]
 
 _SUM_LEN = 64
-#: Loose records read one by one at load that make the load write a pack for the next attempt.
-PACK_AFTER = 8
+#: Records not yet in the pack that make the journal write a fresh pack (in the background).
+PACK_EVERY = 8
 
 
 @dataclass
@@ -122,24 +130,39 @@ class Journal:
         self._lock = threading.Lock()
         self._unused: dict[str, int] = {"model": 0, "tool": 0}
         self._corrupt_keys: set[StepKey] = set()
+        #: Each record's encoded bytes (what a pack is made of) and how many the pack holds.
+        self._encoded: dict[StepKey, bytes] = {}
+        self._packed = 0
+        self._packer: threading.Thread | None = None
+        self._pack_again = False
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
-        """Read every record once (the newest pack, then loose records it lacks, in parallel)
-        and claim the next attempt number."""
-        keys = self.store.list(self.prefix)
-        attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
-        packs = sorted(k for k in keys if k.startswith(self.prefix + "packs/"))
-        packed = self._read_pack(packs[-1]) if packs else set()
-        loose = [k for k in keys if k.endswith(".rec") and k not in packed]
-        for name, data in self.store.get_many(loose).items():
-            self._add(name, data)
-        self.attempt = len(attempts) + 1
-        while not self.store.create(f"{self.prefix}attempts/{self.attempt:05d}", str(time.time()).encode()):
-            self.attempt += 1  # another process claimed it first
-        if len(loose) >= PACK_AFTER:
-            self._write_pack()
+        """Read every record once and claim the next attempt number, in two round trips: the
+        pack beside the listing, then the loose records the pack lacks beside the claim."""
+        with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
+            pack = pool.submit(self.store.get, self.pack_key)
+            keys = self.store.list(self.prefix)
+            packed = self._read_pack(pack.result() or b"")
+            attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
+            loose = [k for k in keys if k.endswith(".rec") and k not in packed]
+            claim = pool.submit(self._claim_attempt, len(attempts) + 1)
+            for name, data in self.store.get_many(loose).items():
+                self._add(name, data)
+            self.attempt = claim.result()
+        self._packed = len(packed)
+        if len(self.records) - self._packed >= PACK_EVERY:
+            self._pack_soon()
         return self
+
+    @property
+    def pack_key(self) -> str:
+        return f"{self.prefix}pack"
+
+    def _claim_attempt(self, attempt: int) -> int:
+        while not self.store.create(f"{self.prefix}attempts/{attempt:05d}", str(time.time()).encode()):
+            attempt += 1  # another process claimed it first
+        return attempt
 
     def _add(self, name: str, data: bytes) -> bool:
         record = Record.decode(data)
@@ -147,35 +170,65 @@ class Journal:
             self.counters.corrupt += 1
             self._corrupt_keys.add(self._key_of(name))
             return False
-        self._index(record)
+        self._index(record, data)
         return True
 
-    def _index(self, record: Record) -> None:
+    def _index(self, record: Record, data: bytes) -> None:
         self.records[record.key] = record
+        self._encoded[record.key] = data
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
 
-    def _read_pack(self, name: str) -> set[str]:
+    def _read_pack(self, data: bytes) -> set[str]:
         """Records of a pack, by object key; a corrupt entry is skipped (its loose record is read)."""
-        data, packed, i = self.store.get(name) or b"", set(), 0
+        packed: set[str] = set()
+        i = 0
         while i + 8 <= len(data):
             size = int.from_bytes(data[i : i + 8], "big")
-            record = Record.decode(data[i + 8 : i + 8 + size])
+            entry = data[i + 8 : i + 8 + size]
+            record = Record.decode(entry)
             i += 8 + size
             if record is not None and record.key not in self.records:
-                self._index(record)
+                self._index(record, entry)
                 packed.add(self._object_key(record.key))
         return packed
 
-    def _write_pack(self) -> None:
-        """Pack every record into one object, so the next attempt loads with one read instead of
-        one per step (what makes replay from S3 cheap). Loose records stay the source of truth:
-        a pack is only a copy, and failing to write one changes nothing."""
-        blob = b"".join(len(d).to_bytes(8, "big") + d for d in (r.encode() for r in self.records.values()))
-        try:
-            self.store.create(f"{self.prefix}packs/{self.attempt:05d}.pack", blob)
-        except StoreError:
-            pass
+    def _pack_soon(self) -> None:
+        """Rewrite the pack with every record in a background thread (never on a step's path);
+        a request while one is being written makes it write once more afterwards."""
+        with self._lock:
+            if self._packer is not None:
+                self._pack_again = True
+                return
+            self._packer = threading.Thread(target=self._write_packs, name="tether-journal-pack", daemon=True)
+            self._packer.start()
+
+    def _write_packs(self) -> None:
+        while True:
+            with self._lock:
+                entries = list(self._encoded.values())
+                self._pack_again = False
+            blob = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
+            try:
+                self.store.put(self.pack_key, blob)  # atomic: the old pack or the new one
+                written = len(entries)
+            except StoreError:
+                written = 0  # a pack is only a copy: failing to write one changes nothing
+            with self._lock:
+                self._packed = max(self._packed, written)
+                if not self._pack_again:
+                    self._packer = None
+                    return
+
+    def close(self, timeout: float = 30.0) -> None:
+        """End of the attempt: bring the pack up to date, so the next attempt loads in one read."""
+        with self._lock:
+            behind = len(self._encoded) > self._packed
+        if behind:
+            self._pack_soon()
+        packer = self._packer
+        if packer is not None:
+            packer.join(timeout)
 
     def _object_key(self, key: StepKey) -> str:
         kind, fp, occ = key
@@ -264,6 +317,10 @@ class Journal:
             self.store.create(name, data)
         with self._lock:
             self.records[record.key] = record
+            self._encoded[record.key] = data
             self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self.counters.count(record.kind, replayed=replayed)
+            behind = len(self._encoded) - self._packed >= PACK_EVERY
+        if behind:
+            self._pack_soon()

@@ -7,6 +7,7 @@ handed it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -172,3 +173,4 @@ class Run:
 
             shared_proxy().unregister(self)
         await self.seam.aclose()
+        await asyncio.to_thread(self.journal.close)  # the pack the next attempt loads in one read

@@ -5,23 +5,13 @@ serves replays from memory; a live step is written before its result is handed b
 immutable once written: a second writer of the same key loses quietly (``create`` is exclusive),
 except over a record that failed its checksum.
 
-Loading costs two store round trips whatever the journal's length: the *pack* (one object holding
-a copy of every record, at a fixed key) is read while the journal is listed; then the loose records
-the pack lacks are read in parallel while the attempt number is claimed. Loose records stay the
-source of truth: the pack is only a copy, rewritten in the background every ``PACK_EVERY`` new
-records and at the end of an attempt, so a crash between two pack writes loses nothing (the
-records after the last pack are read loose) and duplicates nothing (a record in both is one key).
-
-Occurrences of model turns count recorded outcomes only. A request replays the lowest recorded
-occurrence of its fingerprint that this attempt has not used yet (:meth:`Journal.replay_next`); a
-request that misses goes live *without* an occurrence, and takes one only once its outcome is known
-to be recordable (:meth:`Journal.append_next`): the lowest occurrence neither recorded nor being
-written. So a 429, a 5xx, a timeout or a reset followed by the SDK's own retry never shifts the
-keys (the failure took no number), and identical requests in flight together number their answers
-in the order those answers were recorded: whichever request of the next attempt asks first gets
-occurrence 1, and identical requests are interchangeable. Tool steps keep an occurrence fixed on
-arrival (:meth:`Journal.next_key`), since a tool's idempotency key and approval id need it before
-the tool runs.
+Loading costs two store round trips whatever the journal's length when the last attempt ended
+cleanly: the *pack* (one object at a fixed key holding a copy of every record, written at the end
+of each attempt after a listing) and the claim of the next attempt number. After a kill, the
+journal is listed and the loose records the pack lacks are read in parallel beside the claim.
+Loose records stay the source of truth: the pack is only a copy, also rewritten in the background
+every ``PACK_EVERY`` new records, so a crash between two pack writes loses nothing (the records
+after the last pack are read loose) and duplicates nothing (a record in both is one key).
 
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.
@@ -47,6 +37,7 @@ StepKey = tuple[str, str, int]
 _SUM_LEN = 64
 #: Records not yet in the pack that make the journal write a fresh pack (in the background).
 PACK_EVERY = 8
+PACK_MAGIC = b"tether-pack 1 "
 
 
 @dataclass
@@ -138,14 +129,23 @@ class Journal:
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
-        """Read every record once and claim the next attempt number, in two round trips: the
-        pack beside the listing, then the loose records the pack lacks beside the claim."""
+        """Read every record once and claim the next attempt number.
+
+        Fast path, two round trips whatever the journal's length: the pack, when the attempt that
+        wrote it ended cleanly (it then listed the journal and packed every record, its own and
+        any another process wrote), and the claim of the attempt number right after that one
+        (free: nothing started since). Otherwise (that attempt was killed, or another started
+        since) the journal is listed, and the loose records the pack lacks are read in parallel
+        beside the claim."""
+        packed, closed_by = self._read_pack(self.store.get(self.pack_key) or b"")
+        if closed_by is not None and self.store.create(self._attempt_key(closed_by + 1), str(time.time()).encode()):
+            self.attempt = closed_by + 1
+            self._packed = len(packed)
+            return self
+        keys = self.store.list(self.prefix)
+        attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
+        loose = [k for k in keys if k.endswith(".rec") and k not in packed]
         with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
-            pack = pool.submit(self.store.get, self.pack_key)
-            keys = self.store.list(self.prefix)
-            packed = self._read_pack(pack.result() or b"")
-            attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
-            loose = [k for k in keys if k.endswith(".rec") and k not in packed]
             claim = pool.submit(self._claim_attempt, len(attempts) + 1)
             for name, data in self.store.get_many(loose).items():
                 self._add(name, data)
@@ -159,8 +159,11 @@ class Journal:
     def pack_key(self) -> str:
         return f"{self.prefix}pack"
 
+    def _attempt_key(self, attempt: int) -> str:
+        return f"{self.prefix}attempts/{attempt:05d}"
+
     def _claim_attempt(self, attempt: int) -> int:
-        while not self.store.create(f"{self.prefix}attempts/{attempt:05d}", str(time.time()).encode()):
+        while not self.store.create(self._attempt_key(attempt), str(time.time()).encode()):
             attempt += 1  # another process claimed it first
         return attempt
 
@@ -179,19 +182,32 @@ class Journal:
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
 
-    def _read_pack(self, data: bytes) -> set[str]:
-        """Records of a pack, by object key; a corrupt entry is skipped (its loose record is read)."""
+    def _read_pack(self, data: bytes) -> tuple[set[str], int | None]:
+        """Records of a pack by object key (a corrupt entry is skipped: its loose record is read),
+        and the attempt that closed it if the pack is whole and was written at an attempt's end."""
+        head, _, entries = data.partition(b"\n") if data.startswith(PACK_MAGIC) else (b"", b"", b"")
+        try:
+            header = json.loads(head[len(PACK_MAGIC) :]) if head else {}
+        except ValueError:
+            header = {}
         packed: set[str] = set()
         i = 0
-        while i + 8 <= len(data):
-            size = int.from_bytes(data[i : i + 8], "big")
-            entry = data[i + 8 : i + 8 + size]
+        while i + 8 <= len(entries):
+            size = int.from_bytes(entries[i : i + 8], "big")
+            entry = entries[i + 8 : i + 8 + size]
             record = Record.decode(entry)
             i += 8 + size
             if record is not None and record.key not in self.records:
                 self._index(record, entry)
                 packed.add(self._object_key(record.key))
-        return packed
+        whole = header.get("sha256") == sha256_hex(entries) and len(packed) == header.get("records")
+        closed_by = header.get("closed_by")
+        return packed, closed_by if whole and isinstance(closed_by, int) else None
+
+    def _pack_blob(self, entries: list[bytes], closed_by: int | None) -> bytes:
+        body = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
+        header = {"closed_by": closed_by, "records": len(entries), "sha256": sha256_hex(body)}
+        return PACK_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
     def _pack_soon(self) -> None:
         """Rewrite the pack with every record in a background thread (never on a step's path);
@@ -208,9 +224,8 @@ class Journal:
             with self._lock:
                 entries = list(self._encoded.values())
                 self._pack_again = False
-            blob = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
             try:
-                self.store.put(self.pack_key, blob)  # atomic: the old pack or the new one
+                self.store.put(self.pack_key, self._pack_blob(entries, None))  # atomic: old or new
                 written = len(entries)
             except StoreError:
                 written = 0  # a pack is only a copy: failing to write one changes nothing
@@ -221,14 +236,22 @@ class Journal:
                     return
 
     def close(self, timeout: float = 30.0) -> None:
-        """End of the attempt: bring the pack up to date, so the next attempt loads in one read."""
-        with self._lock:
-            behind = len(self._encoded) > self._packed
-        if behind:
-            self._pack_soon()
+        """End of the attempt: list the journal, read what other processes recorded meanwhile,
+        and write the pack as closed by this attempt, so the next one loads it without a
+        listing. Never raises: a pack is only a copy (the next load then lists)."""
         packer = self._packer
         if packer is not None:
             packer.join(timeout)
+        try:
+            keys = self.store.list(self.prefix)
+            unknown = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
+            for name, data in self.store.get_many(unknown).items():
+                self._add(name, data)
+            with self._lock:
+                entries = list(self._encoded.values())
+            self.store.put(self.pack_key, self._pack_blob(entries, self.attempt))
+        except StoreError:
+            pass
 
     def _object_key(self, key: StepKey) -> str:
         kind, fp, occ = key

@@ -388,6 +388,14 @@ def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tm
     store.put(second.pack_key, bytes(data))
     third = Journal(store, "p").load()
     assert len(third.records) == PACK_EVERY + 2 and third.counters.corrupt == 0 and third.attempt == 4
+    third.close()
+    data = bytearray(store.get(third.pack_key))
+    data[-5] ^= 0xFF  # a closed pack that is not whole: its claim is kept, the journal listed
+    store.put(third.pack_key, bytes(data))
+    CountingStore.lists = 0
+    fourth = Journal(store, "p").load()
+    assert len(fourth.records) == PACK_EVERY + 2 and fourth.attempt == 5 and CountingStore.lists == 1
+    assert len(store.list("journal/p/attempts/")) == 5
 
 
 def test_the_closing_pack_holds_what_other_processes_recorded(tmp_path):

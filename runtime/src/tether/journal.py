@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .canonical import sha256_hex
 from .errors import StoreError
@@ -102,6 +102,19 @@ class Counters:
         setattr(self, attr, getattr(self, attr) + 1)
 
 
+def _split_pack(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """A pack's header (``closed_by``: the attempt whose end wrote it; ``records``; ``sha256`` of
+    the entries) and its entries; an unreadable header is empty (the pack is then not trusted)."""
+    if not data.startswith(PACK_MAGIC):
+        return {}, b""
+    head, _, entries = data.partition(b"\n")
+    try:
+        header = json.loads(head[len(PACK_MAGIC) :])
+    except ValueError:
+        return {}, entries
+    return (header if isinstance(header, dict) else {}), entries
+
+
 class Journal:
     """The journal of one run scope, loaded for one attempt."""
 
@@ -137,19 +150,31 @@ class Journal:
         (free: nothing started since). Otherwise (that attempt was killed, or another started
         since) the journal is listed, and the loose records the pack lacks are read in parallel
         beside the claim."""
-        packed, closed_by = self._read_pack(self.store.get(self.pack_key) or b"")
-        if closed_by is not None and self.store.create(self._attempt_key(closed_by + 1), str(time.time()).encode()):
-            self.attempt = closed_by + 1
-            self._packed = len(packed)
-            return self
+        header, entries = _split_pack(self.store.get(self.pack_key) or b"")
+        closed_by = header.get("closed_by")
+        with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
+            # The claim's round trip overlaps decoding the pack; it is only kept if the pack is whole.
+            fast = (
+                pool.submit(self.store.create, self._attempt_key(closed_by + 1), str(time.time()).encode())
+                if isinstance(closed_by, int)
+                else None
+            )
+            packed = self._read_pack(entries)
+            whole = header.get("sha256") == sha256_hex(entries) and len(packed) == header.get("records")
+            if fast is not None and fast.result():
+                if whole:
+                    self.attempt = cast(int, closed_by) + 1
+                    self._packed = len(packed)
+                    return self
+                self.attempt = cast(int, closed_by) + 1  # claimed, but a torn pack: list below
         keys = self.store.list(self.prefix)
         attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
         loose = [k for k in keys if k.endswith(".rec") and k not in packed]
         with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
-            claim = pool.submit(self._claim_attempt, len(attempts) + 1)
+            claim = pool.submit(self._claim_attempt, len(attempts) + 1) if not self.attempt else None
             for name, data in self.store.get_many(loose).items():
                 self._add(name, data)
-            self.attempt = claim.result()
+            self.attempt = claim.result() if claim is not None else self.attempt
         self._packed = len(packed)
         if len(self.records) - self._packed >= PACK_EVERY:
             self._pack_soon()
@@ -182,14 +207,8 @@ class Journal:
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
 
-    def _read_pack(self, data: bytes) -> tuple[set[str], int | None]:
-        """Records of a pack by object key (a corrupt entry is skipped: its loose record is read),
-        and the attempt that closed it if the pack is whole and was written at an attempt's end."""
-        head, _, entries = data.partition(b"\n") if data.startswith(PACK_MAGIC) else (b"", b"", b"")
-        try:
-            header = json.loads(head[len(PACK_MAGIC) :]) if head else {}
-        except ValueError:
-            header = {}
+    def _read_pack(self, entries: bytes) -> set[str]:
+        """Records of a pack by object key (a corrupt entry is skipped: its loose record is read)."""
         packed: set[str] = set()
         i = 0
         while i + 8 <= len(entries):
@@ -200,9 +219,7 @@ class Journal:
             if record is not None and record.key not in self.records:
                 self._index(record, entry)
                 packed.add(self._object_key(record.key))
-        whole = header.get("sha256") == sha256_hex(entries) and len(packed) == header.get("records")
-        closed_by = header.get("closed_by")
-        return packed, closed_by if whole and isinstance(closed_by, int) else None
+        return packed
 
     def _pack_blob(self, entries: list[bytes], closed_by: int | None) -> bytes:
         body = b"".join(len(d).to_bytes(8, "big") + d for d in entries)

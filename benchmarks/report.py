@@ -35,6 +35,8 @@ $V/bin/python benchmarks/replay_cost.py [--steps 10,100,1000] [--no-s3] [--repea
 $V/bin/python benchmarks/record_overhead.py [--calls 40] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
 $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
+$(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
+$(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -69,8 +71,8 @@ itself. So `ratio` measured on whole processes cannot reach 1/400 with a Python 
 
 Per step as the SDK sees it (`await client.chat.completions.create(...)` called → parsed
 `ChatCompletion` returned), for journals of 10, 100 and 1,000 steps, local store and S3 on
-loopback, through the in-process transport and through the proxy. The journal load (one listing,
-parallel reads, claiming the attempt number) is timed apart and amortised over the steps:
+loopback, through the in-process transport and through the proxy. The journal load (the pack and
+the attempt claim; see journal_load.py) is timed apart and amortised over the steps:
 `amortised = load / steps + median step`. The floor is the same call answered with the same
 recorded bytes by a canned in-process `httpx.MockTransport` (floor of the transport) and by a bare
 asyncio HTTP server on loopback (floor of the proxy). `over_floor_ms` = amortised − floor. Also
@@ -81,10 +83,10 @@ The **first retry** is reported apart from that steady state: a new process (the
 `--cold-child`) with its own store client, so the listing, the record reads and the attempt claim go
 over the wire afresh, importing the SDK and making its first call. Timed inside it: `imports` (the
 SDK and Tether, after the interpreter's start), `store client` (opening the store: for S3, boto3
-imported and its client built), `journal load` (listing, reads, attempt claim), the `first step`
+imported and its client built), `journal load` (pack, attempt claim; a listing and loose reads after a kill), the `first step`
 (the SDK's first use) and the median of the other steps; `process` is its wall time from outside.
-The first load of a journal reads its loose records one by one (and writes a pack of them for the
-next attempt); a later load reads the pack, which is why the steady state's load is much smaller.
+An attempt that ends cleanly leaves a pack of every record, so a later load reads one object and
+claims the attempt number without a listing (journal_load.py measures a load after a kill too).
 The steady state is the same journal replayed again in the benchmark's own, started process.
 
 ## record_overhead.py — DESIGN §5.3
@@ -109,6 +111,21 @@ model calls and the tools); `tools` from the first tool's start to the last one'
 `tools` ≈ 1 s for every N (the calls overlap). Plain LangGraph runs sync tools in the event loop's
 default executor (cpu count + 4 threads: 6 on these 2-core machines), so its 8 sync calls take two
 rounds; Tether runs sync tools in its own tool threads.
+## startup.py — start-up beside LangGraph's SqliteSaver (issue 14)
+
+The same ReAct graph (one tool; 2 model turns + 1 tool) run to its end once, then started again in
+fresh processes, interleaved: plain LangGraph with `SqliteSaver` (`invoke(None)` on the finished
+thread) and `tether_langgraph.run_agent` with the same run id (every step replayed through the
+framework's own loop). Timed inside each process: imports, then the work; also the framework's
+imports alone. Goal: ours − the peer's work ≤ 100 ms. `live_model_calls_when_started_again` must be 0.
+
+## journal_load.py — cold journal load (issue 14)
+
+A new `Journal` loading a 200-step journal (what a retry does first), local store and S3 with
+20 ms per request: after an attempt that ended cleanly (`closed`: the pack and the attempt claim,
+no listing) and after one killed between two background pack writes (`crashed`: listing, the pack,
+the loose records after it). Beside it: `SqliteSaver.get_tuple` of a 200-message thread (local
+file). Goals: ≤ 20 ms locally, ≤ 100 ms on S3.
 
 ## operator_submit.py — DESIGN §5.4
 
@@ -244,6 +261,43 @@ def parallel_rows(results: dict) -> list[str]:
     return [*out, ""]
 
 
+def startup_rows(results: dict) -> list[str]:
+    r = results.get("startup")
+    if not r:
+        return []
+    f = r["figures"]
+    return [
+        f"**startup** — {provenance(r)}; medians of {f['repeat']} fresh processes each, ms",
+        "",
+        "| process | imports | work | process wall |",
+        "|---|---|---|---|",
+        f"| LangGraph imports alone | {f['framework']['import_ms']:.0f} | | {f['framework']['process_ms']:.0f} |",
+        f"| LangGraph + SqliteSaver, finished run | {f['peer']['import_ms']:.0f} | {f['peer']['work_ms']:.0f} | {f['peer']['process_ms']:.0f} |",
+        f"| Tether `run_agent`, finished run | {f['tether']['import_ms']:.0f} | {f['tether']['work_ms']:.0f} | {f['tether']['process_ms']:.0f} |",
+        "",
+        f"Finished run above the peer: {f['finished_run_overhead_ms']:.0f} ms; imports above the framework's: "
+        f"{f['import_overhead_ms']:.0f} ms; live model calls: {f['live_model_calls_when_started_again']}.",
+        "",
+    ]
+
+
+def load_rows(results: dict) -> list[str]:
+    r = results.get("journal_load")
+    if not r:
+        return []
+    f = r["figures"]
+    return [
+        f"**journal_load** — {provenance(r)}; {f['steps']} steps, medians of {f['repeat']}, ms",
+        "",
+        "| store | attempt ended (pack + claim) | killed between packs (listing) |",
+        "|---|---|---|",
+        f"| local | {f['local']['closed_ms']:.1f} | {f['local']['crashed_ms']:.1f} |",
+        f"| S3, +{f['s3_latency_s'] * 1000:.0f} ms per request | {f['s3']['closed_ms']:.1f} | {f['s3']['crashed_ms']:.1f} |",
+        f"| peer: SqliteSaver.get_tuple, local file | {f['peer_sqlite_ms']:.1f} | |",
+        "",
+    ]
+
+
 def operator_rows(results: dict) -> list[str]:
     r = results.get("operator_submit")
     if not r:
@@ -312,6 +366,20 @@ def summary(results: dict) -> list[str]:
                     f"| parallel {kind} tool calls of {f['seconds']:g} s in one turn, LangGraph: tools phase through Tether "
                     f"(plain LangGraph), whole turn Tether/plain | {figures} | {provenance(r)} |"
                 )
+    if r := results.get("startup"):
+        f = r["figures"]
+        out.append(
+            f"| start-up: a finished LangGraph run started again (fresh process) | Tether {f['tether']['work_ms']:.0f} ms after imports "
+            f"vs LangGraph + SqliteSaver {f['peer']['work_ms']:.0f} ms; imports {f['tether']['import_ms']:.0f} ms (tether + adapter + framework) "
+            f"vs {f['framework']['import_ms']:.0f} ms (framework) | {provenance(r)} |"
+        )
+    if r := results.get("journal_load"):
+        f = r["figures"]
+        out.append(
+            f"| cold journal load, {f['steps']} steps | local {f['local']['closed_ms']:.1f} ms (after a kill {f['local']['crashed_ms']:.1f}); "
+            f"S3 +{f['s3_latency_s'] * 1000:.0f} ms/request {f['s3']['closed_ms']:.1f} ms (after a kill {f['s3']['crashed_ms']:.1f}); "
+            f"SqliteSaver {f['peer_sqlite_ms']:.1f} ms | {provenance(r)} |"
+        )
     if r := results.get("operator_submit"):
         f = r["figures"]
         out.append(
@@ -322,7 +390,15 @@ def summary(results: dict) -> list[str]:
 
 
 def render_readme(results: dict) -> str:
-    body = [*crash_rows(results), *replay_rows(results), *overhead_rows(results), *parallel_rows(results), *operator_rows(results)]
+    body = [
+        *crash_rows(results),
+        *replay_rows(results),
+        *overhead_rows(results),
+        *parallel_rows(results),
+        *startup_rows(results),
+        *load_rows(results),
+        *operator_rows(results),
+    ]
     return HEADER + INTRO + "## Latest figures\n\n" + "\n".join(body)
 
 

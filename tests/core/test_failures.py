@@ -355,31 +355,99 @@ def test_s3_outage_during_a_live_step_is_recoverable_and_drops_nothing(attempt, 
 
 
 def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tmp_path):
-    """Past PACK_AFTER loose records a load writes a pack; the next load reads the pack instead
-    of one object per record, and a corrupt pack entry falls back to the loose record."""
-    from tether.journal import PACK_AFTER, Journal, Record
+    """An attempt keeps a pack of its records (in the background every PACK_EVERY records, and
+    at its end); after a clean end the next load reads the pack alone, without a listing; a
+    corrupt pack entry falls back to the loose record."""
+    from tether.journal import PACK_EVERY, Journal, Record
     from tether.stores import LocalStore
 
     class CountingStore(LocalStore):
-        gets = 0
+        gets = lists = 0
 
         def get(self, key):
             type(self).gets += 1
             return super().get(key)
 
+        def list(self, prefix):
+            type(self).lists += 1
+            return super().list(prefix)
+
     store = CountingStore(tmp_path)
     first = Journal(store, "p").load()
-    for i in range(PACK_AFTER + 2):
+    for i in range(PACK_EVERY + 2):
         first.append(Record("tool", f"fp{i}", 1, "ok", {"i": i}, body=b'"x"'))
-    CountingStore.gets = 0
-    second = Journal(store, "p").load()  # reads loose records, writes a pack
-    assert len(second.records) == PACK_AFTER + 2 and CountingStore.gets == PACK_AFTER + 2
-    [pack] = [k for k in store.list("journal/p/packs/")]
-    CountingStore.gets = 0
-    third = Journal(store, "p").load()
-    assert len(third.records) == PACK_AFTER + 2 and CountingStore.gets == 1  # the pack alone
-    data = bytearray(store.get(pack))
+    first.close()  # the end of the attempt: the pack holds every record
+    CountingStore.gets = CountingStore.lists = 0
+    second = Journal(store, "p").load()
+    assert len(second.records) == PACK_EVERY + 2 and (CountingStore.gets, CountingStore.lists) == (1, 0)  # the pack alone
+    assert second.attempt == 2
+    rival = Journal(store, "p").load()  # started meanwhile: attempt 2 is taken, so it lists
+    assert rival.attempt == 3 and CountingStore.lists == 1 and len(rival.records) == PACK_EVERY + 2
+    data = bytearray(store.get(second.pack_key))
     data[20] ^= 0xFF  # break the first packed record's checksum
-    store.put(pack, bytes(data))
+    store.put(second.pack_key, bytes(data))
+    third = Journal(store, "p").load()
+    assert len(third.records) == PACK_EVERY + 2 and third.counters.corrupt == 0 and third.attempt == 4
+    third.close()
+    data = bytearray(store.get(third.pack_key))
+    data[-5] ^= 0xFF  # a closed pack that is not whole: its claim is kept, the journal listed
+    store.put(third.pack_key, bytes(data))
+    CountingStore.lists = 0
     fourth = Journal(store, "p").load()
-    assert len(fourth.records) == PACK_AFTER + 2 and fourth.counters.corrupt == 0
+    assert len(fourth.records) == PACK_EVERY + 2 and fourth.attempt == 5 and CountingStore.lists == 1
+    assert len(store.list("journal/p/attempts/")) == 5
+
+
+def test_the_closing_pack_holds_what_other_processes_recorded(tmp_path):
+    """An attempt's closing pack lists the journal first: a record another process wrote after
+    this attempt loaded (an older attempt still running) is in it, so the listing-free next
+    load still sees it."""
+    from tether.journal import Journal, Record
+    from tether.stores import LocalStore
+
+    store = LocalStore(tmp_path)
+    older, newer = Journal(store, "z").load(), Journal(store, "z").load()
+    newer.append(Record("tool", "mine", 1, "ok", {}, body=b"1"))
+    older.append(Record("tool", "late", 1, "ok", {}, body=b"2"))  # after newer loaded
+    newer.close()
+    after = Journal(store, "z").load()
+    assert after.attempt == newer.attempt + 1  # the fast path: pack + claim, no listing
+    assert sorted(fp for _, fp, _ in after.records) == ["late", "mine"]
+
+
+def test_a_crash_between_pack_writes_loses_and_duplicates_no_record(tmp_path):
+    """Records written after the last pack (the process killed before the next one, or while it
+    was written: a torn pack) are read loose; a record both packed and loose counts once."""
+    from tether.journal import PACK_EVERY, Journal, Record
+    from tether.stores import LocalStore
+
+    store = LocalStore(tmp_path)
+    first = Journal(store, "c").load()
+    total = PACK_EVERY + 3
+    for i in range(total):
+        if i % 2:  # identical requests: occurrences in the order the answers were recorded
+            first.append_next(Record("model", "same-request", 0, "ok", {"i": i}, body=str(i).encode()))
+        else:
+            first.append(Record("tool", f"t{i}", 1, "ok", {"i": i}, body=b"1"))
+    packer = first._packer
+    if packer is not None:  # the background pack of the first PACK_EVERY records
+        packer.join(10)
+    packed = store.get(first.pack_key)
+    assert packed is not None
+    # Killed here: no close(), the last records exist only loose.
+    second = Journal(store, "c").load()
+    assert len(second.records) == total and second.counters.corrupt == 0
+    model = sorted(r.occurrence for r in second.records.values() if r.kind == "model")
+    assert model == list(range(1, total // 2 + 1))  # every answer once, numbered as recorded
+    replayed = [second.replay_next("model", "same-request") for _ in model]
+    assert [r.body for r in replayed] == [str(i).encode() for i in range(1, total, 2)]
+    assert second.replay_next("model", "same-request") is None  # nothing twice
+    # A torn pack (killed mid-write on a store without atomic puts) is only a missed copy.
+    store.put(first.pack_key, packed[: len(packed) // 2])
+    third = Journal(store, "c").load()
+    assert len(third.records) == total and third.attempt == 3
+    new = third.append_next(Record("model", "same-request", 0, "ok", {}, body=b"new"))
+    assert new == ("model", "same-request", total // 2 + 1)  # the next free occurrence, no overwrite
+    third.close()
+    fourth = Journal(store, "c").load()
+    assert len(fourth.records) == total + 1 and fourth.attempt == 4

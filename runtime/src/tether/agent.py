@@ -23,6 +23,7 @@ import importlib
 import inspect
 import itertools
 import os
+import sys
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -80,11 +81,8 @@ class Tool:
         functools.update_wrapper(self, self.fn)
 
     async def _execute(self, **kwargs: Any) -> Any:
-        if self.task is not None:
-            import flyte
-
-            if flyte.ctx():
-                return await self.task.aio(**kwargs)  # a child Flyte task
+        if self.task is not None and flyte_ctx():
+            return await self.task.aio(**kwargs)  # a child Flyte task
         if inspect.iscoroutinefunction(self.fn):
             result = await self.fn(**kwargs)
         else:  # a sync tool (a blocking client, a file) runs in a worker thread, never on the loop
@@ -129,11 +127,17 @@ def tool_error_text(e: ToolError) -> str:
 
 
 def _is_flyte_task(fn: Any) -> bool:
-    try:
-        from flyte import TaskTemplate
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(fn, TaskTemplate)
+    # A Flyte task was made by an imported flyte: importing it here (~1 s) only to learn that a
+    # plain function is not one would put Flyte on every agent's start-up path.
+    flyte = sys.modules.get("flyte")
+    return flyte is not None and isinstance(fn, flyte.TaskTemplate)
+
+
+def flyte_ctx() -> Any:
+    """The Flyte task context, or ``None`` outside a task. Only a process that imported ``flyte``
+    (its entrypoint, a ``@env.task``) can be inside one, so Flyte is never imported to ask."""
+    flyte = sys.modules.get("flyte")
+    return (flyte.ctx() or None) if flyte is not None else None
 
 
 def tool(
@@ -335,12 +339,7 @@ _calls = itertools.count()
 def default_scope() -> str:
     """Inside a Flyte task: the Flyte run and action (stable across the action's attempts) plus a
     call counter; outside: a fresh id (the run is recorded but nothing can resume it by name)."""
-    try:
-        import flyte
-
-        ctx = flyte.ctx()
-    except ImportError:  # pragma: no cover
-        ctx = None
+    ctx = flyte_ctx()
     if ctx:
         action = ctx.action
         return f"flyte-{action.run_name}-{action.name}-{next(_calls)}"
@@ -349,12 +348,7 @@ def default_scope() -> str:
 
 def default_store() -> Store:
     """Inside a Flyte task: under the run's own storage; outside: the local store."""
-    try:
-        import flyte
-
-        ctx = flyte.ctx()
-    except ImportError:  # pragma: no cover
-        ctx = None
+    ctx = flyte_ctx()
     if ctx and getattr(ctx, "run_base_dir", None) and not os.environ.get("TETHER_STORE"):
         return open_store(f"{ctx.run_base_dir.rstrip('/')}/tether")
     return open_store(None)
@@ -482,14 +476,7 @@ def _fill(result: AgentResult, run: Run) -> None:
 def _wants_report(report: bool | None) -> bool:
     """Inside a Flyte task the timeline is always logged to the task's report; Flyte publishes
     it only when the task was declared ``report=True``. ``report=False`` skips it."""
-    if report is False:
-        return False
-    try:
-        import flyte
-
-        return bool(flyte.ctx())
-    except ImportError:  # pragma: no cover
-        return False
+    return report is not False and flyte_ctx() is not None
 
 
 async def render_report(result: AgentResult) -> None:

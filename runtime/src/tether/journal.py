@@ -1,20 +1,17 @@
 """The journal: an append-only record of the completed steps of one run scope (DESIGN §3).
 
-A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once (one
-listing, parallel reads) and serves replays from memory; a live step is written before its result
-is handed back. Records are immutable once written: a second writer of the same key loses quietly
-(``create`` is exclusive), except over a record that failed its checksum.
+A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once and
+serves replays from memory; a live step is written before its result is handed back. Records are
+immutable once written: a second writer of the same key loses quietly (``create`` is exclusive),
+except over a record that failed its checksum.
 
-Occurrences of model turns count recorded outcomes only. A request replays the lowest recorded
-occurrence of its fingerprint that this attempt has not used yet (:meth:`Journal.replay_next`); a
-request that misses goes live *without* an occurrence, and takes one only once its outcome is known
-to be recordable (:meth:`Journal.append_next`): the lowest occurrence neither recorded nor being
-written. So a 429, a 5xx, a timeout or a reset followed by the SDK's own retry never shifts the
-keys (the failure took no number), and identical requests in flight together number their answers
-in the order those answers were recorded: whichever request of the next attempt asks first gets
-occurrence 1, and identical requests are interchangeable. Tool steps keep an occurrence fixed on
-arrival (:meth:`Journal.next_key`), since a tool's idempotency key and approval id need it before
-the tool runs.
+Loading costs two store round trips whatever the journal's length when the last attempt ended
+cleanly: the *pack* (one object at a fixed key holding a copy of every record, written at the end
+of each attempt after a listing) and the claim of the next attempt number. After a kill, the
+journal is listed and the loose records the pack lacks are read in parallel beside the claim.
+Loose records stay the source of truth: the pack is only a copy, also rewritten in the background
+every ``PACK_EVERY`` new records, so a crash between two pack writes loses nothing (the records
+after the last pack are read loose) and duplicates nothing (a record in both is one key).
 
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.
@@ -25,8 +22,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .canonical import sha256_hex
 from .errors import StoreError
@@ -37,8 +35,9 @@ Outcome = Literal["ok", "error"]
 StepKey = tuple[str, str, int]
 
 _SUM_LEN = 64
-#: Loose records read one by one at load that make the load write a pack for the next attempt.
-PACK_AFTER = 8
+#: Records not yet in the pack that make the journal write a fresh pack (in the background).
+PACK_EVERY = 8
+PACK_MAGIC = b"tether-pack 1 "
 
 
 @dataclass
@@ -103,6 +102,19 @@ class Counters:
         setattr(self, attr, getattr(self, attr) + 1)
 
 
+def _split_pack(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """A pack's header (``closed_by``: the attempt whose end wrote it; ``records``; ``sha256`` of
+    the entries) and its entries; an unreadable header is empty (the pack is then not trusted)."""
+    if not data.startswith(PACK_MAGIC):
+        return {}, b""
+    head, _, entries = data.partition(b"\n")
+    try:
+        header = json.loads(head[len(PACK_MAGIC) :])
+    except ValueError:
+        return {}, entries
+    return (header if isinstance(header, dict) else {}), entries
+
+
 class Journal:
     """The journal of one run scope, loaded for one attempt."""
 
@@ -122,24 +134,63 @@ class Journal:
         self._lock = threading.Lock()
         self._unused: dict[str, int] = {"model": 0, "tool": 0}
         self._corrupt_keys: set[StepKey] = set()
+        #: Each record's encoded bytes (what a pack is made of) and how many the pack holds.
+        self._encoded: dict[StepKey, bytes] = {}
+        self._packed = 0
+        self._packer: threading.Thread | None = None
+        self._pack_again = False
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
-        """Read every record once (the newest pack, then loose records it lacks, in parallel)
-        and claim the next attempt number."""
+        """Read every record once and claim the next attempt number.
+
+        Fast path, two round trips whatever the journal's length: the pack, when the attempt that
+        wrote it ended cleanly (it then listed the journal and packed every record, its own and
+        any another process wrote), and the claim of the attempt number right after that one
+        (free: nothing started since). Otherwise (that attempt was killed, or another started
+        since) the journal is listed, and the loose records the pack lacks are read in parallel
+        beside the claim."""
+        header, entries = _split_pack(self.store.get(self.pack_key) or b"")
+        closed_by = header.get("closed_by")
+        with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
+            # The claim's round trip overlaps decoding the pack; it is only kept if the pack is whole.
+            fast = (
+                pool.submit(self.store.create, self._attempt_key(closed_by + 1), str(time.time()).encode())
+                if isinstance(closed_by, int)
+                else None
+            )
+            packed = self._read_pack(entries)
+            whole = header.get("sha256") == sha256_hex(entries) and len(packed) == header.get("records")
+            if fast is not None and fast.result():
+                if whole:
+                    self.attempt = cast(int, closed_by) + 1
+                    self._packed = len(packed)
+                    return self
+                self.attempt = cast(int, closed_by) + 1  # claimed, but a torn pack: list below
         keys = self.store.list(self.prefix)
         attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
-        packs = sorted(k for k in keys if k.startswith(self.prefix + "packs/"))
-        packed = self._read_pack(packs[-1]) if packs else set()
         loose = [k for k in keys if k.endswith(".rec") and k not in packed]
-        for name, data in self.store.get_many(loose).items():
-            self._add(name, data)
-        self.attempt = len(attempts) + 1
-        while not self.store.create(f"{self.prefix}attempts/{self.attempt:05d}", str(time.time()).encode()):
-            self.attempt += 1  # another process claimed it first
-        if len(loose) >= PACK_AFTER:
-            self._write_pack()
+        with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
+            claim = pool.submit(self._claim_attempt, len(attempts) + 1) if not self.attempt else None
+            for name, data in self.store.get_many(loose).items():
+                self._add(name, data)
+            self.attempt = claim.result() if claim is not None else self.attempt
+        self._packed = len(packed)
+        if len(self.records) - self._packed >= PACK_EVERY:
+            self._pack_soon()
         return self
+
+    @property
+    def pack_key(self) -> str:
+        return f"{self.prefix}pack"
+
+    def _attempt_key(self, attempt: int) -> str:
+        return f"{self.prefix}attempts/{attempt:05d}"
+
+    def _claim_attempt(self, attempt: int) -> int:
+        while not self.store.create(self._attempt_key(attempt), str(time.time()).encode()):
+            attempt += 1  # another process claimed it first
+        return attempt
 
     def _add(self, name: str, data: bytes) -> bool:
         record = Record.decode(data)
@@ -147,33 +198,75 @@ class Journal:
             self.counters.corrupt += 1
             self._corrupt_keys.add(self._key_of(name))
             return False
-        self._index(record)
+        self._index(record, data)
         return True
 
-    def _index(self, record: Record) -> None:
+    def _index(self, record: Record, data: bytes) -> None:
         self.records[record.key] = record
+        self._encoded[record.key] = data
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
 
-    def _read_pack(self, name: str) -> set[str]:
-        """Records of a pack, by object key; a corrupt entry is skipped (its loose record is read)."""
-        data, packed, i = self.store.get(name) or b"", set(), 0
-        while i + 8 <= len(data):
-            size = int.from_bytes(data[i : i + 8], "big")
-            record = Record.decode(data[i + 8 : i + 8 + size])
+    def _read_pack(self, entries: bytes) -> set[str]:
+        """Records of a pack by object key (a corrupt entry is skipped: its loose record is read)."""
+        packed: set[str] = set()
+        i = 0
+        while i + 8 <= len(entries):
+            size = int.from_bytes(entries[i : i + 8], "big")
+            entry = entries[i + 8 : i + 8 + size]
+            record = Record.decode(entry)
             i += 8 + size
             if record is not None and record.key not in self.records:
-                self._index(record)
+                self._index(record, entry)
                 packed.add(self._object_key(record.key))
         return packed
 
-    def _write_pack(self) -> None:
-        """Pack every record into one object, so the next attempt loads with one read instead of
-        one per step (what makes replay from S3 cheap). Loose records stay the source of truth:
-        a pack is only a copy, and failing to write one changes nothing."""
-        blob = b"".join(len(d).to_bytes(8, "big") + d for d in (r.encode() for r in self.records.values()))
+    def _pack_blob(self, entries: list[bytes], closed_by: int | None) -> bytes:
+        body = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
+        header = {"closed_by": closed_by, "records": len(entries), "sha256": sha256_hex(body)}
+        return PACK_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + body
+
+    def _pack_soon(self) -> None:
+        """Rewrite the pack with every record in a background thread (never on a step's path);
+        a request while one is being written makes it write once more afterwards."""
+        with self._lock:
+            if self._packer is not None:
+                self._pack_again = True
+                return
+            self._packer = threading.Thread(target=self._write_packs, name="tether-journal-pack", daemon=True)
+            self._packer.start()
+
+    def _write_packs(self) -> None:
+        while True:
+            with self._lock:
+                entries = list(self._encoded.values())
+                self._pack_again = False
+            try:
+                self.store.put(self.pack_key, self._pack_blob(entries, None))  # atomic: old or new
+                written = len(entries)
+            except StoreError:
+                written = 0  # a pack is only a copy: failing to write one changes nothing
+            with self._lock:
+                self._packed = max(self._packed, written)
+                if not self._pack_again:
+                    self._packer = None
+                    return
+
+    def close(self, timeout: float = 30.0) -> None:
+        """End of the attempt: list the journal, read what other processes recorded meanwhile,
+        and write the pack as closed by this attempt, so the next one loads it without a
+        listing. Never raises: a pack is only a copy (the next load then lists)."""
+        packer = self._packer
+        if packer is not None:
+            packer.join(timeout)
         try:
-            self.store.create(f"{self.prefix}packs/{self.attempt:05d}.pack", blob)
+            keys = self.store.list(self.prefix)
+            unknown = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
+            for name, data in self.store.get_many(unknown).items():
+                self._add(name, data)
+            with self._lock:
+                entries = list(self._encoded.values())
+            self.store.put(self.pack_key, self._pack_blob(entries, self.attempt))
         except StoreError:
             pass
 
@@ -267,6 +360,10 @@ class Journal:
             self.store.create(name, data)
         with self._lock:
             self.records[record.key] = record
+            self._encoded[record.key] = data
             self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self.counters.count(record.kind, replayed=replayed)
+            behind = len(self._encoded) - self._packed >= PACK_EVERY
+        if behind:
+            self._pack_soon()

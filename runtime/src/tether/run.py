@@ -183,3 +183,4 @@ class Run:
 
             shared_proxy().unregister(self)
         await self.seam.aclose()
+        await asyncio.to_thread(self.journal.close)  # the pack the next attempt loads in one read

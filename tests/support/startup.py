@@ -1,0 +1,92 @@
+"""Which modules a fresh process loads for ``import <package>`` and a finished run's ``run_agent``.
+
+Run in a subprocess (``python -m tests.support.startup PACKAGE STORE UPSTREAM``) so nothing the
+test process already imported counts. It imports the package, decorates a tool with its ``@tool``
+and runs one agent to its end twice under the same run id (the second call replays every step),
+then prints one JSON object: the modules loaded after the import and after the finished run.
+The fake provider runs in the parent, so its own server modules are not counted here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Heavy or out-of-layer modules a plain agent process must not load (Flyte only under Flyte or
+#: for a Flyte task, the proxy only when an SDK is pointed at it, Kubernetes never in the runtime).
+HEAVY = ("flyte", "kopf", "kubernetes", "tether.wire.proxy", "tether_operator", "boto3")
+
+
+def probe(package: str, store: str, upstream: str) -> dict[str, object]:
+    """Run this module for ``package`` in a fresh interpreter of this environment; its figures."""
+    env = {**os.environ, "OPENAI_API_KEY": "sk-startup", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.startup", package, store, upstream],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def loaded() -> list[str]:
+    return sorted(name for name in HEAVY if name in sys.modules)
+
+
+def main() -> None:
+    package, store, upstream = sys.argv[1:4]
+    started = time.perf_counter()
+    mod = importlib.import_module(package)
+    import_ms = 1000 * (time.perf_counter() - started)
+    after_import = loaded()
+    if package == "tether":  # the runtime alone: the core tests' minimal adapter runs the agent
+        from tests.core.chat_adapter import ADAPTER
+        from tether.agent import bind
+
+        run_agent = bind(ADAPTER)[0]
+    else:
+        run_agent = mod.run_agent
+
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        return f"Sunny in {city}"
+
+    tools = [mod.tool(get_weather)]
+    kwargs = {"tools": tools, "model": "gpt-4o-mini", "run_id": "startup", "store": store, "upstreams": {"openai": upstream}}
+
+    async def twice() -> tuple[object, float]:
+        await run_agent("weather in Paris?", **kwargs)
+        started = time.perf_counter()
+        result = await run_agent("weather in Paris?", **kwargs)
+        return result, 1000 * (time.perf_counter() - started)
+
+    result, finished_ms = asyncio.run(twice())
+    print(
+        json.dumps(
+            {
+                "after_import": after_import,
+                "after_run": loaded(),
+                "import_ms": import_ms,
+                "finished_run_ms": finished_ms,
+                "model_live": result.model_live,
+                "model_replayed": result.model_replayed,
+                "tool_replayed": result.tool_replayed,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -166,6 +166,8 @@ def test_read_spec_names_fields_without_a_pydantic_dump() -> None:
     with pytest.raises(api.ManifestError) as caught:
         api.read_spec(api.AgentRunSpec, {"framework": "claude", "model": {"name": " "}, "input": ""})
     text = str(caught.value)
-    assert "spec.framework: Input should be 'openai', 'langgraph', 'langchain', 'pydantic-ai', 'google-adk' or 'deepagents'" in text
+    assert (
+        "spec.framework: Input should be 'openai', 'langgraph', 'langchain', 'pydantic-ai', 'google-adk', 'deepagents' or 'crewai'" in text
+    )
     assert "spec.model.name: must not be blank" in text and "spec.input: String should have at least 1 character" in text
     assert "errors.pydantic.dev" not in text and "type=" not in text and "\n" not in text

@@ -205,6 +205,7 @@ class Framework(str, Enum):
     PYDANTIC_AI = "pydantic-ai"
     GOOGLE_ADK = "google-adk"
     DEEPAGENTS = "deepagents"
+    CREWAI = "crewai"
 
 
 class Provider(str, Enum):

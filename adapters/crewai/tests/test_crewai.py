@@ -125,6 +125,16 @@ async def test_a_provider_error_reaches_the_crew_once(fake, tmp_path):
     assert len(fake.ledger) == 1 and executions == []
 
 
+async def test_a_rate_limit_is_retried_by_the_client_only(fake, tmp_path):
+    """CrewAI wraps every LLM call in its own rate-limit retry (3 tries) around the ``openai``
+    client's (``max_retries=2``): 9 requests for one 429ing turn. Under Tether the client's 3 only;
+    the 429 is not recorded, so the next attempt calls the provider again."""
+    fake.inject(Fault("status:429", times=20))
+    with pytest.raises(openai.RateLimitError):
+        await run_agent("crew: Paris", **declarative(fake, tmp_path, "limited"))
+    assert len(fake.ledger) == 3 and {e.status for e in fake.ledger} == {429}
+
+
 async def test_your_crew_is_never_changed(fake, tmp_path):
     """The adapter runs a routed copy: the user's agents keep their LLMs and retry settings."""
     crew = crews.crew("sequential", [get_weather, lookup])

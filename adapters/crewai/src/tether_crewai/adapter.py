@@ -18,9 +18,10 @@ of a user-built crew that are not Tether tools — CrewAI's own delegation tools
 unjournaled (the model turns of a delegated-to agent are journaled at the wire all the same).
 
 Errors: CrewAI re-runs a whole task when an agent raises (``Agent.max_retry_limit``, default 2),
-which sends the failed provider request again from its error handler. The routed copy sets it to
-0: a provider error reaches the crew once, and the next attempt is Tether's (a recoverable error
-is not recorded and runs again; a terminal one is replayed).
+which sends the failed provider request again from its error handler, and retries a 429 three
+times around the ``openai`` client's own retries. The routed copy sets ``max_retry_limit`` to 0 and
+the kickoff turns the rate-limit loop off: a provider error reaches the crew once, and the next
+attempt is Tether's (a recoverable error is not recorded and runs again; a terminal one replays).
 
 Memory: see ``memory.py``. CrewAI's own ``memory=True`` (embeddings and a local LanceDB store),
 ``knowledge_sources`` and ``planning`` are refused: they keep state or call models outside the seam.
@@ -148,6 +149,16 @@ def refuse_unsupported(crew: Crew) -> None:
         raise ConfigError("an agent's own memory is not durable under Tether; use memoryKey")
 
 
+def _kickoff(crew: Crew, inputs: dict[str, str]) -> Any:
+    """``crew.kickoff`` with CrewAI's own rate-limit retry loop off (it marks a call already inside
+    one with this context variable and then calls once): a 429 is retried by the ``openai`` client
+    (``max_retries``) and then by Tether's next attempt, not a third time by CrewAI."""
+    from crewai.llms import retry
+
+    retry._active_llm_rate_limit_retry.set(True)  # this thread's context only
+    return crew.kickoff(inputs=inputs)
+
+
 def _templates(crew: Crew) -> str:
     return " ".join(f"{t.description} {t.expected_output}" for t in crew.tasks) + " ".join(
         f"{a.role} {a.goal} {a.backstory}" for a in crew.agents
@@ -197,7 +208,7 @@ class CrewAIAdapter(Adapter):
             inputs = {"input": prompt, "history": memory.render()}
             # kickoff is CrewAI's synchronous runner: in a worker thread (it copies the context,
             # so the run stays current), never on the event loop.
-            output = await asyncio.to_thread(crew.kickoff, inputs=inputs)
+            output = await asyncio.to_thread(_kickoff, crew, inputs)
             answer = str(output.raw)
             memory.add(prompt, answer, [t.messages for t in output.tasks_output])
             return answer

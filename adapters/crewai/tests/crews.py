@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 
-from crewai import Agent, Crew, Process, Task
+# First: importing tether_crewai switches CrewAI's telemetry off before CrewAI starts.
 from tether_crewai import crewai_tool
+
+# isort: split
+from crewai import Agent, Crew, Process, Task
 
 MODEL = "gpt-4o-mini"
 

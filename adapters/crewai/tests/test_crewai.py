@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+# First: importing tether_crewai switches CrewAI's telemetry off before CrewAI starts.
+from tether_crewai import crewai_tool, run_agent, tool
+
+# isort: split
 import crews
 import openai
 import pytest
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool as crewai_decorator
-from tether_crewai import crewai_tool, run_agent, tool
 
 from tests.support.zygote import Zygote
 from tether.errors import ConfigError
@@ -227,3 +233,19 @@ def test_crewai_telemetry_and_tracing_are_off():
     from crewai.telemetry import Telemetry
 
     assert Telemetry._is_telemetry_disabled() and not should_enable_tracing()
+    assert not Telemetry().ready and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+
+
+def test_telemetry_is_off_even_when_crewai_was_imported_first(tmp_path):
+    """CrewAI reads CREWAI_DISABLE_TELEMETRY once, when it starts: imported before tether_crewai,
+    its telemetry is live and a SIGTERM becomes SystemExit(0). Importing tether_crewai undoes both."""
+    code = (
+        "import signal, crewai\n"
+        "from crewai.telemetry import Telemetry\n"
+        "before = Telemetry().ready, signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL\n"
+        "import tether_crewai\n"
+        "print(before, (Telemetry().ready, signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CREWAI_", "OTEL_"))}
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip().splitlines()[-1] == "(True, True) (False, False)", proc.stderr[-3000:]

@@ -13,8 +13,10 @@ own telemetry and tracing are switched off when this package is imported.
 """
 
 import os
+import sys
 
 # Before CrewAI is imported: nothing about a run leaves the machine but its model requests.
+_crewai_was_imported = "crewai" in sys.modules
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
@@ -23,10 +25,13 @@ try:
 except ImportError as e:  # pragma: no cover - the import guard names what to install
     raise ImportError("tether-crewai needs CrewAI: pip install 'tether-crewai' (crewai)") from e
 
-from tether.agent import Tool, bind, tool
+from tether.agent import Tool, bind, tool  # noqa: E402 - after the environment above
 
-from .adapter import CrewAIAdapter, SeamLLMs, crewai_tool
-from .memory import Transcript
+from .adapter import CrewAIAdapter, SeamLLMs, crewai_tool, telemetry_off  # noqa: E402
+from .memory import Transcript  # noqa: E402
+
+if _crewai_was_imported:
+    telemetry_off()
 
 ADAPTER = CrewAIAdapter()
 run_agent, run_agent_sync = bind(ADAPTER)

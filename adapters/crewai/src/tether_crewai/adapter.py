@@ -50,6 +50,25 @@ from .memory import Transcript
 DECLARATIVE_TASK = "{history}{input}"
 
 
+def telemetry_off() -> None:
+    """Undo what CrewAI's telemetry set up if CrewAI was imported before ``tether_crewai`` (it
+    reads ``CREWAI_DISABLE_TELEMETRY`` once, when it starts): its exporter is shut down and its
+    signal handlers — which turn a SIGTERM into ``SystemExit(0)``, an exit that looks like
+    success — give way to the ones it replaced."""
+    import signal
+    import threading
+
+    from crewai.telemetry import Telemetry
+
+    telemetry = Telemetry()
+    telemetry._shutdown()
+    telemetry.ready = False
+    if threading.current_thread() is threading.main_thread():
+        for sig, handler in getattr(telemetry, "_original_handlers", {}).items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        telemetry._original_handlers = {}
+
+
 def crewai_tool(t: Tool) -> BaseTool:
     """A Tether tool as a CrewAI tool: CrewAI builds the schema from the tool's own signature and
     docstring; every call goes through the tool seam (journaled, never run twice in a run)."""
@@ -78,7 +97,7 @@ class SeamLLMs:
     def llm(self, llm: Any) -> OpenAICompletion:
         """A copy of ``llm`` (a model name or the user's ``LLM``) whose OpenAI clients are the seam's."""
         if llm is None or isinstance(llm, str):
-            llm = LLM(model=llm or "gpt-4o-mini", api_key=self.session.api_key("openai") or "unset")
+            llm = LLM(model=llm or "gpt-4o-mini")  # the key from OPENAI_API_KEY, as CrewAI reads it
         if not isinstance(llm, OpenAICompletion):
             raise ConfigError(
                 f"tether-crewai routes OpenAI Chat Completions models; {type(llm).__name__} "
@@ -176,7 +195,7 @@ class CrewAIAdapter(Adapter):
             role=spec.name,
             goal="Answer the user's request, using your tools where they help.",
             backstory=spec.instructions or "You are a helpful assistant.",
-            llm=LLM(model=spec.model, api_key=session.api_key("openai") or "unset"),
+            llm=LLM(model=spec.model),
             tools=[crewai_tool(t) for t in spec.tools],
             allow_delegation=False,
             verbose=False,

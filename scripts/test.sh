@@ -21,7 +21,7 @@ cd "$root"
 out=$(mktemp -d "${TMPDIR:-/tmp}/tether-test.XXXXXX")
 export TETHER_CACHE=${TETHER_CACHE:-$HOME/.cache/tether}
 export OPENAI_AGENTS_DISABLE_TRACING=1
-ADAPTERS=(openai langgraph langchain pydantic-ai google-adk deepagents mistral claude hermes)
+ADAPTERS=(openai langgraph langchain pydantic-ai google-adk deepagents mistral claude hermes crewai)
 jobs=${TETHER_TEST_JOBS:-$(($(nproc) + 1))}
 began=$SECONDS
 echo "logs: $out  (groups at once: $jobs)"

@@ -208,6 +208,7 @@ class Framework(str, Enum):
     MISTRAL = "mistral"
     CLAUDE = "claude"
     HERMES = "hermes"
+    CREWAI = "crewai"
 
 
 class Provider(str, Enum):

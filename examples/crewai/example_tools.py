@@ -1,0 +1,1 @@
+../openai/example_tools.py

@@ -110,7 +110,8 @@ time). Runs interleaved, medians. `turn` is the wall time from building the agen
 model calls and the tools); `tools` from the first tool's start to the last one's end. Goal:
 `tools` ≈ 1 s for every N (the calls overlap). Plain LangGraph runs sync tools in the event loop's
 default executor (cpu count + 4 threads: 6 on these 2-core machines), so its 8 sync calls take two
-rounds; Tether runs sync tools in its own tool threads.
+rounds; Tether runs each sync tool call in a thread of its own.
+
 ## startup.py — start-up beside LangGraph's SqliteSaver (issue 14)
 
 The same ReAct graph (one tool; 2 model turns + 1 tool) run to its end once, then started again in

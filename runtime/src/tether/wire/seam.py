@@ -152,14 +152,7 @@ class WireSeam:
         their request: those of another running loop are awaited there. Returns how many were
         cancelled."""
         timeout = self.settle_timeout if timeout is None else timeout
-        here = asyncio.get_running_loop()
-        waits: list[asyncio.Future[Any]] = []
-        for task in list(self._pumps):
-            loop = task.get_loop()
-            if loop is here:
-                waits.append(task)
-            elif loop.is_running():
-                waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.wait([task]), loop)))
+        waits = self._pump_waits()
         if waits:
             await asyncio.wait(waits, timeout=timeout)
         late = [t for t in list(self._pumps) if not t.done()]
@@ -167,11 +160,9 @@ class WireSeam:
             task.get_loop().call_soon_threadsafe(task.cancel)
         return len(late)
 
-    async def recorded(self) -> None:
-        """Wait until every stream being read upstream now is recorded (or failed); cancels
-        nothing. For a client that acts on a stream before its end (the Claude CLI starts a tool
-        at the tool-use block's end): the tool must not run before the turn that asked for it is
-        durable, or a crash in between would run it again."""
+    def _pump_waits(self) -> list[asyncio.Future[Any]]:
+        """A future per pump still reading upstream, awaitable from this loop (pumps of another
+        running loop are awaited there)."""
         here = asyncio.get_running_loop()
         waits: list[asyncio.Future[Any]] = []
         for task in list(self._pumps):
@@ -180,6 +171,14 @@ class WireSeam:
                 waits.append(task)
             elif loop.is_running():
                 waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asyncio.wait([task]), loop)))
+        return waits
+
+    async def recorded(self) -> None:
+        """Wait until every stream being read upstream now is recorded (or failed); cancels
+        nothing. For a client that acts on a stream before its end (the Claude CLI starts a tool
+        at the tool-use block's end): the tool must not run before the turn that asked for it is
+        durable, or a crash in between would run it again."""
+        waits = self._pump_waits()
         if waits:
             await asyncio.wait(waits)
 

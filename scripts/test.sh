@@ -5,7 +5,8 @@
 #              min cold), in the background from the start;
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
-#   <adapter>  for each of ADAPTERS: its own tests and the shared conformance suite.
+#   <adapter>  for each of ADAPTERS: its own tests and the shared conformance suite;
+#   e2e        the kind e2e (tests/e2e/run.sh), only when its caches are warm and Docker can run.
 # Each group first builds (or reuses) its virtual environment (scripts/env.sh), then runs; up to
 # $TETHER_TEST_JOBS groups (default: cores + 1) run at once, each with its own log, so an adapter
 # adds its group's time to the pool rather than a turn in a queue. A failed phase prints the tail
@@ -51,7 +52,7 @@ core() {
   export TETHER_K8S_BIN
   echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
   # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
-  "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --durations=15 --junitxml="$out/core.xml"
+  "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/e2e --durations=15 --junitxml="$out/core.xml"
 }
 
 adapter() {
@@ -76,8 +77,19 @@ for group in core "${ADAPTERS[@]}"; do
   if [ "$group" = core ]; then phase core core & else phase "$group" adapter "$group" & fi
 done
 wait
+# The kind e2e (tests/e2e/run.sh): only where its caches are warm and a Docker daemon can start;
+# says which. Run after the groups (it takes both cores); a failure fails the suite.
+e2e_groups=()
+if ready=$(tests/e2e/run.sh ready 2>/dev/null); then
+  echo "== e2e: $ready"
+  e2e() { tests/e2e/run.sh all -q --junitxml="$out/e2e.xml"; local rc=$?; tests/e2e/run.sh down; return $rc; }
+  phase e2e e2e || true
+  e2e_groups=(e2e)
+else
+  echo "== e2e: not run: ${ready:-tests/e2e/run.sh ready failed}"
+fi
 status=0
-for group in k8s-tools gates core "${ADAPTERS[@]}"; do
+for group in k8s-tools gates core "${ADAPTERS[@]}" "${e2e_groups[@]}"; do
   [ "$(cat "$out/$group.rc" 2>/dev/null)" = 0 ] || status=1
 done
 echo "== all groups: $((SECONDS - began)) s"

@@ -3,8 +3,8 @@
 #   tether-e2e/runtime-<framework>:e2e   runtime/Dockerfile, ADAPTER=<framework> (image variant)
 #   tether-e2e/examples-<framework>:e2e  + the examples' tool module
 #   tether-e2e/operator:e2e              operator/Dockerfile (ADAPTERS="": Kubernetes executor)
-#   tether-e2e/fake-provider:e2e         runtime/Dockerfile, core env + tether-testing
-#   tether-e2e/s3:e2e                    moto server
+#   tether-e2e/fake-provider:e2e         the operator image + tether-testing
+#   tether-e2e/s3:e2e                    the operator image running moto's server
 # The build context is a tar stream of the repository's packages plus the environment's wheels
 # (downloaded on the host by wheels.sh) as wheels/: nothing in `docker build` uses the network.
 # Usage: py-images.sh PYTHON_BASE [framework ...]  (default: every envs/<id>.txt but core)
@@ -28,8 +28,9 @@ if (( ${#FRAMEWORKS[@]} == 0 )); then
   for f in "$REPO"/envs/*.txt; do f="$(basename "$f" .txt)"; [[ "$f" == core ]] || FRAMEWORKS+=("$f"); done
 fi
 py_build tether-e2e/operator:e2e operator/Dockerfile core --build-arg ADAPTERS=
-py_build tether-e2e/fake-provider:e2e runtime/Dockerfile core --build-arg ADAPTER=core --build-arg PACKAGES=testing
-py_build tether-e2e/s3:e2e tests/e2e/images/s3.Dockerfile core
+# Both FROM the operator image: its core environment already holds their dependencies.
+py_build tether-e2e/fake-provider:e2e tests/e2e/images/fake-provider.Dockerfile core --build-arg BASE=tether-e2e/operator:e2e
+py_build tether-e2e/s3:e2e tests/e2e/images/s3.Dockerfile core --build-arg BASE=tether-e2e/operator:e2e
 for fw in "${FRAMEWORKS[@]}"; do
   py_build "tether-e2e/runtime-$fw:e2e" runtime/Dockerfile "$fw" --build-arg "ADAPTER=$fw"
   log "build tether-e2e/examples-$fw:e2e"

@@ -4,9 +4,9 @@
 // caps: operation not permitted"), so `docker run --privileged` and kind node
 // containers, and privileged pods inside them, cannot start.
 //
-// On `create` and `run` it removes from the bundle's config.json every
-// capability the calling process's bounding set does not hold, then execs the
-// real runc (RUNC_CAPDROP_REAL, default /usr/bin/runc, or /usr/sbin/runc). Where
+// On `create` and `run` it removes from the bundle's config.json (on `exec`, from
+// the --process file) every capability the calling process's bounding set does
+// not hold, then execs the real runc (RUNC_CAPDROP_REAL, default /usr/bin/runc, or /usr/sbin/runc). Where
 // the bounding set is complete it changes nothing.
 package main
 
@@ -57,26 +57,38 @@ func missingCaps() map[string]bool {
 	return missing
 }
 
-// bundleDir finds the bundle of a create/run invocation (--bundle/-b, default cwd).
-func bundleDir(args []string) (string, bool) {
-	isCreate := false
-	bundle := "."
+// specFile finds the JSON whose capabilities runc will apply: the bundle's
+// config.json for create/run (--bundle/-b, default cwd), the --process file for
+// exec. The bool says whether that file is a whole spec (true) or a process.
+func specFile(args []string) (path string, whole bool, ok bool) {
+	command, bundle, process := "", ".", ""
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case a == "create" || a == "run":
-			isCreate = true
+		case command == "" && (a == "create" || a == "run" || a == "exec"):
+			command = a
 		case (a == "--bundle" || a == "-b") && i+1 < len(args):
 			bundle = args[i+1]
 			i++
 		case strings.HasPrefix(a, "--bundle="):
 			bundle = strings.TrimPrefix(a, "--bundle=")
+		case (a == "--process" || a == "-p") && i+1 < len(args):
+			process = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--process="):
+			process = strings.TrimPrefix(a, "--process=")
 		}
 	}
-	return bundle, isCreate
+	switch {
+	case command == "create" || command == "run":
+		return filepath.Join(bundle, "config.json"), true, true
+	case command == "exec" && process != "":
+		return process, false, true
+	}
+	return "", false, false
 }
 
-func filterSpec(path string, missing map[string]bool) error {
+func filterSpec(path string, whole bool, missing map[string]bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -85,7 +97,10 @@ func filterSpec(path string, missing map[string]bool) error {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return err
 	}
-	process, _ := spec["process"].(map[string]any)
+	process := spec
+	if whole {
+		process, _ = spec["process"].(map[string]any)
+	}
 	if process == nil {
 		return nil
 	}
@@ -127,9 +142,9 @@ func realRunc() string {
 
 func main() {
 	args := os.Args[1:]
-	if bundle, isCreate := bundleDir(args); isCreate {
+	if path, whole, ok := specFile(args); ok {
 		if missing := missingCaps(); len(missing) > 0 {
-			if err := filterSpec(filepath.Join(bundle, "config.json"), missing); err != nil {
+			if err := filterSpec(path, whole, missing); err != nil {
 				fmt.Fprintf(os.Stderr, "runc-capdrop: %v\n", err)
 				os.Exit(1)
 			}

@@ -53,10 +53,13 @@ cmd_up() {
 # gets the CNI bridge plugin on its own podCIDR and a route to every other node's podCIDR over the
 # kind Docker network (all nodes share one L2 segment).
 network() {
-  local nodes n cidr ip other ocidr oip
+  local nodes n cidr ip other ocidr oip deadline=$((SECONDS + 120))
+  until (( $(kubectl get nodes -o jsonpath='{.items[*].spec.podCIDR}' | wc -w) == 3 )); do
+    (( SECONDS < deadline )) || { log "nodes without a podCIDR after 120s"; return 1; }
+    sleep 1
+  done
   nodes="$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')"
   while read -r n cidr ip; do
-    [[ -n "$cidr" ]] || { log "node $n has no podCIDR yet"; return 1; }
     docker exec -i "$n" sh -c 'cat > /etc/cni/net.d/10-tether-e2e.conflist' <<JSON
 {"cniVersion": "1.0.0", "name": "tether-e2e", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
@@ -76,8 +79,10 @@ cmd_install() {
     for f in "$REPO"/envs/*.txt; do f="$(basename "$f" .txt)"; [[ "$f" == core ]] || FRAMEWORKS+=("$f"); done
   fi
   for fw in "${FRAMEWORKS[@]}"; do images+=("tether-e2e/examples-$fw:e2e"); done
-  log "kind load ${images[*]}"
-  kind load docker-image --name "$CLUSTER" "${images[@]}" >/dev/null
+  # onto the workers only (the control plane runs no Tether pod); one archive, shared layers once
+  local workers; workers="$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[*].metadata.name}')"
+  log "kind load ${images[*]} (nodes: $workers)"
+  kind load docker-image --name "$CLUSTER" --nodes "${workers// /,}" "${images[@]}" >/dev/null
   kubectl apply -f "$HERE/manifests/infra.yaml" >/dev/null
   python3 "$HERE/fake_script.py" "$REPO/examples" | kubectl -n "$INFRA" create configmap fake-provider-script \
     --from-file=script.yaml=/dev/stdin --dry-run=client -o yaml | kubectl apply -f - >/dev/null

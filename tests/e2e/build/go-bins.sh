@@ -5,6 +5,7 @@
 #   kube-apiserver etcd kubectl                                        scripts/k8s-tools.sh (reused)
 #   containerd ctr containerd-shim-runc-v2                             containerd/v2
 #   crictl                                                             cri-tools
+#   runc                                                               opencontainers/runc (cgo, seccomp)
 #   cni/{bridge,host-local,loopback,portmap,ptp}                       CNI plugins
 #   coredns                                                            coredns
 #   kind                                                               sigs.k8s.io/kind
@@ -26,7 +27,7 @@ log() { echo "[go-bins] $*" >&2; }
 have() { [[ -x "$BIN/$1" ]]; }
 
 ALL=(kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy containerd ctr containerd-shim-runc-v2
-     crictl coredns kind runc-capdrop cni/bridge cni/host-local cni/loopback cni/portmap cni/ptp)
+     crictl coredns kind runc runc-capdrop cni/bridge cni/host-local cni/loopback cni/portmap cni/ptp)
 # --check: exit 0 when everything is already built (a warm cache), 1 otherwise; builds nothing.
 if [[ "${1:-}" == --check ]]; then
   for b in "${ALL[@]}"; do [[ -x "$BIN/$b" ]] || { log "not built: $b"; exit 1; }; done
@@ -104,6 +105,17 @@ build_containerd() {
   mv -f "$ROOT/src/containerd/out/"* "$BIN/"
 }
 
+build_runc() {
+  have runc && return 0
+  log "runc ${RUNC_VERSION} (cgo + libseccomp: seccomp profiles need it)"
+  if [[ ! -f /usr/include/seccomp.h ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp-dev pkg-config >&2
+  fi
+  local m=github.com/opencontainers/runc
+  CGO_ENABLED=1 build_mod runc "$m" "$RUNC_VERSION" "seccomp" "-X main.version=${RUNC_VERSION#v}" "$m"
+  mv -f "$ROOT/src/runc/out/runc" "$BIN/"
+}
+
 build_crictl() {
   have crictl && return 0
   log "crictl ${CRICTL_VERSION}"
@@ -148,7 +160,7 @@ build_capdrop() {
 
 start=$SECONDS
 # Each step holds its own lock, so two invocations (e.g. k8s and the small ones) may run side by side.
-for step in ${TETHER_E2E_GO_ONLY:-capdrop kind crictl cni containerd coredns k8s}; do
+for step in ${TETHER_E2E_GO_ONLY:-capdrop kind crictl cni runc containerd coredns k8s}; do
   ( exec 9>"$ROOT/.lock-$step"; flock 9; "build_$step" )
 done
 log "ready in $((SECONDS - start))s: $BIN"

@@ -46,10 +46,11 @@ PAUSE_VERSION=3.10.2        # kubeadm v1.37's PauseVersion
 
 CP="$CACHE/ctx/control-plane"
 mkdir -p "$CP"
-if [[ ! -x "$CP/pause" || "$CP/pause" -ot "$0" ]]; then
+PAUSE_BIN="$CACHE/ctx/pause-$PAUSE_VERSION"
+if [[ ! -x "$PAUSE_BIN" ]]; then
   # pause.c ships in the k8s.io/kubernetes module (build/pause/linux)
   src="$(cd "$BIN/../src/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
-  gcc -Os -static -DVERSION="${PAUSE_VERSION}" -o "$CP/pause" "$src" && strip "$CP/pause"
+  gcc -Os -static -DVERSION="${PAUSE_VERSION}" -o "$PAUSE_BIN.tmp" "$src" && strip "$PAUSE_BIN.tmp" && mv -f "$PAUSE_BIN.tmp" "$PAUSE_BIN"
 fi
 CP_IMAGES=()
 static_image() {  # image binary [entrypoint]
@@ -64,7 +65,7 @@ for c in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 static_image "registry.k8s.io/etcd:$ETCD_TAG" etcd
 static_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" coredns entry
-static_image "registry.k8s.io/pause:$PAUSE_VERSION" pause entry "$CP/pause"
+static_image "registry.k8s.io/pause:$PAUSE_VERSION" pause entry "$PAUSE_BIN"
 mkdir -p "$CP/kube-proxy"; cp -fL "$BIN/kube-proxy" "$CP/kube-proxy/"
 printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$NODE_BASE" >"$CP/kube-proxy/Dockerfile"
 build "registry.k8s.io/kube-proxy:$K8S_VERSION" "$CP/kube-proxy"; CP_IMAGES+=("registry.k8s.io/kube-proxy:$K8S_VERSION")
@@ -75,7 +76,7 @@ rm -rf "$NODE_CTX"; mkdir -p "$NODE_CTX/bin/cni" "$NODE_CTX/kind-files"
 KIND_SRC="$(cd "$BIN/../src/kind" && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)/images/base/files"
 cp -r "$KIND_SRC/." "$NODE_CTX/kind-files/"; chmod -R u+w "$NODE_CTX/kind-files"
 rm -f "$NODE_CTX/kind-files/etc/containerd/config.toml" "$NODE_CTX/kind-files/etc/systemd/system/containerd-fuse-overlayfs.service"
-for b in containerd ctr containerd-shim-runc-v2 crictl runc-capdrop kubelet kubeadm kubectl; do cp -fL "$BIN/$b" "$NODE_CTX/bin/"; done
+for b in containerd ctr containerd-shim-runc-v2 crictl runc runc-capdrop kubelet kubeadm kubectl; do cp -fL "$BIN/$b" "$NODE_CTX/bin/"; done
 cp -fL "$BIN"/cni/* "$NODE_CTX/bin/cni/"
 sed "s/@PAUSE_VERSION@/$PAUSE_VERSION/" "$REPO/tests/e2e/images/node/containerd.toml" >"$NODE_CTX/containerd.toml"
 cp "$REPO/tests/e2e/images/node/Dockerfile" "$NODE_CTX/"

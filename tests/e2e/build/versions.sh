@@ -2,6 +2,7 @@
 # Changing one changes the cache key of what depends on it.
 K8S_VERSION=v1.37.2            # k8s.io/kubernetes (kube-apiserver/etcd from scripts/k8s-tools.sh)
 CONTAINERD_VERSION=v2.4.2      # github.com/containerd/containerd/v2
+RUNC_VERSION=v1.4.3            # github.com/opencontainers/runc (containerd 2.x needs runc >= 1.2; Debian has 1.1.5)
 CNI_VERSION=v1.10.0            # github.com/containernetworking/plugins
 CRICTL_VERSION=v1.37.0         # sigs.k8s.io/cri-tools
 COREDNS_VERSION=v1.14.7        # github.com/coredns/coredns (tagged as kubeadm expects)

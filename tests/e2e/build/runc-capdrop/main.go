@@ -6,7 +6,7 @@
 //
 // On `create` and `run` it removes from the bundle's config.json (on `exec`, from
 // the --process file) every capability the calling process's bounding set does
-// not hold, then execs the real runc (RUNC_CAPDROP_REAL, default /usr/bin/runc, or /usr/sbin/runc). Where
+// not hold, then execs the real runc (RUNC_CAPDROP_REAL, else the first of /usr/local/sbin/runc, /usr/local/bin/runc, /usr/bin/runc, /usr/sbin/runc). Where
 // the bounding set is complete it changes nothing.
 package main
 
@@ -104,8 +104,16 @@ func filterSpec(path string, whole bool, missing map[string]bool) error {
 	if process == nil {
 		return nil
 	}
-	caps, _ := process["capabilities"].(map[string]any)
 	changed := false
+	if missing["CAP_SYS_RESOURCE"] {
+		if adj, ok := process["oomScoreAdj"].(float64); ok {
+			if own, err := ownOOMScoreAdj(); err == nil && adj < own {
+				process["oomScoreAdj"] = own
+				changed = true
+			}
+		}
+	}
+	caps, _ := process["capabilities"].(map[string]any)
 	for set, v := range caps {
 		list, _ := v.([]any)
 		kept := make([]any, 0, len(list))
@@ -128,11 +136,19 @@ func filterSpec(path string, whole bool, missing map[string]bool) error {
 	return os.WriteFile(path, out, 0o644)
 }
 
+func ownOOMScoreAdj() (float64, error) {
+	data, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
+}
+
 func realRunc() string {
 	if r := os.Getenv("RUNC_CAPDROP_REAL"); r != "" {
 		return r
 	}
-	for _, p := range []string{"/usr/bin/runc", "/usr/sbin/runc", "/usr/local/sbin/runc.real"} {
+	for _, p := range []string{"/usr/local/sbin/runc", "/usr/local/bin/runc", "/usr/bin/runc", "/usr/sbin/runc"} {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}

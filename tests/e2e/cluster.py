@@ -112,7 +112,7 @@ def wait_phase(name: str, *phases: str, timeout: float = 300) -> dict[str, Any]:
 
 
 def pods(name: str) -> list[dict[str, Any]]:
-    out = kubectl("get", "pods", "-n", NS, "-l", f"tether.dev/execution={name}", "-o", "json")
+    out = kubectl("get", "pods", "-n", NS, "-l", f"tether.dev/run={name},tether.dev/execution", "-o", "json")
     return sorted(json.loads(out)["items"], key=lambda p: int(p["metadata"]["labels"].get("tether.dev/attempt", 0)))
 
 

@@ -89,7 +89,7 @@ cmd_install() {
   kubectl -n "$INFRA" rollout restart deploy/fake-provider >/dev/null
   kubectl -n "$INFRA" rollout status deploy/s3 --timeout=180s
   kubectl -n "$INFRA" rollout status deploy/fake-provider --timeout=180s
-  kubectl -n "$INFRA" exec deploy/s3 -- /opt/moto/bin/python -c '
+  kubectl -n "$INFRA" exec deploy/s3 -- python -c '
 import boto3
 s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:5000", region_name="us-east-1",
                   aws_access_key_id="e2e", aws_secret_access_key="e2e")
@@ -110,10 +110,11 @@ if "tether-e2e" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
 }
 
 cmd_test() {
+  cd "$REPO"
   bins
   local v; v="$("$REPO/scripts/env.sh" core)"
   TETHER_E2E=1 TETHER_E2E_FRAMEWORKS="${FRAMEWORKS[*]}" KUBECONFIG="$KUBECONFIG" \
-    "$v/bin/python" -m pytest "$HERE" -p no:cacheprovider "$@"
+    "$v/bin/python" -m pytest tests/e2e -p no:cacheprovider "$@"
 }
 
 # Exit 0 when the e2e can run quickly here: every build cache warm (Go binaries, base rootfs, the

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from .cluster import (
+from tests.e2e.cluster import (
     FRAMEWORKS,
     INFRA,
     NS,
@@ -63,7 +63,7 @@ def test_example_succeeds_in_a_pod(framework, stem):
         if stem == "refund":
             assert approve_pending(name) == 1  # issue-refund asks once
         final = wait_phase(name, "Succeeded", timeout=600)
-        assert final["steps"]["modelLive"] >= 2
+        assert final["steps"]["modelLive"] + final["steps"].get("modelReplayed", 0) >= 2  # steps: the last attempt's
         ran = [p for p in pods(name) if p["status"].get("phase") == "Succeeded"]
         assert ran, "no runner pod succeeded"
         pod = ran[-1]
@@ -155,7 +155,7 @@ def test_zz_helm_uninstall_keeps_crds_and_journals():
         INFRA,
         "deploy/s3",
         "--",
-        "/opt/moto/bin/python",
+        "python",
         "-c",
         "import boto3; s3 = boto3.client('s3', endpoint_url='http://127.0.0.1:5000', region_name='us-east-1', "
         "aws_access_key_id='e2e', aws_secret_access_key='e2e'); "

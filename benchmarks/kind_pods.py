@@ -7,8 +7,8 @@ For each of --runs weather runs (one at a time, so the fake provider's ledger te
 whose): apply → runner pod Running (the pod's container startedAt) and apply → first model call
 (the fake provider's ledger time of the run's first request), p50/p95. For each of --kills research
 runs: the runner pod is deleted once a tool finished; time from the deletion to the retry's first
-replayed turn (the new pod's first log line saying so is not there to read: the time is the
-moment status.steps.modelReplayed first counts it, polled every 0.2 s) and to Succeeded.
+replayed turn (the moment status.steps.modelReplayed first counts one, polled every 0.2 s: it
+includes the operator's status interval) and to Succeeded.
 Apply times are the host's clock; pod and ledger times are the same machine's clock (kind nodes
 are containers).
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.results import save  # noqa: E402
-from tests.e2e.cluster import NS, apply, delete_run, example, fake_provider, kubectl, ledger, pods, poll, status, wait_phase  # noqa: E402
+from benchmarks.results import save
+from tests.e2e.cluster import NS, apply, delete_run, example, fake_provider, kubectl, ledger, pods, poll, status, wait_phase
 
 
 def pct(values: list[float], q: float) -> float:

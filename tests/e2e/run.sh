@@ -128,6 +128,14 @@ cmd_ready() {
   "$HERE/build/dockerd.sh" "$bin" 2>/dev/null || { echo "e2e not ready: no Docker daemon can start here"; return 1; }
   [[ -s "$CACHE/node-image.env" ]] && docker image inspect "$(node_image)" >/dev/null 2>&1 ||
     { echo "e2e not ready: the node image is not built"; return 1; }
+  local fw
+  if (( ${#FRAMEWORKS[@]} == 0 )); then
+    for fw in "$REPO"/envs/*.txt; do fw="$(basename "$fw" .txt)"; [[ "$fw" == core ]] || FRAMEWORKS+=("$fw"); done
+  fi
+  for fw in "${FRAMEWORKS[@]}"; do
+    docker image inspect "tether-e2e/examples-$fw:e2e" >/dev/null 2>&1 ||
+      { echo "e2e not ready: no runtime image for $fw (tests/e2e/run.sh build; TETHER_E2E_FRAMEWORKS picks fewer)"; return 1; }
+  done
   echo "e2e ready: caches warm, Docker $(docker version --format '{{.Server.Version}}')"
 }
 

@@ -37,6 +37,8 @@ $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
+tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
+$V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -132,6 +134,13 @@ file). Goals: ≤ 20 ms locally, ≤ 100 ms on S3.
 
 Operator latency from creating an AgentRun to its execution being submitted, and operator memory
 with 1,000 AgentRuns, against a real kube-apiserver + etcd on loopback. See its docstring.
+
+## kind_pods.py — issue 9 (Kubernetes executor on a real cluster)
+
+On the kind e2e cluster (tests/e2e/run.sh: three nodes, runs in real pods, S3 and the fake
+provider in the cluster): apply → runner pod Running and apply → first model call (the fake
+provider's ledger), p50/p95 over `--runs` weather runs one at a time; runner pod deleted mid-run →
+the retry's first replayed turn (status.steps.modelReplayed, polled every 0.2 s) and → Succeeded.
 
 """
 
@@ -308,6 +317,15 @@ def operator_rows(results: dict) -> list[str]:
     return [f"**operator_submit** — {provenance(r)}", "", keys, ""]
 
 
+def kind_rows(results: dict) -> list[str]:
+    r = results.get("kind_pods")
+    if not r:
+        return []
+    f = r["figures"]
+    keys = ", ".join(f"`{k}` {v}" for k, v in sorted(f.items()))
+    return [f"**kind_pods** — {provenance(r)}", "", keys, ""]
+
+
 def summary(results: dict) -> list[str]:
     """The root README's table: one line per figure, from the same files."""
     out = ["| figure | result | run |", "|---|---|---|"]
@@ -387,6 +405,18 @@ def summary(results: dict) -> list[str]:
             f"| operator: apply → execution submitted | p50 {f['submit_p50_ms']} ms, p95 {f['submit_p95_ms']} ms over {f['runs_timed']} runs; "
             f"{f['rss_mib_with_all_runs']} MiB RSS with {f['agentruns_present']} AgentRuns | {provenance(r)} |"
         )
+    if r := results.get("kind_pods"):
+        f = r["figures"]
+        out.append(
+            f"| kind, runs in real pods: apply → pod Running / → first model call | p50 {f['apply_to_pod_running_p50_s']} s / "
+            f"{f['apply_to_first_model_call_p50_s']} s, p95 {f['apply_to_pod_running_p95_s']} s / {f['apply_to_first_model_call_p95_s']} s "
+            f"over {f['runs']} runs | {provenance(r)} |"
+        )
+        out.append(
+            f"| kind: runner pod deleted mid-run → first replayed turn | p50 {f['pod_kill_to_first_replayed_turn_p50_s']} s "
+            f"(max {f['pod_kill_to_first_replayed_turn_max_s']} s) over {f['kills']} kills; → Succeeded p50 "
+            f"{f['pod_kill_to_succeeded_p50_s']} s | {provenance(r)} |"
+        )
     return out
 
 
@@ -399,6 +429,7 @@ def render_readme(results: dict) -> str:
         *startup_rows(results),
         *load_rows(results),
         *operator_rows(results),
+        *kind_rows(results),
     ]
     return HEADER + INTRO + "## Latest figures\n\n" + "\n".join(body)
 

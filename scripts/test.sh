@@ -10,6 +10,7 @@
 #              snapshot by scripts/flyte-backend.sh (~20 min cold). Without a snapshot (a clean
 #              machine: flyteorg/flyte main is not on the Go module proxy) it prints NOT RUN and
 #              why; that is not a pass, and it does not fail the run.
+#   e2e        the kind e2e (tests/e2e/run.sh), only when its caches are warm and Docker can run.
 # Each group first builds (or reuses) its virtual environment (scripts/env.sh), then runs; up to
 # $TETHER_TEST_JOBS groups (default: cores + 1) run at once, each with its own log, so an adapter
 # adds its group's time to the pool rather than a turn in a queue. A failed phase prints the tail
@@ -58,7 +59,7 @@ core() {
   export TETHER_K8S_BIN
   echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
   # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
-  "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/flyte --durations=15 --junitxml="$out/core.xml"
+  "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/flyte --ignore=tests/e2e --durations=15 --junitxml="$out/core.xml"
 }
 
 adapter() {
@@ -103,8 +104,19 @@ for group in core "${ADAPTERS[@]}" flyte; do
   esac
 done
 wait
+# The kind e2e (tests/e2e/run.sh): only where its caches are warm and a Docker daemon can start;
+# says which. Run after the groups (it takes both cores); a failure fails the suite.
+e2e_groups=()
+if ready=$(tests/e2e/run.sh ready 2>/dev/null); then
+  echo "== e2e: $ready"
+  e2e() { tests/e2e/run.sh all -q --junitxml="$out/e2e.xml"; local rc=$?; tests/e2e/run.sh down; return $rc; }
+  phase e2e e2e || true
+  e2e_groups=(e2e)
+else
+  echo "== e2e: not run: ${ready:-tests/e2e/run.sh ready failed}"
+fi
 status=0
-for group in k8s-tools gates core "${ADAPTERS[@]}" flyte; do
+for group in k8s-tools gates core "${ADAPTERS[@]}" flyte "${e2e_groups[@]}"; do
   rc=$(cat "$out/$group.rc" 2>/dev/null)
   [ "$rc" = 0 ] || { [ "$group" = flyte ] && [ "$rc" = 3 ]; } || status=1
 done

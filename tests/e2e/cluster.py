@@ -1,0 +1,143 @@
+"""Driving the e2e kind cluster with kubectl and helm (on $PATH, $KUBECONFIG set by run.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tether.testing.fake_provider import BASE_PATHS
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "tether-e2e"
+INFRA = "tether-e2e-infra"
+RELEASE = "tether"
+FAKE = "http://fake-provider.tether-e2e-infra.svc.cluster.local:8080"
+FRAMEWORKS = os.environ.get("TETHER_E2E_FRAMEWORKS", "").split() or sorted(
+    p.stem for p in (REPO / "envs").glob("*.txt") if p.stem != "core"
+)
+
+
+def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
+    proc = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def helm(*args: str, timeout: float = 600) -> str:
+    proc = subprocess.run(["helm", *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def get(kind: str, name: str, namespace: str = NS) -> dict[str, Any] | None:
+    out = kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found")
+    return json.loads(out) if out.strip() else None
+
+
+def poll(what: str, probe: Callable[[], Any], timeout: float = 300, every: float = 0.5) -> Any:
+    """probe() until it returns something truthy; its value. Fails naming `what` after timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+
+
+def example(framework: str, stem: str, run_name: str, **spec: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An example's AgentRun (renamed, pointed at the in-cluster fake provider, on the framework's
+    image) and its AgentTools, as manifests."""
+    docs = [d for d in yaml.safe_load_all((REPO / "examples" / framework / f"{stem}.yaml").read_text()) if d]
+    run = next(d for d in docs if d["kind"] == "AgentRun")
+    tools = [d for d in docs if d["kind"] == "AgentTool"]
+    run["metadata"] = {"name": run_name, "namespace": NS}
+    run["spec"]["model"]["baseURL"] = FAKE + BASE_PATHS[run["spec"]["model"]["provider"]]
+    run["spec"]["image"] = f"tether-e2e/examples-{framework}:e2e"
+    run["spec"].update(spec)
+    for t in tools:
+        t["metadata"]["namespace"] = NS
+    return run, tools
+
+
+def ensure_key_secret(run: dict[str, Any]) -> None:
+    """The provider key Secret an example names (any value: the fake provider needs one sent)."""
+    ref = run["spec"]["model"].get("apiKeySecretRef")
+    if not ref:
+        return
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": ref["name"], "namespace": NS, "labels": {"tether.dev/usable": "true"}},
+        "stringData": {ref["key"]: "fake-key-no-real-model"},
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def apply(run: dict[str, Any], tools: list[dict[str, Any]]) -> None:
+    ensure_key_secret(run)
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*tools, run]}))
+
+
+def delete_run(name: str) -> None:
+    kubectl("delete", "agentrun", name, "-n", NS, "--ignore-not-found", "--wait=true", timeout=180)
+
+
+def status(name: str) -> dict[str, Any]:
+    obj = get("agentrun", name)
+    return (obj or {}).get("status") or {}
+
+
+def wait_phase(name: str, *phases: str, timeout: float = 300) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        s = status(name)
+        if s.get("phase") == "Failed" and "Failed" not in phases:
+            raise AssertionError(f"AgentRun {name} failed: {json.dumps(s)[:2000]}\n{describe(name)}")
+        return s if s.get("phase") in phases else None
+
+    try:
+        return poll(f"AgentRun {name} in {phases}", done, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{describe(name)}") from None
+
+
+def pods(name: str) -> list[dict[str, Any]]:
+    out = kubectl("get", "pods", "-n", NS, "-l", f"tether.dev/run={name},tether.dev/execution", "-o", "json")
+    return sorted(json.loads(out)["items"], key=lambda p: int(p["metadata"]["labels"].get("tether.dev/attempt", 0)))
+
+
+def describe(name: str) -> str:
+    """What to look at when a run is stuck: its status, its pods and their logs, the operator's log."""
+    parts = [json.dumps(status(name), indent=1)[:3000]]
+    for p in pods(name):
+        pn = p["metadata"]["name"]
+        parts.append(f"--- pod {pn}: {json.dumps(p.get('status', {}).get('containerStatuses'))[:1500]}")
+        parts.append(kubectl("logs", "-n", NS, pn, "--tail=40", check=False))
+    parts.append("--- operator log")
+    parts.append(kubectl("logs", "-n", NS, f"deploy/{RELEASE}", "--tail=60", check=False))
+    return "\n".join(parts)
+
+
+def fake_provider(path: str, method: str = "GET") -> Any:
+    """A call to the fake provider's control API, from inside its pod."""
+    code = (
+        "import json, urllib.request as u; "
+        f"r = u.urlopen(u.Request('http://127.0.0.1:8080{path}', method='{method}', data=b'' if '{method}' == 'POST' else None)); "
+        "print(r.read().decode() or 'null')"
+    )
+    return json.loads(kubectl("exec", "-n", INFRA, "deploy/fake-provider", "--", "python", "-c", code))
+
+
+def ledger() -> list[dict[str, Any]]:
+    out = fake_provider("/_control/ledger")
+    return list(out["calls"] if isinstance(out, dict) and "calls" in out else out)

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The kind e2e, offline: build every image here, create a 3-node kind cluster (control plane, CPU
+# worker, "A100" worker), helm install charts/tether, run the e2e pytest suite against it.
+#
+#   tests/e2e/run.sh            build + up + install + test (the cluster is kept; `down` deletes it)
+#   tests/e2e/run.sh build|up|install|test|down|status|ready
+#   tests/e2e/run.sh test -k gpu     (extra args go to pytest)
+#
+# Needs root for apt/dockerd where Docker is missing (it installs Debian's docker.io and starts
+# dockerd itself), Go (binaries are built from Go modules) and debootstrap (base images).
+# Env: TETHER_E2E_FRAMEWORKS="openai langgraph" (default: every envs/<id>.txt but core),
+#      TETHER_CACHE (default ~/.cache/tether; e2e caches under $TETHER_CACHE/e2e).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+source "$HERE/build/versions.sh"
+CLUSTER=tether-e2e
+CACHE="${TETHER_CACHE:-$HOME/.cache/tether}/e2e"
+export KUBECONFIG="$CACHE/kubeconfig"
+NS=tether-e2e INFRA=tether-e2e-infra RELEASE=tether
+log() { echo "[e2e] $(date +%T) $*" >&2; }
+mkdir -p "$CACHE"
+read -r -a FRAMEWORKS <<<"${TETHER_E2E_FRAMEWORKS:-}"
+
+bins() { BIN="$("$HERE/build/go-bins.sh" | tail -n1)"; export PATH="$BIN:$PATH"; }
+
+cmd_build() {
+  local out; out="$("$HERE/build/images.sh" "${FRAMEWORKS[@]}")"
+  echo "$out" | tail -n1 >"$CACHE/node-image.env"
+}
+
+node_image() { sed -n 's/^NODE_IMAGE=//p' "$CACHE/node-image.env"; }
+
+cmd_up() {
+  bins; "$HERE/build/dockerd.sh" "$BIN"
+  if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    sed -e "s/@ETCD_TAG@/$ETCD_TAG/" -e "s/@COREDNS_VERSION@/$COREDNS_VERSION/" "$HERE/kind-config.yaml" >"$CACHE/kind-config.yaml"
+    log "kind create cluster ($(node_image))"
+    kind create cluster --name "$CLUSTER" --image "$(node_image)" --config "$CACHE/kind-config.yaml" --retain
+  fi
+  kind export kubeconfig --name "$CLUSTER" >/dev/null 2>&1
+  network
+  # The "A100" worker advertises 8 GPUs: an extended resource in the node status is all the
+  # scheduler needs (no device plugin, no GPU).
+  local gpu; gpu="$(kubectl get nodes -l cloud.google.com/gke-accelerator=nvidia-tesla-a100 -o name)"
+  kubectl patch "$gpu" --subresource=status --type=json \
+    -p '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"8"}]' >/dev/null
+  kubectl wait --for=condition=Ready nodes --all --timeout=180s
+  kubectl -n kube-system rollout status deploy/coredns --timeout=180s
+}
+
+# Pod networking without kindnetd (not buildable offline: its module is not served): each node
+# gets the CNI bridge plugin on its own podCIDR and a route to every other node's podCIDR over the
+# kind Docker network (all nodes share one L2 segment).
+network() {
+  local nodes n cidr ip other ocidr oip deadline=$((SECONDS + 120))
+  until (( $(kubectl get nodes -o jsonpath='{.items[*].spec.podCIDR}' | wc -w) == 3 )); do
+    (( SECONDS < deadline )) || { log "nodes without a podCIDR after 120s"; return 1; }
+    sleep 1
+  done
+  nodes="$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')"
+  while read -r n cidr ip; do
+    docker exec -i "$n" sh -c 'cat > /etc/cni/net.d/10-tether-e2e.conflist' <<JSON
+{"cniVersion": "1.0.0", "name": "tether-e2e", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cidr"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+JSON
+    while read -r other ocidr oip; do
+      [[ "$other" == "$n" ]] || docker exec "$n" ip route replace "$ocidr" via "$oip"
+    done <<<"$nodes"
+  done <<<"$nodes"
+}
+
+cmd_install() {
+  bins
+  local fw images=(tether-e2e/operator:e2e tether-e2e/fake-provider:e2e tether-e2e/s3:e2e)
+  if (( ${#FRAMEWORKS[@]} == 0 )); then
+    for f in "$REPO"/envs/*.txt; do f="$(basename "$f" .txt)"; [[ "$f" == core ]] || FRAMEWORKS+=("$f"); done
+  fi
+  for fw in "${FRAMEWORKS[@]}"; do images+=("tether-e2e/examples-$fw:e2e"); done
+  # onto the workers only (the control plane runs no Tether pod); one archive, shared layers once
+  local workers; workers="$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[*].metadata.name}')"
+  log "kind load ${images[*]} (nodes: $workers)"
+  kind load docker-image --name "$CLUSTER" --nodes "${workers// /,}" "${images[@]}" >/dev/null
+  kubectl apply -f "$HERE/manifests/infra.yaml" >/dev/null
+  python3 "$HERE/fake_script.py" "$REPO/examples" | kubectl -n "$INFRA" create configmap fake-provider-script \
+    --from-file=script.yaml=/dev/stdin --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n "$INFRA" rollout restart deploy/fake-provider >/dev/null
+  kubectl -n "$INFRA" rollout status deploy/s3 --timeout=180s
+  kubectl -n "$INFRA" rollout status deploy/fake-provider --timeout=180s
+  kubectl -n "$INFRA" exec deploy/s3 -- python -c '
+import boto3
+s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:5000", region_name="us-east-1",
+                  aws_access_key_id="e2e", aws_secret_access_key="e2e")
+if "tether-e2e" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+    s3.create_bucket(Bucket="tether-e2e")'
+  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  local s
+  for s in "$NS/tether-store" "$NS/tether-operator-store"; do
+    kubectl -n "${s%/*}" create secret generic "${s#*/}" --from-literal=AWS_ACCESS_KEY_ID=e2e \
+      --from-literal=AWS_SECRET_ACCESS_KEY=e2e --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  done
+  log "helm install $RELEASE charts/tether"
+  helm upgrade --install "$RELEASE" "$REPO/charts/tether" -n "$NS" -f "$HERE/values.yaml" \
+    --set image.repository=tether-e2e/operator --set image.tag=e2e \
+    --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e \
+    --wait --timeout 300s
+  kubectl -n "$NS" rollout status "deploy/$RELEASE" --timeout=180s
+}
+
+cmd_test() {
+  cd "$REPO"
+  bins
+  local v; v="$("$REPO/scripts/env.sh" core)"
+  TETHER_E2E=1 TETHER_E2E_FRAMEWORKS="${FRAMEWORKS[*]}" KUBECONFIG="$KUBECONFIG" \
+    "$v/bin/python" -m pytest tests/e2e -p no:cacheprovider "$@"
+}
+
+# Exit 0 when the e2e can run quickly here: every build cache warm (Go binaries, base rootfs, the
+# node image in the Docker daemon) and a Docker daemon that answers (started if need be). Says
+# which it is either way (scripts/test.sh runs the e2e only then).
+cmd_ready() {
+  local bin
+  bin="$("$HERE/build/go-bins.sh" --check 2>&1 | tail -n1)" || { echo "e2e not ready: Go binaries not built ($bin)"; return 1; }
+  "$HERE/build/rootfs.sh" node "$NODE_PACKAGES" --check >/dev/null 2>&1 &&
+    "$HERE/build/rootfs.sh" python "$PYTHON_PACKAGES" --check >/dev/null 2>&1 || { echo "e2e not ready: base rootfs not built"; return 1; }
+  "$HERE/build/dockerd.sh" "$bin" 2>/dev/null || { echo "e2e not ready: no Docker daemon can start here"; return 1; }
+  [[ -s "$CACHE/node-image.env" ]] && docker image inspect "$(node_image)" >/dev/null 2>&1 ||
+    { echo "e2e not ready: the node image is not built"; return 1; }
+  local fw
+  if (( ${#FRAMEWORKS[@]} == 0 )); then
+    for fw in "$REPO"/envs/*.txt; do fw="$(basename "$fw" .txt)"; [[ "$fw" == core ]] || FRAMEWORKS+=("$fw"); done
+  fi
+  for fw in "${FRAMEWORKS[@]}"; do
+    docker image inspect "tether-e2e/examples-$fw:e2e" >/dev/null 2>&1 ||
+      { echo "e2e not ready: no runtime image for $fw (tests/e2e/run.sh build; TETHER_E2E_FRAMEWORKS picks fewer)"; return 1; }
+  done
+  echo "e2e ready: caches warm, Docker $(docker version --format '{{.Server.Version}}')"
+}
+
+cmd_down() { bins; kind delete cluster --name "$CLUSTER"; }
+
+cmd_status() { bins; kubectl get nodes -o wide; kubectl get pods -A -o wide; }
+
+case "${1:-all}" in
+  build) cmd_build ;;
+  up) cmd_up ;;
+  install) cmd_install ;;
+  test) shift; cmd_test "$@" ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  ready) cmd_ready ;;
+  all) shift || true; cmd_build; cmd_up; cmd_install; cmd_test "$@" ;;
+  *) echo "usage: $0 [all|build|up|install|test|down|status] [pytest args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,164 @@
+"""Tether on a real kind cluster (tests/e2e/run.sh): runs in real pods on real kubelets.
+
+Every example of every framework to Succeeded in its own pod (the refund one approved with
+kubectl); GPU placement on the A100 worker; a runner pod deleted mid-run and the retry replaying
+every finished turn with no upstream call and no finished tool re-run; `kubectl wait`; and
+`helm uninstall` keeping CRDs and journals (last: it removes the operator).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests.e2e.cluster import (
+    FRAMEWORKS,
+    INFRA,
+    NS,
+    RELEASE,
+    apply,
+    delete_run,
+    example,
+    fake_provider,
+    helm,
+    kubectl,
+    ledger,
+    pods,
+    poll,
+    status,
+    wait_phase,
+)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def approve_pending(name: str) -> int:
+    """Approve every pending approval of the run with kubectl (the operator writes the decision)."""
+    s = wait_phase(name, "AwaitingApproval", "Succeeded")
+    pending = [a for a in s.get("approvals") or [] if not a.get("decision")]
+    for a in pending:
+        kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={a['id']}", "tether.dev/decided-by=e2e", "--overwrite")
+    return len(pending)
+
+
+def test_chart_pods_ready():
+    out = json.loads(kubectl("get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=" + RELEASE, "-o", "json"))
+    assert out["items"], "the chart made no pods"
+    for pod in out["items"]:
+        ready = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}.get("Ready")
+        assert ready == "True", f"{pod['metadata']['name']} not Ready: {pod['status']}"
+
+
+@pytest.mark.parametrize("stem", ["weather", "research", "refund"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_example_succeeds_in_a_pod(framework, stem):
+    name = unique(f"{stem}-{framework}")
+    run, tools = example(framework, stem, name)
+    apply(run, tools)
+    try:
+        if stem == "refund":
+            assert approve_pending(name) == 1  # issue-refund asks once
+        final = wait_phase(name, "Succeeded", timeout=600)
+        assert final["steps"]["modelLive"] + final["steps"].get("modelReplayed", 0) >= 2  # steps: the last attempt's
+        ran = [p for p in pods(name) if p["status"].get("phase") == "Succeeded"]
+        assert ran, "no runner pod succeeded"
+        pod = ran[-1]
+        assert pod["spec"]["containers"][0]["image"] == f"tether-e2e/examples-{framework}:e2e"
+        assert pod["spec"]["nodeName"], "the pod never ran on a node"
+    finally:
+        delete_run(name)
+
+
+def test_gpu_run_lands_on_the_a100_worker():
+    name = unique("gpu")
+    run, tools = example("openai", "weather", name, resources={"cpu": "100m", "memory": "512Mi", "gpu": {"type": "A100", "count": 1}})
+    apply(run, tools)
+    try:
+        wait_phase(name, "Succeeded", timeout=300)
+        pod = pods(name)[-1]
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1"
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
+        node = json.loads(kubectl("get", "node", pod["spec"]["nodeName"], "-o", "json"))
+        assert node["metadata"]["labels"].get("cloud.google.com/gke-accelerator") == "nvidia-tesla-a100"
+        assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    finally:
+        delete_run(name)
+
+
+def test_cpu_run_stays_off_the_a100_worker():
+    name = unique("cpu")
+    run, tools = example("openai", "weather", name)
+    apply(run, tools)
+    try:
+        wait_phase(name, "Succeeded", timeout=300)
+        node = json.loads(kubectl("get", "node", pods(name)[-1]["spec"]["nodeName"], "-o", "json"))
+        assert "cloud.google.com/gke-accelerator" not in node["metadata"]["labels"]
+    finally:
+        delete_run(name)
+
+
+def test_pod_deleted_mid_run_replays_with_no_upstream_call():
+    name = unique("kill")
+    run, tools = example("openai", "research", name)
+    fake_provider("/_control/reset", "POST")
+    apply(run, tools)
+    try:
+        # After the first tool finished (turn 2 asked for): a turn and a tool are journaled.
+        before = poll("a finished tool", lambda: (s := status(name).get("steps") or {}).get("toolLive", 0) >= 1 and s, 300)
+        first = pods(name)[0]["metadata"]["name"]
+        kubectl("delete", "pod", first, "-n", NS, "--wait=false")
+        final = wait_phase(name, "Succeeded", timeout=300)
+        assert final["attempts"] >= 2
+        calls = [c for c in ledger() if c["status"] == 200]
+        # research has 3 turns: each reached the provider exactly once across both attempts.
+        assert len(calls) == 3, calls
+        assert final["steps"]["modelReplayed"] >= before["modelLive"]
+        assert final["steps"]["toolReplayed"] >= before["toolLive"]
+        # The second attempt's pod ran only the tools that never finished before the kill.
+        second = pods(name)[-1]["metadata"]["name"]
+        log = kubectl("logs", "-n", NS, second)
+        assert log.count("[tool] search(") == 0, log
+    finally:
+        delete_run(name)
+
+
+def test_kubectl_wait_for_succeeded():
+    name = unique("wait")
+    run, tools = example("openai", "weather", name)
+    apply(run, tools)
+    try:
+        kubectl("wait", "-n", NS, "--for=condition=Succeeded", f"agentrun/{name}", "--timeout=300s", timeout=320)
+        assert status(name)["phase"] == "Succeeded"
+    finally:
+        delete_run(name)
+
+
+def test_zz_helm_uninstall_keeps_crds_and_journals():
+    """Last (it removes the operator): the CRDs and the runs' journals in S3 stay."""
+    name = unique("keep")
+    run, tools = example("openai", "weather", name)
+    apply(run, tools)
+    wait_phase(name, "Succeeded", timeout=300)
+    uid = json.loads(kubectl("get", "agentrun", name, "-n", NS, "-o", "json"))["metadata"]["uid"]
+    helm("uninstall", RELEASE, "-n", NS, "--wait")
+    crds = kubectl("get", "crd", "-o", "name")
+    assert "agentruns.tether.dev" in crds and "agenttools.tether.dev" in crds
+    assert kubectl("get", "agentrun", name, "-n", NS, "-o", "name").strip()
+    keys = kubectl(
+        "exec",
+        "-n",
+        INFRA,
+        "deploy/s3",
+        "--",
+        "python",
+        "-c",
+        "import boto3; s3 = boto3.client('s3', endpoint_url='http://127.0.0.1:5000', region_name='us-east-1', "
+        "aws_access_key_id='e2e', aws_secret_access_key='e2e'); "
+        "print('\\n'.join(o['Key'] for o in s3.list_objects_v2(Bucket='tether-e2e').get('Contents', [])))",
+    )
+    assert uid in keys, f"no journal of run {uid} in the store:\n{keys[:2000]}"

@@ -7,7 +7,8 @@ Run it in an adapter's environment, naming that adapter's kit:
 A kit (``adapters/<id>/tests/kit.py``) defines ``FRAMEWORK``, ``MODEL``, ``PROTOCOL`` and
 ``multi_agent(tools)`` — a bring-your-own multi-agent object (handoff, sub-agent, multi-node
 graph) — and may define ``MULTI_SCRIPT`` (extra fake-provider conversations, listed before the
-shared ones) and ``MULTI_PROMPT``. Without ``TETHER_KIT`` the suite refuses to run (a usage error,
+shared ones) and ``MULTI_PROMPT``, and ``PARALLEL_TOOL_CALLS = False`` where the framework runs
+the tool calls of one turn one after the other (scenarios 9–10 then prove that order instead). Without ``TETHER_KIT`` the suite refuses to run (a usage error,
 not zero tests): the core run leaves it out with ``--ignore=tests/conformance``.
 """
 

@@ -5,7 +5,7 @@
 
 Prints one JSON line with the result. ``kill_after_turn`` SIGKILLs the process right after the
 k-th model turn was recorded, like a node dying mid-run; ``kill_after_tool`` right after the first
-live tool call was recorded. The suite forks each such process from a
+live tool call was recorded (an integer n: after the n-th). The suite forks each such process from a
 warm zygote (``tests/support/zygote.py``: ``preload`` once, then ``child(args)`` per attempt).
 """
 
@@ -53,12 +53,14 @@ async def run_scenario(args: dict, tools: list) -> dict:
 
     kit = load_kit(args["kit"])
     adapter = load_adapter(kit.FRAMEWORK)
-    turns = 0
+    turns = live_tools = 0
 
     def on_step(event) -> None:
-        nonlocal turns
+        nonlocal turns, live_tools
         if event.kind == "tool" and not event.replayed and args.get("kill_after_tool"):
-            os.kill(os.getpid(), signal.SIGKILL)  # the tool's record is written; its siblings are still running
+            live_tools += 1
+            if live_tools >= int(args["kill_after_tool"]):
+                os.kill(os.getpid(), signal.SIGKILL)  # the tool's record is written; parallel siblings still run
         if event.kind == "model":
             turns += 1
             if args.get("kill_after_turn") and turns >= args["kill_after_turn"]:

@@ -156,12 +156,19 @@ def test_flyte_local_run_with_task_tools_resumes(runner, fake):
     assert len(runner.executions("get_weather")) == 1
 
 
-def test_parallel_tool_calls_overlap_and_replay(runner, fake):
+def parallel(kit) -> bool:
+    """Whether the framework runs one turn's tool calls concurrently (the kit says when it does not)."""
+    return getattr(kit, "PARALLEL_TOOL_CALLS", True)
+
+
+def test_parallel_tool_calls_overlap_and_replay(kit, runner, fake):
     """9. The model asks for four tools in one turn (two async, two sync): each waits until all
     four have started, so they can only finish if the framework runs them concurrently through
     the tool seam; meanwhile each sees its own tool's secret only, and no secret is journaled.
-    A second run replays all four without running any."""
-    first = runner("parallel", "parallel", env={"TETHER_MEET_PARTIES": str(PARALLEL_CALLS)})
+    A framework that runs them one after the other (``PARALLEL_TOOL_CALLS = False``) meets each
+    alone, in order. A second run replays all four without running any."""
+    parties = PARALLEL_CALLS if parallel(kit) else 1
+    first = runner("parallel", "parallel", env={"TETHER_MEET_PARTIES": str(parties)})
     assert first["status"] == "succeeded" and first["tool_live"] == PARALLEL_CALLS
     assert all(f"met {i}" in first["output"] for i in range(1, PARALLEL_CALLS + 1)), first["output"]
     assert "Error" not in first["output"]
@@ -173,18 +180,36 @@ def test_parallel_tool_calls_overlap_and_replay(runner, fake):
 
 
 @pytest.mark.parametrize("finished", [1, PARALLEL_CALLS])
-def test_kill_between_parallel_tool_calls_reruns_only_the_unfinished(runner, fake, finished):
+def test_kill_between_parallel_tool_calls_reruns_only_the_unfinished(kit, runner, fake, finished):
     """10. Killed while parallel calls are running, after exactly one of them finished (the first
     or the last of the turn): the retry replays that one and runs only the others, whatever
-    order they finish in now; the turn that asked for them is replayed."""
-    env = {"TETHER_MEET_PARTIES": str(PARALLEL_CALLS), "TETHER_MEET_FINISH": str(finished)}
-    runner("parallel", f"parallel-kill-{finished}", kill_after_tool=True, expect_killed=True, env=env)
+    order they finish in now; the turn that asked for them is replayed. One after the other
+    (``PARALLEL_TOOL_CALLS = False``): killed once the first or the last result is recorded, the
+    retry replays every recorded call and runs only the others."""
+    run_id = f"parallel-kill-{finished}"
+    if parallel(kit):
+        env = {"TETHER_MEET_PARTIES": str(PARALLEL_CALLS), "TETHER_MEET_FINISH": str(finished)}
+        runner("parallel", run_id, kill_after_tool=True, expect_killed=True, env=env)
+        expected_rerun = [i for i in range(1, PARALLEL_CALLS + 1) if i != finished]
+        retry_env = {"TETHER_MEET_PARTIES": str(PARALLEL_CALLS - 1)}
+    else:
+        runner("parallel", run_id, kill_after_tool=finished, expect_killed=True, env={"TETHER_MEET_PARTIES": "1"})
+        expected_rerun = []
+        retry_env = {"TETHER_MEET_PARTIES": "1"}
     started = runner.executions("meet")
-    assert sorted(e["arguments"]["i"] for e in started) == list(range(1, PARALLEL_CALLS + 1))  # all four were running
-    retry = runner("parallel", f"parallel-kill-{finished}", env={"TETHER_MEET_PARTIES": str(PARALLEL_CALLS - 1)})
+    retry = runner("parallel", run_id, env=retry_env)
     assert retry["status"] == "succeeded", retry
-    assert retry["tool_replayed"] == 1 and retry["tool_live"] == PARALLEL_CALLS - 1
     assert retry["model_replayed"] == 1 and retry["model_live"] == 1
     rerun = sorted(e["arguments"]["i"] for e in runner.executions("meet")[len(started) :])
-    assert rerun == [i for i in range(1, PARALLEL_CALLS + 1) if i != finished]
+    if parallel(kit):
+        assert sorted(e["arguments"]["i"] for e in started) == list(range(1, PARALLEL_CALLS + 1))  # all four were running
+        assert retry["tool_replayed"] == 1 and retry["tool_live"] == PARALLEL_CALLS - 1
+        assert rerun == expected_rerun
+    else:
+        # The kill lands once the n-th result is recorded; the next call may have started (never
+        # recorded): it runs again, like every call after it, and no recorded call does.
+        first = [e["arguments"]["i"] for e in started]
+        assert len(first) >= finished and retry["tool_replayed"] >= finished
+        assert retry["tool_replayed"] + retry["tool_live"] == PARALLEL_CALLS and len(rerun) == retry["tool_live"]
+        assert set(first) | set(rerun) == set(range(1, PARALLEL_CALLS + 1)) and len(set(rerun)) == len(rerun)
     assert all(f"met {i}" in retry["output"] for i in range(1, PARALLEL_CALLS + 1)) and "Error" not in retry["output"], retry["output"]

@@ -126,7 +126,7 @@ def tol(**toleration: Any) -> dict[str, Any]:
 # Issue 8 item 7 and issue 13 item 10: every kind of bad value, each message naming its field.
 MALFORMED_MORE = {
     # frameworks without an adapter are not promised
-    "framework without adapter: crewai": (edit(RUN, "spec.framework", "crewai"), 'spec.framework: Unsupported value: "crewai"'),
+    "framework without adapter": (edit(RUN, "spec.framework", "autogen"), 'spec.framework: Unsupported value: "autogen"'),
     # blank strings
     "blank input": (edit(RUN, "spec.input", "  \n\t"), f'spec.input: Invalid value: "  \\n\\t": {BLANK}'),
     "blank instructions": (edit(RUN, "spec.instructions", " "), f'spec.instructions: Invalid value: " ": {BLANK}'),

@@ -8,6 +8,8 @@ from __future__ import annotations
 FRAMEWORK = "claude"
 MODEL = "claude-sonnet-4-5"
 PROTOCOL = "anthropic"
+#: The Claude Code CLI runs MCP tool calls (Tether tools) one after the other.
+PARALLEL_TOOL_CALLS = False
 
 MULTI_PROMPT = "delegate: ask the weather agent about Paris"
 

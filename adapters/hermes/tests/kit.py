@@ -8,6 +8,8 @@ from __future__ import annotations
 FRAMEWORK = "hermes"
 MODEL = "gpt-4o-mini"
 PROTOCOL = "openai-chat"
+#: Hermes runs concurrently only tools it knows to be read-only; others (Tether tools) one after the other.
+PARALLEL_TOOL_CALLS = False
 
 MULTI_PROMPT = "delegate: ask the weather agent about Paris"
 

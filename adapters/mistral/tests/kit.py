@@ -8,6 +8,8 @@ from __future__ import annotations
 FRAMEWORK = "mistral"
 MODEL = "mistral-small-latest"
 PROTOCOL = "mistral-conversations"
+#: The SDK's Conversations loop (``run_async``) runs a turn's function calls one after the other.
+PARALLEL_TOOL_CALLS = False
 
 MULTI_PROMPT = "delegate: ask the weather agent about Paris"
 

@@ -23,6 +23,7 @@ reads the conversation back and records the answer the server already gave, neve
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,17 +156,26 @@ class Runner:
                 if memory is not None:
                     memory.add_messages(new)
                 return str(message.get("content") or "")
-            for call in calls:  # in the order the model asked, one at a time (as the SDK's docs do)
-                fn = functions.get(call["function"]["name"])
-                arguments = call["function"]["arguments"]
-                try:
-                    args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
-                    result = await fn(**args) if fn else f"Error: no tool named {call['function']['name']!r}"
-                except (ValueError, TypeError) as e:
-                    result = f"Error: bad arguments for {call['function']['name']}: {e}"
-                content = result if isinstance(result, str) else json.dumps(result)
-                new.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": content})
+            # The calls of one turn run concurrently (our own loop: nothing orders them); their
+            # results go back in the order the model asked.
+            results = await asyncio.gather(*(self.call_tool(functions, call) for call in calls))
+            new += [
+                {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": content}
+                for call, content in zip(calls, results, strict=True)
+            ]
         raise RuntimeError(f"no answer after {self.session.max_turns or 100} turns")
+
+    @staticmethod
+    async def call_tool(functions: dict[str, Any], call: dict[str, Any]) -> str:
+        """One tool call of a chat turn, as the tool message's content (errors as text, for the model)."""
+        fn = functions.get(call["function"]["name"])
+        arguments = call["function"]["arguments"]
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
+            result = await fn(**args) if fn else f"Error: no tool named {call['function']['name']!r}"
+        except (ValueError, TypeError) as e:
+            result = f"Error: bad arguments for {call['function']['name']}: {e}"
+        return result if isinstance(result, str) else json.dumps(result)
 
     async def chat_turn(self, agent: MistralAgent, messages: list[dict[str, Any]], tools: Any) -> dict[str, Any]:
         """One chat completion as the assistant message to append (tool calls with string arguments)."""

@@ -264,7 +264,12 @@ class Adapter(ABC):
 
     def load(self, import_path: str) -> Any:
         """Bring your own: ``"package.module:attribute"``. Adapters whose frameworks have
-        factories (callables returning agents) call them here."""
+        factories (callables returning agents) call them here (see :meth:`load_instance`)."""
+        return self.load_path(import_path)
+
+    @staticmethod
+    def load_path(import_path: str) -> Any:
+        """The object at ``"package.module:attribute"``, or a :class:`ConfigError` saying why not."""
         module_name, _, attr = import_path.partition(":")
         if not attr:
             raise ConfigError(f"agent import path {import_path!r} must look like 'package.module:name'")
@@ -272,6 +277,16 @@ class Adapter(ABC):
             obj = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"cannot import agent {import_path!r}: {e}") from e
+        return obj
+
+    def load_instance(self, import_path: str, kind: type | tuple[type, ...], what: str) -> Any:
+        """:meth:`load` for frameworks whose agents are instances of ``kind``: a factory (any other
+        callable) is called; anything else is refused as not being ``what``."""
+        obj = self.load_path(import_path)
+        if callable(obj) and not isinstance(obj, kind):
+            obj = obj()  # a factory
+        if not isinstance(obj, kind):
+            raise ConfigError(f"{import_path!r} is not {what} (got {type(obj).__name__})")
         return obj
 
     @abstractmethod

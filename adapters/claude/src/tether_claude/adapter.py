@@ -155,12 +155,7 @@ class ClaudeAdapter(Adapter):
         return ClaudeAgent(options, list(spec.tools))
 
     def load(self, import_path: str) -> Any:
-        agent = super().load(import_path)
-        if callable(agent) and not isinstance(agent, (ClaudeAgentOptions, ClaudeAgent)):
-            agent = agent()  # a factory
-        if not isinstance(agent, (ClaudeAgentOptions, ClaudeAgent)):
-            raise ConfigError(f"{import_path!r} is not ClaudeAgentOptions (got {type(agent).__name__})")
-        return agent
+        return self.load_instance(import_path, (ClaudeAgentOptions, ClaudeAgent), "ClaudeAgentOptions")
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         # The SDK waits 60 s (its default) for a CLI to start; many CLIs starting at once on a

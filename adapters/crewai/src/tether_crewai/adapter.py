@@ -205,11 +205,7 @@ class CrewAIAdapter(Adapter):
         return Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False)
 
     def load(self, import_path: str) -> Crew:
-        crew = super().load(import_path)
-        if callable(crew) and not isinstance(crew, Crew):
-            crew = crew()  # a factory
-        if not isinstance(crew, Crew):
-            raise ConfigError(f"{import_path!r} is not a CrewAI Crew (got {type(crew).__name__})")
+        crew: Crew = self.load_instance(import_path, Crew, "a CrewAI Crew")
         return crew
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:

@@ -115,11 +115,7 @@ class GoogleADKAdapter(Adapter):
         )
 
     def load(self, import_path: str) -> BaseAgent:
-        agent = super().load(import_path)
-        if callable(agent) and not isinstance(agent, BaseAgent):
-            agent = agent()  # a factory
-        if not isinstance(agent, BaseAgent):
-            raise ConfigError(f"{import_path!r} is not a Google ADK agent (got {type(agent).__name__})")
+        agent: BaseAgent = self.load_instance(import_path, BaseAgent, "a Google ADK agent")
         return agent
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:

@@ -228,11 +228,7 @@ class MistralAdapter(Adapter):
         return MistralAgent(model=model, instructions=spec.instructions, tools=list(spec.tools), name=spec.name, api=api)
 
     def load(self, import_path: str) -> MistralAgent:
-        agent = super().load(import_path)
-        if callable(agent) and not isinstance(agent, MistralAgent):
-            agent = agent()  # a factory
-        if not isinstance(agent, MistralAgent):
-            raise ConfigError(f"{import_path!r} is not a tether_mistral.MistralAgent (got {type(agent).__name__})")
+        agent: MistralAgent = self.load_instance(import_path, MistralAgent, "a tether_mistral.MistralAgent")
         return agent
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:

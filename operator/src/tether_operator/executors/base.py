@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from tether.api import AgentRunSpec, AgentToolSpec, ExecRequest
 from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
@@ -175,3 +175,29 @@ class Executor(ABC):
 
     def observe(self, event: Mapping[str, Any]) -> None:
         """A watch event about an object this executor made (its pods); default: not interested."""
+
+
+class Followed(Protocol):
+    """An execution an executor follows in memory."""
+
+    state: ExecutionState
+
+    def status(self) -> ExecutionStatus: ...
+
+
+F = TypeVar("F", bound=Followed)
+
+
+class FollowingExecutor(Executor, Generic[F]):
+    """An executor that follows its executions in memory, by name, until they are forgotten."""
+
+    _runs: dict[str, F]
+
+    def executions(self) -> list[ExecutionStatus]:
+        return [run.status() for run in self._runs.values()]
+
+    def forget(self, name: str) -> None:
+        """Drop a finished execution from memory (the AgentRun's status now holds it)."""
+        run = self._runs.get(name)
+        if run is not None and run.state.finished:
+            del self._runs[name]

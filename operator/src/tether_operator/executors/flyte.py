@@ -40,7 +40,7 @@ from .base import (
     Capability,
     ExecutionState,
     ExecutionStatus,
-    Executor,
+    FollowingExecutor,
     Submission,
 )
 
@@ -110,7 +110,7 @@ class _Execution:
         return ExecutionStatus(self.sub.name, self.state, self.attempts, 0, self.exit_code, self.message, self.url)
 
 
-class FlyteExecutor(Executor):
+class FlyteExecutor(FollowingExecutor[_Execution]):
     kind = "flyte"
     supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.TOOL_IMAGE, Capability.TOOL_RESOURCES})
     refusal_hint = (
@@ -366,14 +366,6 @@ class FlyteExecutor(Executor):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(run.changed.wait(), min(timeout, self.poll_seconds))
         run.changed.clear()
-
-    def executions(self) -> list[ExecutionStatus]:
-        return [run.status() for run in self._runs.values()]
-
-    def forget(self, name: str) -> None:
-        run = self._runs.get(name)
-        if run is not None and run.state.finished:
-            del self._runs[name]
 
     async def close(self) -> None:
         """Operator shutdown: the runs go on in Flyte and are adopted on restart."""

@@ -41,7 +41,7 @@ from .base import (
     Capability,
     ExecutionState,
     ExecutionStatus,
-    Executor,
+    FollowingExecutor,
     Submission,
 )
 
@@ -229,7 +229,7 @@ class _Execution:
         self.changed.set()
 
 
-class KubernetesExecutor(Executor):
+class KubernetesExecutor(FollowingExecutor[_Execution]):
     kind = "kubernetes"
     supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.NODE_SELECTOR, Capability.TOLERATIONS})
     refusal_hint = "one pod runs the agent and its tools: an AgentTool cannot have an image or resources of its own"
@@ -307,14 +307,6 @@ class KubernetesExecutor(Executor):
         run = self._runs.get(labels.get(EXECUTION_LABEL, ""))
         if run is not None:
             run.pod_changed.set()
-
-    def executions(self) -> list[ExecutionStatus]:
-        return [run.status() for run in self._runs.values()]
-
-    def forget(self, name: str) -> None:
-        run = self._runs.get(name)
-        if run is not None and run.state.finished:
-            del self._runs[name]
 
     async def close(self) -> None:
         """Operator shutdown: stop following; the pods keep running and are adopted on restart."""

@@ -36,7 +36,7 @@ from .base import (
     Capability,
     ExecutionState,
     ExecutionStatus,
-    Executor,
+    FollowingExecutor,
     Submission,
 )
 
@@ -101,7 +101,7 @@ class _Execution:
         self.changed.set()
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(FollowingExecutor[_Execution]):
     """Development mode only (chart value `executor.kind: local`): agent code runs inside the
     operator's pod, with the Secret values the operator read. No image, resources or placement."""
 
@@ -205,15 +205,6 @@ class LocalExecutor(Executor):
         answer = None if proc.returncode == 0 else (text.splitlines()[-1] if text else f"the probe exited with {proc.returncode}")
         self._probes[implementation] = (now, answer)
         return answer
-
-    def executions(self) -> list[ExecutionStatus]:
-        return [run.status() for run in self._runs.values()]
-
-    def forget(self, name: str) -> None:
-        """Drop a finished execution from memory."""
-        run = self._runs.get(name)
-        if run is not None and run.state.finished:
-            del self._runs[name]
 
     async def close(self) -> None:
         for name in list(self._runs):

@@ -7,26 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.startup import probe
-from tether.testing.fake_provider import FakeProvider
-from tether.testing.script import Script
-
-SCRIPT = {
-    "conversations": [
-        {
-            "match": "",
-            "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-                {"text_from_tool_results": True, "text": "Done:"},
-            ],
-        }
-    ]
-}
+from tests.support.startup import probe_finished_run
 
 
 def test_import_and_finished_run_load_nothing_heavy(tmp_path: Path) -> None:
-    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
-        figures = probe("tether", str(tmp_path / "store"), fake.url + "/openai")
-        assert fake.live_calls() == 2  # the first run; the second replayed both turns
+    figures = probe_finished_run("tether", str(tmp_path / "store"))
     assert figures["after_import"] == [] and figures["after_run"] == []
     assert (figures["model_live"], figures["model_replayed"], figures["tool_replayed"]) == (0, 2, 1)

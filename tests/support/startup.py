@@ -41,6 +41,32 @@ def probe(package: str, store: str, upstream: str) -> dict[str, object]:
     return figures
 
 
+#: The agent both runs answer: one tool call, then an answer quoting it.
+SCRIPT = {
+    "conversations": [
+        {
+            "match": "",
+            "turns": [
+                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+                {"text_from_tool_results": True, "text": "Done:"},
+            ],
+        }
+    ]
+}
+
+
+def probe_finished_run(package: str, store: str) -> dict[str, object]:
+    """:func:`probe` against a fake provider answering :data:`SCRIPT` (the first run pays both
+    turns; the second replays them)."""
+    from tether.testing.fake_provider import FakeProvider
+    from tether.testing.script import Script
+
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        figures = probe(package, store, fake.url + "/openai")
+        assert fake.live_calls() == 2
+    return figures
+
+
 def loaded() -> list[str]:
     return sorted(name for name in HEAVY if name in sys.modules)
 

@@ -12,9 +12,13 @@ the seam, and the run's Mistral upstream.
                              for chat completions, so the adapter runs the usual one — call, run
                              the tool calls in order, send their results, until an answer.
 
-A declarative model ``mistral-chat:<model>`` picks chat completions; any other Mistral model name
-runs on conversations. Bring your own agent as a :class:`MistralAgent` (its ``agents`` are other
-MistralAgents the model can delegate to, each offered as a tool that runs that agent's own loop).
+A declarative model ``mistral-chat:<model>`` picks chat completions, ``mistral-agent:<agent id>``
+a server-side Mistral agent; any other Mistral model name runs on conversations. Bring your own
+agent as a :class:`MistralAgent` (its ``agents`` are other MistralAgents the model can delegate
+to, each offered as a tool that runs that agent's own loop), or ``MistralAgent(agent_id=...)`` for
+an agent created on Mistral's server (``client.beta.agents.create``): the conversation starts with
+that agent and its server-side handoffs happen inside the start/append responses, so they are
+recorded and replayed with the turn that holds them.
 
 Server-side state: a retry of an append that reached the server in an attempt that died before
 recording it is resolved by the seam (``tether.wire.protocols.mistral.MistralConversations``): it
@@ -47,9 +51,16 @@ class MistralAgent:
 
     ``api`` is ``"conversations"`` (the SDK's run loop on the Conversations API) or ``"chat"``
     (chat completions). ``completion_args`` go to the API as they are (temperature, ...).
+
+    ``agent_id`` instead of ``model``: an agent that lives on Mistral's server (created with
+    ``client.beta.agents.create``, its model, instructions and ``handoffs`` set there). The run's
+    conversation starts with it; ``tools`` are the Tether tools behind the function calls of that
+    agent and of every agent it can hand off to (the SDK adds them to the entry agent's tools, as
+    its ``RunContext`` does).
     """
 
-    model: str
+    model: str = ""
+    agent_id: str | None = None
     instructions: str | None = None
     tools: list[Tool] = field(default_factory=list)
     name: str = "agent"
@@ -63,6 +74,19 @@ class MistralAgent:
             raise ConfigError(f"MistralAgent api must be one of {APIS}, not {self.api!r}")
         if not all(isinstance(t, Tool) for t in self.tools):
             raise ConfigError("MistralAgent tools must be Tether tools (tether.tool): others would not be journaled")
+        if bool(self.model) == bool(self.agent_id):
+            raise ConfigError("MistralAgent needs a model or an agent_id (a server-side Mistral agent), not both")
+        if self.agent_id:
+            # These live on the server-side agent (set them with client.beta.agents.create/update).
+            given = [
+                n for n, v in (("instructions", self.instructions), ("completion_args", self.completion_args), ("agents", self.agents)) if v
+            ]
+            if given or self.api != "conversations":
+                what = ", ".join(given) or f"api={self.api!r}"
+                raise ConfigError(
+                    f"MistralAgent(agent_id=...) runs a server-side agent on the Conversations API: {what} cannot be given "
+                    "here (set instructions and completion_args on the agent itself, and hand off with its handoffs)"
+                )
 
 
 def tool_schema(fn: Any) -> dict[str, Any]:
@@ -122,9 +146,12 @@ class Runner:
             options["instructions"] = agent.instructions
         if agent.completion_args:
             options["completion_args"] = agent.completion_args
+        # With agent_id the SDK reads the agent and updates its tools with the registered functions
+        # (unrecorded calls, each attempt); the conversation then runs on the server's agents.
+        target = {"agent_id": agent.agent_id} if agent.agent_id else {"model": agent.model}
         # continue_on_fn_error: a Tether tool returns its failure as text already; anything else
         # raising in a function (a delegated agent's loop) reaches the model as an error too.
-        async with LimitedRunContext(model=agent.model, continue_on_fn_error=True, max_turns=self.session.max_turns) as ctx:
+        async with LimitedRunContext(**target, continue_on_fn_error=True, max_turns=self.session.max_turns) as ctx:
             for fn in self.functions(agent):
                 ctx.register_func(fn)
             result: RunResult | None = None
@@ -222,6 +249,13 @@ class MistralAdapter(Adapter):
         if spec.provider != "mistral":
             raise ConfigError(f"Mistral agents speak Mistral; got provider {spec.provider!r}")
         model, api = spec.model, "conversations"
+        if model.startswith("mistral-agent:"):  # a server-side agent, by id: the rest is set on it
+            if spec.instructions:
+                raise ConfigError(
+                    "a mistral-agent:<id> model is a server-side Mistral agent whose instructions live on the agent; "
+                    "remove instructions from the spec (or update the agent)"
+                )
+            return MistralAgent(agent_id=model[len("mistral-agent:") :], tools=list(spec.tools), name=spec.name)
         for prefix in ("mistral-chat:", "mistral-conversations:"):
             if model.startswith(prefix):
                 api, model = prefix[len("mistral-") : -1], model[len(prefix) :]

@@ -48,6 +48,8 @@ class RequestView:
     system_text: str = ""
     #: Names of the tools the request offers (where the protocol reads them).
     tool_names: tuple[str, ...] = ()
+    #: The server-side agent answering (a Mistral agent's id), or "" for a bare model.
+    agent: str = ""
 
     def offered_name(self, scripted: str) -> str:
         """The name to call a scripted tool by: itself, or the MCP tool ``mcp__<server>__<name>``
@@ -106,6 +108,11 @@ class Reply:
     tool_calls: tuple[ToolCall, ...]
     usage: TokenUsage
     created: int = field(default_factory=lambda: int(time.time()))
+    #: The server-side agent that gave this answer (``RequestView.agent``).
+    agent: str = ""
+    #: Answers of the agents that handed the conversation on before this one answered, in order
+    #: (Mistral agents hand off on the server, inside one response).
+    chain: tuple[Reply, ...] = ()
 
 
 class Ids:
@@ -155,6 +162,11 @@ class Protocol:
 
     def commit(self, view: RequestView, reply: Reply, call: Call) -> None:
         """Remember a successful turn (stateful formats only)."""
+
+    def handoff(self, view: RequestView, target: str, call: Call) -> RequestView:
+        """The view of the agent ``view.agent`` hands the conversation to (a scripted ``handoff``
+        turn): only formats with server-side agents have handoffs."""
+        raise RequestError(400, f"fake provider: {self.name} has no server-side agents to hand off to ({target!r})")
 
     def reset(self) -> None:
         """Forget remembered state."""

@@ -6,7 +6,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,11 @@ class _Conversation:
     answered_turns: int = 0
     #: Every entry in order, inputs and outputs, as ``GET /v1/conversations/{id}/history`` lists them.
     entries: list[dict[str, Any]] = field(default_factory=list)
+    #: A conversation with server-side agents: the agent an append goes to (the last one that
+    #: answered: after a handoff, the agent handed to), and per agent its turns that called tools
+    #: or handed off (the index of its next scripted turn).
+    agent_id: str | None = None
+    agent_turns: dict[str, int] = field(default_factory=dict)
 
 
 class MistralConversations(Protocol):
@@ -109,6 +114,12 @@ class MistralConversations(Protocol):
     Like the real API the history lives on the server: an append carries only the new entries,
     so the turn index is the number of appends with ``function.result`` entries the server has
     accepted for that conversation (parallel results in one append answer one turn).
+
+    Agents (``POST/GET/PATCH /v1/agents``): a conversation started with ``agent_id`` is answered by
+    that agent (its instructions are the script's system text, its model the model); a scripted
+    ``handoff`` turn hands the conversation to one of the agent's ``handoffs``, which answers in
+    the same response after an ``agent.handoff`` entry, and gets the conversation's later appends.
+    An agent's turn index counts its own turns that called tools or handed off.
     """
 
     name = "mistral-conversations"
@@ -116,6 +127,7 @@ class MistralConversations(Protocol):
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        self._agents: dict[str, dict[str, Any]] = {}
         self._replies = 0
         self._lock = threading.Lock()
         self._state_path: Path | None = None
@@ -130,12 +142,17 @@ class MistralConversations(Protocol):
             with self._lock:
                 self._replies = data["replies"]
                 self._conversations = {k: _Conversation(**v) for k, v in data["conversations"].items()}
+                self._agents = data.get("agents", {})
 
     def _save(self) -> None:
         """Called with the lock held."""
         if self._state_path is None:
             return
-        data = {"replies": self._replies, "conversations": {k: asdict(v) for k, v in self._conversations.items()}}
+        data = {
+            "replies": self._replies,
+            "conversations": {k: asdict(v) for k, v in self._conversations.items()},
+            "agents": self._agents,
+        }
         self._state_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -148,21 +165,87 @@ class MistralConversations(Protocol):
         entries = [e for e in entries or () if isinstance(e, Mapping)]
         results = tuple(str(e.get("result", "")) for e in entries if e.get("type") == "function.result")
         conversation_id = call.path_params.get("conversation_id")
+        agent: dict[str, Any] | None = None
         if conversation_id is None:  # start: whatever history the inputs carry
             first_user = next((text_of(e.get("content")) for e in entries if _is_user_input(e)), "")
-            model = str(body.get("model") or body.get("agent_id") or "mistral-medium-latest")
+            agent = self.agent(str(body["agent_id"])) if body.get("agent_id") else None
+            model = str(body.get("model") or (agent or {}).get("model") or "mistral-medium-latest")
             turns = _function_call_runs(entries)
         else:
             state = self._state(conversation_id)
             first_user, model = state.first_user_text, state.model
             turns = state.answered_turns + (1 if results else 0)
-        return RequestView(
-            model=model,
-            stream=bool(body.get("stream")),
-            first_user_text=first_user,
-            tool_turns=turns,
-            tool_results=results,
+            if state.agent_id is not None:
+                agent = self.agent(state.agent_id)
+                model, turns = agent["model"], state.agent_turns.get(state.agent_id, 0)
+        view = RequestView(model=model, stream=bool(body.get("stream")), first_user_text=first_user, tool_turns=turns, tool_results=results)
+        return self._as_agent(view, agent) if agent else view
+
+    @staticmethod
+    def _as_agent(view: RequestView, agent: Mapping[str, Any]) -> RequestView:
+        return replace(view, model=str(agent["model"]), system_text=str(agent.get("instructions") or ""), agent=str(agent["id"]))
+
+    def handoff(self, view: RequestView, target: str, call: Call) -> RequestView:
+        if not view.agent:
+            raise RequestError(400, f"fake provider: a handoff to {target!r} needs a conversation started with agent_id")
+        current = self.agent(view.agent)
+        handoffs = [self.agent(i) for i in current.get("handoffs") or ()]
+        nxt = next((a for a in handoffs if target in (a["name"], a["id"])), None)
+        if nxt is None:
+            names = [a["name"] for a in handoffs]
+            raise RequestError(400, f"fake provider: agent {current['name']!r} cannot hand off to {target!r}; its handoffs: {names}")
+        with self._lock:
+            state = self._conversations.get(call.path_params.get("conversation_id") or "")
+            turns = state.agent_turns.get(nxt["id"], 0) if state else 0
+        return self._as_agent(replace(view, tool_turns=turns), nxt)
+
+    # -- agents ------------------------------------------------------------------------------------
+    def agent(self, agent_id: str) -> dict[str, Any]:
+        """An agent, as ``GET /v1/agents/{id}`` answers."""
+        with self._lock:
+            found = self._agents.get(agent_id)
+        if found is None:
+            raise RequestError(404, f"Agent {agent_id} not found")
+        return dict(found)
+
+    def create_agent(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        if not body.get("model") or not body.get("name"):
+            raise RequestError(422, "an agent needs a model and a name")
+        for handoff in body.get("handoffs") or ():
+            self.agent(str(handoff))  # 404 for an agent that does not exist
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        with self._lock:
+            agent_id = "ag_" + hashlib.sha256(f"{len(self._agents)}:{body['name']}".encode()).hexdigest()[:32]
+            agent = {
+                "object": "agent",
+                "id": agent_id,
+                "version": 0,
+                "versions": [0],
+                "created_at": now,
+                "updated_at": now,
+                "deployment_chat": False,
+                "source": "api",
+                "tools": [],
+                **{k: v for k, v in body.items() if k in _AGENT_FIELDS},
+            }
+            self._agents[agent_id] = agent
+            self._save()
+        return dict(agent)
+
+    def update_agent(self, agent_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``PATCH``: the fields given replace the agent's, as a new version."""
+        agent = self.agent(agent_id)
+        for handoff in body.get("handoffs") or ():
+            self.agent(str(handoff))
+        version = agent["version"] + 1
+        agent.update({k: v for k, v in body.items() if k in _AGENT_FIELDS and v is not None})
+        agent.update(
+            version=version, versions=[*agent["versions"], version], updated_at=datetime.now(UTC).isoformat().replace("+00:00", "Z")
         )
+        with self._lock:
+            self._agents[agent_id] = agent
+            self._save()
+        return dict(agent)
 
     def _state(self, conversation_id: str) -> _Conversation:
         with self._lock:
@@ -181,10 +264,18 @@ class MistralConversations(Protocol):
             for i, e in enumerate(entries)
             if isinstance(e, Mapping)
         ]
+        outputs = self._outputs(reply)
         with self._lock:
             state = self._conversations.setdefault(conversation_id, _Conversation(view.first_user_text, view.model))
             state.answered_turns = view.tool_turns
-            state.entries += [*taken, *self._outputs(reply)]
+            if view.agent:
+                if state.agent_id is None:  # a start: the entry agent, with the turns its inputs carry
+                    state.agent_turns = {view.agent: view.tool_turns}
+                for part in (*reply.chain, reply):
+                    if part.tool_calls or part is not reply:  # called tools, or handed off
+                        state.agent_turns[part.agent] = state.agent_turns.get(part.agent, 0) + 1
+                state.agent_id = reply.agent
+            state.entries += [*taken, *outputs]
             self._save()
 
     def history(self, conversation_id: str) -> dict[str, Any]:
@@ -197,6 +288,7 @@ class MistralConversations(Protocol):
     def reset(self) -> None:
         with self._lock:
             self._conversations.clear()
+            self._agents.clear()
             self._replies = 0
             self._save()
 
@@ -232,7 +324,13 @@ class MistralConversations(Protocol):
 
         out = [event("conversation.response.started", conversation_id=self._conversation_id(reply, call))]
         for index, entry in enumerate(self._outputs(reply)):
-            common = {"output_index": index, "id": entry["id"], "model": reply.model, "agent_id": None}
+            if entry["type"] == "agent.handoff":
+                previous = {k: entry[k] for k in ("previous_agent_id", "previous_agent_name")}
+                out.append(event("agent.handoff.started", output_index=index, id=entry["id"], **previous))
+                following = {k: entry[k] for k in ("next_agent_id", "next_agent_name")}
+                out.append(event("agent.handoff.done", output_index=index, id=entry["id"], **following))
+                continue
+            common = {"output_index": index, "id": entry["id"], "model": entry["model"], "agent_id": entry["agent_id"]}
             if entry["type"] == "message.output":
                 out += [
                     event("message.output.delta", **common, content_index=0, role="assistant", content=p)
@@ -256,34 +354,56 @@ class MistralConversations(Protocol):
     def _conversation_id(reply: Reply, call: Call) -> str:
         return call.path_params.get("conversation_id") or reply.id
 
-    @staticmethod
-    def _outputs(reply: Reply) -> list[dict[str, Any]]:
+    def _outputs(self, reply: Reply) -> list[dict[str, Any]]:
         # Entry ids follow from the reply's own (seeded) id, so the answer and the history agree.
         now = _iso(reply)
-        entry = {"object": "entry", "created_at": now, "completed_at": now, "agent_id": None, "model": reply.model}
         outputs: list[dict[str, Any]] = []
-        if reply.text is not None:
-            outputs.append(
-                {
-                    **entry,
-                    "type": "message.output",
-                    "id": _entry_id(reply, "msg"),
-                    "role": "assistant",
-                    "content": reply.text,
-                }
-            )
-        for c in reply.tool_calls:
-            outputs.append(
-                {
-                    **entry,
-                    "type": "function.call",
-                    "id": _entry_id(reply, f"fc{c.id}"),
-                    "tool_call_id": c.id,
-                    "name": c.name,
-                    "arguments": c.arguments_json,
-                }
-            )
+        parts = (*reply.chain, reply)  # each agent's answer; all but the last handed off
+        for i, part in enumerate(parts):
+            entry = {"object": "entry", "created_at": now, "completed_at": now, "agent_id": part.agent or None, "model": part.model}
+            if part.text is not None:
+                outputs.append(
+                    {
+                        **entry,
+                        "type": "message.output",
+                        "id": _entry_id(reply, "msg" + (f"@{i}" if i else "")),
+                        "role": "assistant",
+                        "content": part.text,
+                    }
+                )
+            for c in part.tool_calls:
+                outputs.append(
+                    {
+                        **entry,
+                        "type": "function.call",
+                        "id": _entry_id(reply, f"fc{c.id}"),
+                        "tool_call_id": c.id,
+                        "name": c.name,
+                        "arguments": c.arguments_json,
+                    }
+                )
+            if i + 1 < len(parts):
+                previous, following = self.agent(part.agent), self.agent(parts[i + 1].agent)
+                outputs.append(
+                    {
+                        "object": "entry",
+                        "type": "agent.handoff",
+                        "created_at": now,
+                        "completed_at": now,
+                        "id": "handoff_" + hashlib.sha256(f"{reply.id}:handoff@{i}".encode()).hexdigest()[:32],
+                        "previous_agent_id": previous["id"],
+                        "previous_agent_name": previous["name"],
+                        "next_agent_id": following["id"],
+                        "next_agent_name": following["name"],
+                    }
+                )
         return outputs
+
+
+#: What an agent is made of (``beta.agents.create`` / ``update``); the rest the server sets.
+_AGENT_FIELDS = frozenset(
+    {"model", "name", "instructions", "tools", "completion_args", "guardrails", "description", "handoffs", "metadata", "version_message"}
+)
 
 
 def _entry_id(reply: Reply, what: str) -> str:

@@ -16,7 +16,10 @@ key must be sent — requests without one get a 401 in the provider's error shap
         # google-genai 3.x, ``v1beta`` with HttpOptions(api_version="v1beta"); any version is served.
         # The key may come as header x-goog-api-key (the SDK) or ``?key=``.
     mistralai.client.Mistral(api_key="k", server_url=p.base_url("mistral"))
-        # chat.complete / chat.stream, beta.conversations.start / append (and their _stream forms)
+        # chat.complete / chat.stream, beta.conversations.start / append (and their _stream forms),
+        # beta.agents.create / get / update, and conversations started with agent_id: an agent's
+        # instructions are its system text for a script's ``system`` match, and a scripted
+        # ``handoff`` turn hands the conversation to one of its ``handoffs`` inside the same answer
 
 Routes (see :data:`ROUTES`)::
 
@@ -25,6 +28,7 @@ Routes (see :data:`ROUTES`)::
     POST /gemini/{version}/models/{model}:generateContent   (:streamGenerateContent?alt=sse)
     POST /mistral/v1/chat/completions   POST /mistral/v1/conversations   POST /mistral/v1/conversations/{id}
     GET /mistral/v1/conversations/{id}/history
+    POST /mistral/v1/agents   GET /mistral/v1/agents/{id}   PATCH /mistral/v1/agents/{id}
     GET /_control/ledger    POST /_control/faults    POST /_control/reset
 
 Usage in every answer is deterministic, from the request body's length ``n`` in bytes and the turn
@@ -58,7 +62,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -86,6 +90,9 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/mistral/v1/conversations", "mistral-conversations"),
     ("POST", "/mistral/v1/conversations/{conversation_id}", "mistral-conversations"),
     ("GET", "/mistral/v1/conversations/{conversation_id}/history", "mistral_history"),
+    ("POST", "/mistral/v1/agents", "mistral_agents"),
+    ("GET", "/mistral/v1/agents/{agent_id}", "mistral_agents"),
+    ("PATCH", "/mistral/v1/agents/{agent_id}", "mistral_agents"),
     ("GET", "/_control/ledger", "control_ledger"),
     ("POST", "/_control/faults", "control_faults"),
     ("POST", "/_control/reset", "control_reset"),
@@ -426,7 +433,11 @@ class FakeProvider:
         ids = Ids(
             self.seed, hashlib.sha256(json.dumps({k: v for k, v in body.items() if k != "metadata"}, sort_keys=True).encode()).hexdigest()
         )
-        reply = _reply(protocol, view, conversation.turn(view.tool_turns), ids, len(raw))
+        try:
+            reply = self._handoffs(protocol, view, conversation.turn(view.tool_turns), call, ids, len(raw))
+        except RequestError as exc:
+            record(view=view, status=exc.status)
+            return _json(protocol.error(exc.status, exc.message), exc.status)
         # Written before the answer leaves, so whoever reads the ledger after the call sees it.
         record(view=view, status=200, fault=fault.kind if fault else None, usage=reply.usage)
         if fault is None or fault.answers:
@@ -441,6 +452,32 @@ class FakeProvider:
         frames = protocol.frames(reply, call, ids)
         cut = max(1, len(frames) // 2) if fault and fault.kind == "reset" else None
         return await _stream(request, frames, cut, stall)
+
+    def _handoffs(self, protocol: Protocol, view: RequestView, turn: Turn, call: Call, ids: Ids, body_bytes: int) -> Reply:
+        """The answer to a turn; while the answering agent's turn is a ``handoff``, the agent it
+        hands to answers next, in the same response (Mistral runs handoffs on its server)."""
+        reply = _reply(protocol, view, turn, ids, body_bytes)
+        chain: list[Reply] = []
+        while turn.handoff:
+            if len(chain) >= 8:
+                raise RequestError(400, f"fake provider: more than {len(chain)} handoffs in one answer")
+            chain.append(reply)
+            view = protocol.handoff(view, turn.handoff, call)
+            conversation = self.script.conversation_for(view.first_user_text, view.system_text)
+            if conversation is None:
+                raise RequestError(
+                    400, f"fake provider: no scripted conversation matches agent {view.agent!r} (system {view.system_text!r})"
+                )
+            turn = conversation.turn(view.tool_turns)
+            reply = _reply(protocol, view, turn, ids, body_bytes, reply_id=chain[0].id)
+        if not chain:
+            return reply
+        usage = TokenUsage(
+            input_tokens=sum(r.usage.input_tokens for r in (*chain, reply)),
+            output_tokens=sum(r.usage.output_tokens for r in (*chain, reply)),
+            cached_tokens=sum(r.usage.cached_tokens for r in (*chain, reply)),
+        )
+        return replace(reply, chain=tuple(chain), usage=usage, created=chain[0].created)
 
     def _take_fault(self, protocol: Protocol) -> Fault | None:
         with self._faults_lock:
@@ -468,6 +505,25 @@ class FakeProvider:
             return _json(protocol.error(401, "No API key provided."), 401)
         try:
             return _json(protocol.history(request.match_info["conversation_id"]), 200)
+        except RequestError as exc:
+            return _json(protocol.error(exc.status, exc.message), exc.status)
+
+    async def _mistral_agents(self, request: web.Request) -> web.Response:
+        """``beta.agents``: create (POST), get (GET) and update (PATCH) an agent."""
+        protocol = cast(MistralConversations, self._protocols["mistral-conversations"])
+        if not _has_credentials(request):
+            return _json(protocol.error(401, "No API key provided."), 401)
+        try:
+            agent_id = request.match_info.get("agent_id")
+            if request.method == "GET" and agent_id:
+                return _json(protocol.agent(agent_id), 200)
+            try:
+                body = await request.json()
+            except ValueError as exc:
+                raise RequestError(400, f"Invalid JSON body: {exc}") from exc
+            if not isinstance(body, dict):
+                raise RequestError(400, "body is not a JSON object")
+            return _json(protocol.update_agent(agent_id, body) if agent_id else protocol.create_agent(body), 200)
         except RequestError as exc:
             return _json(protocol.error(exc.status, exc.message), exc.status)
 
@@ -526,7 +582,7 @@ class _Recorder:
         )
 
 
-def _reply(protocol: Protocol, view: RequestView, turn: Turn, ids: Ids, body_bytes: int) -> Reply:
+def _reply(protocol: Protocol, view: RequestView, turn: Turn, ids: Ids, body_bytes: int, reply_id: str | None = None) -> Reply:
     calls = tuple(ToolCall(protocol.tool_call_id(ids), view.offered_name(c.name), dict(c.arguments)) for c in turn.tool_calls)
     text = turn.answer_text(view.tool_results)
     first = view.tool_turns == 0
@@ -536,7 +592,7 @@ def _reply(protocol: Protocol, view: RequestView, turn: Turn, ids: Ids, body_byt
         cached_tokens=0 if first else body_bytes // 8,
         cache_write_tokens=max(1, body_bytes // 8) if first and protocol.reports_cache_writes else 0,
     )
-    return Reply(id=protocol.response_id(ids), model=view.model, text=text, tool_calls=calls, usage=usage)
+    return Reply(id=reply_id or protocol.response_id(ids), model=view.model, text=text, tool_calls=calls, usage=usage, agent=view.agent)
 
 
 def _malformed(body: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -24,6 +24,11 @@ turn repeats.
         system: "billing agent"               # only the agent whose instructions say so
         turns:
           - text: "Refunded."
+      - match: "order"
+        system: "You triage"                  # a Mistral server-side agent (its instructions)...
+        turns:
+          - handoff: refund-agent             # ...hands the conversation to one of its handoffs;
+                                              # that agent's own conversation answers in the same response
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class Turn:
     text: str | None = None
     tool_calls: tuple[ScriptedCall, ...] = ()
     text_from_tool_results: bool = False
+    #: Name (or id) of the server-side agent this agent hands the conversation to (Mistral agents).
+    handoff: str | None = None
 
     def answer_text(self, tool_results: Sequence[str]) -> str | None:
         """The text to send, quoting ``tool_results`` when the turn asks for it."""
@@ -62,13 +69,18 @@ class Turn:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Turn:
-        unknown = set(data) - {"text", "tool_calls", "text_from_tool_results"}
+        unknown = set(data) - {"text", "tool_calls", "text_from_tool_results", "handoff"}
         if unknown:
             raise ValueError(f"unknown turn keys {sorted(unknown)} in {dict(data)!r}")
         calls = tuple(ScriptedCall(name=c["name"], arguments=dict(c.get("arguments") or {})) for c in data.get("tool_calls") or ())
-        turn = cls(text=data.get("text"), tool_calls=calls, text_from_tool_results=bool(data.get("text_from_tool_results")))
-        if turn.text is None and not turn.tool_calls and not turn.text_from_tool_results:
-            raise ValueError(f"a turn needs text, tool_calls or text_from_tool_results: {dict(data)!r}")
+        handoff = str(data["handoff"]) if data.get("handoff") else None
+        turn = cls(
+            text=data.get("text"), tool_calls=calls, text_from_tool_results=bool(data.get("text_from_tool_results")), handoff=handoff
+        )
+        if turn.text is None and not turn.tool_calls and not turn.text_from_tool_results and not turn.handoff:
+            raise ValueError(f"a turn needs text, tool_calls, text_from_tool_results or handoff: {dict(data)!r}")
+        if turn.handoff and turn.tool_calls:
+            raise ValueError(f"a turn hands off or calls tools, not both: {dict(data)!r}")
         return turn
 
 

@@ -131,7 +131,12 @@ def _as_stream(conversation_id: str, outputs: list[dict[str, Any]]) -> bytes | N
         elif e.get("type") == "function.call":
             fields = {"name": e.get("name", ""), "tool_call_id": e.get("tool_call_id", ""), "arguments": e.get("arguments", "")}
             events.append(_event("function.call.delta", **common, **fields))
-        else:  # tool executions and handoffs stream as several event kinds: not rebuilt
+        elif e.get("type") == "agent.handoff":  # a server-side agent handed the conversation on
+            previous = {k: e.get(k, "") for k in ("previous_agent_id", "previous_agent_name")}
+            events.append(_event("agent.handoff.started", output_index=index, id=e.get("id", ""), **previous))
+            following = {k: e.get(k, "") for k in ("next_agent_id", "next_agent_name")}
+            events.append(_event("agent.handoff.done", output_index=index, id=e.get("id", ""), **following))
+        else:  # tool executions stream as several event kinds: not rebuilt
             return None
     events.append(_event("conversation.response.done", usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}))
     return b"".join(events)

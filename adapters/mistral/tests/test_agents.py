@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 from mistralai.client import Mistral
+from tether_mistral import ADAPTER, MistralAgent
 
+from tether.agent import AgentSession, AgentSpec
+from tether.errors import ConfigError
 from tether.journal import Record
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
@@ -83,9 +86,14 @@ def on_step(event):
     if turns == args.get("kill_after_turn"):
         os.kill(os.getpid(), signal.SIGKILL)
 
-agent = MistralAgent(agent_id=args["agent_id"], tools=[find_order, refund_order])
-result = asyncio.run(run_agent(PROMPT, agent=agent, run_id=args["run_id"], store=args["store"],
-                               upstreams={"mistral": args["origin"] + "/mistral"}, stream=args["stream"], on_step=on_step))
+tools = [find_order, refund_order]
+if args.get("declarative"):  # the AgentRun form: the agent named as the model, the tools beside it
+    how = {"model": "mistral-agent:" + args["agent_id"], "tools": tools}
+else:
+    how = {"agent": MistralAgent(agent_id=args["agent_id"], tools=tools)}
+result = asyncio.run(run_agent(PROMPT, **how, run_id=args["run_id"], store=args["store"],
+                               upstreams={"mistral": args["origin"] + "/mistral"}, stream=args["stream"], on_step=on_step,
+                               memory_key=args.get("memory_key")))
 print(json.dumps({"status": result.status, "output": result.output, "model_live": result.model_live,
                   "model_replayed": result.model_replayed, "tool_live": result.tool_live, "tool_replayed": result.tool_replayed}))
 """.replace("PROMPT", repr(PROMPT))
@@ -220,3 +228,37 @@ def test_append_taken_across_a_handoff_is_read_back_not_sent_twice(fake, agents,
 
     again = attempt(fake, tmp_path, agents["triage"], "landed", stream=stream)
     assert again["model_live"] == 0 and again["output"] == result["output"] and len(conversation_calls(fake)) == 3
+
+
+def test_memory_carries_the_handoff_into_the_next_run(fake, agents, tmp_path):
+    """memoryKey keeps the transcript with its agent.handoff entry; the next run starts a new
+    conversation with the entry agent whose inputs carry that transcript, handoff included."""
+    first = attempt(fake, tmp_path, agents["triage"], "m1", memory_key="ada")
+    second = attempt(fake, tmp_path, agents["triage"], "m2", memory_key="ada")
+    assert first["status"] == second["status"] == "succeeded"
+    starts = [json.loads(e.body) for e in conversation_calls(fake) if e.path.endswith("/v1/conversations")]
+    assert [s["agent_id"] for s in starts] == [agents["triage"]] * 2 and "model" not in starts[1]
+    inputs = starts[1]["inputs"]
+    assert [e["type"] for e in inputs] == [*HISTORY, "message.input"]
+    assert inputs[3]["next_agent_id"] == agents["refund"] and inputs[-1]["content"] == PROMPT
+
+
+def test_declarative_agent_id_runs_the_server_side_agent(fake, agents, tmp_path):
+    result = attempt(fake, tmp_path, agents["triage"], "declarative", declarative=True)
+    assert result["status"] == "succeeded" and result["output"] == "Refund agent: refunded 20 USD on A1"
+    assert all(json.loads(e.body).get("agent_id") == agents["triage"] for e in conversation_calls(fake)[:1])
+
+
+def test_what_a_server_side_agent_refuses():
+    session = AgentSession(None, "mistral")
+    built = ADAPTER.build(AgentSpec("mistral-agent:ag_123", "mistral"), session)
+    assert (built.agent_id, built.model, built.api) == ("ag_123", "", "conversations")
+    with pytest.raises(ConfigError, match="instructions live on the agent"):
+        ADAPTER.build(AgentSpec("mistral-agent:ag_123", "mistral", instructions="Be brief."), session)
+    with pytest.raises(ConfigError, match="a model or an agent_id"):
+        MistralAgent()
+    with pytest.raises(ConfigError, match="a model or an agent_id"):
+        MistralAgent(model=MODEL, agent_id="ag_123")
+    for extra in ({"instructions": "x"}, {"completion_args": {"temperature": 0}}, {"api": "chat"}, {"agents": [MistralAgent(model=MODEL)]}):
+        with pytest.raises(ConfigError, match="server-side agent on the Conversations API"):
+            MistralAgent(agent_id="ag_123", **extra)

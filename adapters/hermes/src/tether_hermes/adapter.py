@@ -60,11 +60,17 @@ PLACEHOLDER_KEY = "tether-no-api-key"
 DEFAULT_MAX_ITERATIONS = 90
 #: config.yaml of each attempt's Hermes home: what Hermes would otherwise probe on the host and
 #: write into the system prompt, where it would change the request (and so the fingerprint) from
-#: one attempt or node to the next.
+#: one attempt or node to the next; and Hermes' own User-Agent (``HermesAgent/<version>``, which
+#: it otherwise sends only to some providers: the OpenAI SDK's default names no client), by which
+#: the seam knows Hermes' requests and normalises the date, host and home facts still in their
+#: system prompt (see tether.wire.protocols.openai_chat).
 HOME_CONFIG = """\
 agent:
   coding_context: "off"       # no git/workspace snapshot of the working directory
   environment_probe: false    # no python/pip/uv probe line
+model:
+  default_headers:
+    User-Agent: "HermesAgent/{version}"
 """
 
 
@@ -87,11 +93,17 @@ def attempt_home() -> Iterator[str]:
     try:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir()
-        (home / "config.yaml").write_text(HOME_CONFIG)
+        (home / "config.yaml").write_text(HOME_CONFIG.format(version=hermes_version()))
         yield str(home)
     finally:
         shutil.rmtree(home, ignore_errors=True)
         lock.close()
+
+
+def hermes_version() -> str:
+    from hermes_cli import __version__
+
+    return str(__version__)
 
 
 def parameters_schema(fn: Callable[..., Any]) -> dict[str, Any]:

@@ -16,9 +16,10 @@ built-ins      declarative agents get no Hermes built-in tool; a bring-your-own 
                refused). Built-in tools are not journaled (README.md lists them).
 home           Hermes keeps sessions, memories, skills and SOUL.md under its home directory and
                puts some of them (and the home's path) in its system prompt: each attempt gets a
-               fresh home (Hermes' context-local home override) at a path that is the same on every attempt,
-               whose config turns off what would make the prompt depend on the host (the
-               working directory's git snapshot, the Python toolchain probe). See ``HOME_CONFIG``.
+               fresh home (Hermes' context-local home override) whose config turns off what
+               would make the prompt depend on the host (the working directory's git snapshot,
+               the Python toolchain probe) and has Hermes send its own User-Agent, by which the
+               seam normalises the date, host and home facts left in the prompt. See ``HOME_CONFIG``.
 memory         the full transcript (``run_conversation``'s messages, tool calls and results
                included) under ``memory_key`` — see ``memory.py``.
 """
@@ -76,9 +77,9 @@ model:
 
 @contextlib.contextmanager
 def attempt_home() -> Iterator[str]:
-    """A fresh Hermes home for one attempt. Its path is part of Hermes' system prompt, so it
-    is the same on every attempt: ``$TMPDIR/tether-hermes/slot-0`` — the lowest slot no other
-    Hermes run on this machine holds (an flock), so concurrent runs never share a home."""
+    """A fresh Hermes home for one attempt: ``$TMPDIR/tether-hermes/slot-N``, the lowest slot no
+    other Hermes run on this machine holds (an flock), so concurrent runs never share a home. Its
+    path is in Hermes' system prompt, normalised out of the fingerprint: any slot replays."""
     root = Path(tempfile.gettempdir()) / "tether-hermes"
     root.mkdir(parents=True, exist_ok=True)
     for slot in itertools.count():

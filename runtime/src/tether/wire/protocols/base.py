@@ -177,7 +177,7 @@ def normalise_volatile(text: str, patterns: tuple[re.Pattern[str], ...]) -> str:
 
 def _normalised_groups(match: re.Match[str]) -> str:
     out, pos = [], match.start()
-    for group in range(1, (match.re.groups or 0) + 1):
+    for group in range(1, match.re.groups + 1):
         start, end = match.span(group)
         if start < 0:  # an optional group that did not take part
             continue

@@ -7,22 +7,30 @@ against the fake provider over HTTP, through the run's loopback proxy.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import os
+import platform
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import httpx
 import pytest
 from run_agent import AIAgent
 from tether_hermes import TOOLSET, HermesAgent, run_agent, tool
 
 from tether.errors import ConfigError
 from tether.journal import Record
+from tether.progress import read_progress
+from tether.run import Run
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
+from tether.wire.proxy import shared_proxy
 
 MODEL = "gpt-4o-mini"
 executions: list[str] = []
@@ -205,3 +213,109 @@ def test_sub_agent_turns_replay_in_a_new_process_after_a_crash_mid_delegation(tm
     assert result["status"] == "succeeded" and "sunny" in result["output"]
     assert result["model_replayed"] == 2  # the coordinator's turn and the sub-agent's
     assert result["model_live"] == 2 and provider.live_calls() == 4
+
+
+ROOT = Path(__file__).resolve().parents[3]
+KIT = str(ROOT / "adapters/hermes/tests/kit.py")
+#: Two timezones 26 hours apart: the date Hermes writes differs between them at any time of day.
+EAST, WEST = "Pacific/Kiritimati", "Etc/GMT+12"
+OTHER_KERNEL = "5.4.0-1099-aws"
+
+
+def system_prompt(body: bytes) -> str:
+    return json.loads(body)["messages"][0]["content"]
+
+
+async def test_retry_on_another_day_kernel_and_home_slot_replays(tmp_path, monkeypatch):
+    """Killed after its second turn (the first tool done), a run retried on another day, with
+    another kernel release, user home, working directory and Hermes home slot replays both
+    recorded turns with 0 live calls and runs each tool once: Hermes' requests (User-Agent
+    ``HermesAgent/``) have those facts normalised out of their fingerprints."""
+    from tests.conformance.agents import TOOLS, script_for
+    from tests.conformance.driver import load_kit, run_scenario
+
+    tools_log = tmp_path / "tools.jsonl"
+    node_a, node_b = tmp_path / "node-a", tmp_path / "node-b"
+    for node in (node_a, node_b):
+        (node / "tether-hermes").mkdir(parents=True)
+    with FakeProvider(Script.from_dict(script_for(load_kit(KIT))), seed=5) as provider:
+        args = {"kit": KIT, "scenario": "multi", "run_id": "moved", "store": str(tmp_path / "store"), "origin": provider.url}
+        env = {**os.environ, "OPENAI_API_KEY": "sk-test", "TETHER_TOOL_LOG": str(tools_log), "TMPDIR": str(node_a), "HERMES_TIMEZONE": EAST}
+        argv = [sys.executable, "-m", "tests.conformance.driver", json.dumps({**args, "kill_after_turn": 2})]
+        killed = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert killed.returncode == -9, killed.stderr[-3000:]
+        first = [e.body for e in provider.ledger.snapshot()]
+        assert len(first) == 2 and provider.live_calls() == 2
+
+        # The retry, in this process: another day, kernel, user home, working directory, and
+        # another temporary directory whose slot-0 another Hermes run holds.
+        import hermes_time
+
+        monkeypatch.setenv("HERMES_TIMEZONE", WEST)
+        monkeypatch.setenv("TETHER_TOOL_LOG", str(tools_log))
+        monkeypatch.setenv("HOME", str(tmp_path / "other-home"))
+        monkeypatch.setattr(platform, "release", lambda: OTHER_KERNEL)
+        monkeypatch.setattr(tempfile, "tempdir", str(node_b))
+        monkeypatch.chdir(tmp_path)
+        hermes_time.reset_cache()
+        try:
+            with open(node_b / "tether-hermes" / "slot-0.lock", "w") as held:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                result = await run_scenario(args, TOOLS)
+        finally:
+            monkeypatch.undo()
+            hermes_time.reset_cache()
+        assert result["status"] == "succeeded", result
+        assert result["model_replayed"] == 2 and result["model_live"] == 1 and provider.live_calls() == 3
+        tools = [json.loads(line)["tool"] for line in tools_log.read_text().splitlines()]
+        assert tools == ["get_weather", "lookup"]  # get_weather ran in the killed attempt only
+
+        # The retry's prompt really differs: its live third turn names the other facts.
+        before, after = system_prompt(first[0]), system_prompt(provider.ledger.snapshot()[-1].body)
+        assert OTHER_KERNEL in after and OTHER_KERNEL not in before
+        assert str(node_b / "tether-hermes" / "slot-1") in after and str(node_a / "tether-hermes" / "slot-0") in before
+        date = re.compile(r"Conversation started: .+")
+        assert date.search(before).group(0) != date.search(after).group(0)
+        progress = read_progress(open_store(str(tmp_path / "store")), "moved")
+        assert progress["steps"]["normalisedParts"] >= 3 * 5  # each turn: kernel, home, cwd, Hermes home, date
+
+
+async def test_the_same_drift_from_another_client_is_not_normalised(fake, tmp_path):
+    """Hermes' recorded requests, sent again through the proxy with another day, kernel and
+    Hermes home: under Hermes' User-Agent they replay; the same bodies under the OpenAI SDK's
+    default User-Agent (any other client) are not normalised and go live."""
+    result = await run_agent("What about Paris?", agent=hermes_agent(), **common(fake, tmp_path, "sent"))
+    assert result.status == "succeeded"
+    sent = [e.body for e in fake.ledger.snapshot()]
+    assert len(sent) == 2
+
+    def drifted(body: bytes) -> bytes:
+        data = json.loads(body)
+        text = data["messages"][0]["content"]
+        for old, new in (
+            (r"Host: \w+ \([^)]*\)", f"Host: Linux ({OTHER_KERNEL})"),
+            (r"live under \S+/profiles/", "live under /var/tmp/tether-hermes/slot-3/profiles/"),
+            (r"Conversation started: [^\n]+", "Conversation started: Monday, July 14, 2031"),
+        ):
+            text, n = re.subn(old, new, text)
+            assert n == 1, f"Hermes no longer writes {old!r} into its system prompt: revisit the normalisation"
+        data["messages"][0]["content"] = text
+        return json.dumps(data).encode()
+
+    async def send(run_id: str, bodies: list[bytes], user_agent: str) -> Run:
+        run = Run(run_id, str(tmp_path / "store"), upstreams={"openai": f"{fake.url}/openai"})
+        base = shared_proxy().base_url(run, "openai")
+        headers = {"user-agent": user_agent, "authorization": "Bearer sk-test", "content-type": "application/json"}
+        async with httpx.AsyncClient() as client:
+            for body in bodies:
+                r = await client.post(f"{base}/v1/chat/completions", content=body, headers=headers)
+                assert r.status_code == 200
+        await run.aclose()
+        return run
+
+    for user_agent, replayed in (("HermesAgent/0.19.0", 2), ("OpenAI/Python 2.24.0", 0)):
+        run_id = "ua-" + user_agent.split("/")[0].lower()
+        await send(run_id, sent, user_agent)
+        calls = fake.live_calls()
+        again = await send(run_id, [drifted(b) for b in sent], user_agent)
+        assert again.counters.model_replayed == replayed and fake.live_calls() == calls + 2 - replayed, user_agent

@@ -16,9 +16,10 @@ built-ins      declarative agents get no Hermes built-in tool; a bring-your-own 
                refused). Built-in tools are not journaled (README.md lists them).
 home           Hermes keeps sessions, memories, skills and SOUL.md under its home directory and
                puts some of them (and the home's path) in its system prompt: each attempt gets a
-               fresh home (Hermes' context-local home override) at a path that is the same on every attempt,
-               whose config turns off what would make the prompt depend on the host (the
-               working directory's git snapshot, the Python toolchain probe). See ``HOME_CONFIG``.
+               fresh home (Hermes' context-local home override) whose config turns off what
+               would make the prompt depend on the host (the working directory's git snapshot,
+               the Python toolchain probe) and has Hermes send its own User-Agent, by which the
+               seam normalises the date, host and home facts left in the prompt. See ``HOME_CONFIG``.
 memory         the full transcript (``run_conversation``'s messages, tool calls and results
                included) under ``memory_key`` — see ``memory.py``.
 """
@@ -60,19 +61,25 @@ PLACEHOLDER_KEY = "tether-no-api-key"
 DEFAULT_MAX_ITERATIONS = 90
 #: config.yaml of each attempt's Hermes home: what Hermes would otherwise probe on the host and
 #: write into the system prompt, where it would change the request (and so the fingerprint) from
-#: one attempt or node to the next.
+#: one attempt or node to the next; and Hermes' own User-Agent (``HermesAgent/<version>``, which
+#: it otherwise sends only to some providers: the OpenAI SDK's default names no client), by which
+#: the seam knows Hermes' requests and normalises the date, host and home facts still in their
+#: system prompt (see tether.wire.protocols.openai_chat).
 HOME_CONFIG = """\
 agent:
   coding_context: "off"       # no git/workspace snapshot of the working directory
   environment_probe: false    # no python/pip/uv probe line
+model:
+  default_headers:
+    User-Agent: "HermesAgent/{version}"
 """
 
 
 @contextlib.contextmanager
 def attempt_home() -> Iterator[str]:
-    """A fresh Hermes home for one attempt. Its path is part of Hermes' system prompt, so it
-    is the same on every attempt: ``$TMPDIR/tether-hermes/slot-0`` — the lowest slot no other
-    Hermes run on this machine holds (an flock), so concurrent runs never share a home."""
+    """A fresh Hermes home for one attempt: ``$TMPDIR/tether-hermes/slot-N``, the lowest slot no
+    other Hermes run on this machine holds (an flock), so concurrent runs never share a home. Its
+    path is in Hermes' system prompt, normalised out of the fingerprint: any slot replays."""
     root = Path(tempfile.gettempdir()) / "tether-hermes"
     root.mkdir(parents=True, exist_ok=True)
     for slot in itertools.count():
@@ -87,11 +94,17 @@ def attempt_home() -> Iterator[str]:
     try:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir()
-        (home / "config.yaml").write_text(HOME_CONFIG)
+        (home / "config.yaml").write_text(HOME_CONFIG.format(version=hermes_version()))
         yield str(home)
     finally:
         shutil.rmtree(home, ignore_errors=True)
         lock.close()
+
+
+def hermes_version() -> str:
+    from hermes_cli import __version__
+
+    return str(__version__)
 
 
 def parameters_schema(fn: Callable[..., Any]) -> dict[str, Any]:

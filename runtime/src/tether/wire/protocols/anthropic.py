@@ -9,15 +9,16 @@ from typing import Any
 
 from .base import (
     COMMON_DROPPED_KEYS,
-    NORMALISED,
     Usage,
     WireProtocol,
     drop_keys,
     get_path,
     kept_headers,
     kept_query,
+    normalise_volatile,
     positive_int,
     route,
+    sent_by,
     sort_by_name,
     sse_data,
 )
@@ -59,33 +60,25 @@ _TURN = re.compile(r"(^|/)v1/messages$")
 CLAUDE_CLI_AGENT = "claude-cli/"
 _CLI_VOLATILE = (
     re.compile(
-        r"^(\s*-?\s*(?:Primary working directory|Additional working directories|Working directory|Is a git repository|"
-        r"Is directory a git repo|Platform|Shell|OS Version)\s*:[ \t]*)(\S.*)$",
+        r"^\s*-?\s*(?:Primary working directory|Additional working directories|Working directory|Is a git repository|"
+        r"Is directory a git repo|Platform|Shell|OS Version)\s*:[ \t]*(\S.*)$",
         re.MULTILINE,
     ),
-    re.compile(r"^(.*Today's date is )(\S+?)(\.?)$", re.MULTILINE),
+    re.compile(r"^.*Today's date is (\S+?)\.?$", re.MULTILINE),
 )
 _HANDBACK_VOLATILE = (
-    re.compile(r"^(agentId: )([0-9a-zA-Z_-]+)()", re.MULTILINE),
-    re.compile(r"(<usage>[^<]*?duration_ms: )(\d+)()"),
+    re.compile(r"^agentId: ([0-9a-zA-Z_-]+)", re.MULTILINE),
+    re.compile(r"<usage>[^<]*?duration_ms: (\d+)"),
 )
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>|<env>.*?</env>", re.DOTALL)
 
 
 def _normalise_text(text: str) -> str:
-    def volatile(match: re.Match[str]) -> str:
-        out = match.group(0)
-        for pattern in _CLI_VOLATILE:
-            out = pattern.sub(lambda m: m.group(1) + NORMALISED + (m.group(3) if m.lastindex == 3 else ""), out)
-        return out
-
-    return _REMINDER.sub(volatile, text)
+    return _REMINDER.sub(lambda m: normalise_volatile(m.group(0), _CLI_VOLATILE), text)
 
 
 def _normalise_handback(text: str) -> str:
-    for pattern in _HANDBACK_VOLATILE:
-        text = pattern.sub(lambda m: m.group(1) + NORMALISED + m.group(3), text)
-    return text
+    return normalise_volatile(text, _HANDBACK_VOLATILE)
 
 
 def _normalise_blocks(content: Any, normalise: Callable[[str], str] = _normalise_text) -> Any:
@@ -174,7 +167,7 @@ class Anthropic(WireProtocol):
 
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         out = _body(body)
-        if (headers or {}).get("user-agent", "").startswith(CLAUDE_CLI_AGENT):
+        if sent_by(headers, CLAUDE_CLI_AGENT):
             out = _normalise_cli(out)
         return {"path": path, "query": kept_query(query, DROPPED_QUERY), "headers": _headers(headers), "body": out}
 

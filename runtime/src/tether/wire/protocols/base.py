@@ -10,6 +10,7 @@ Paths are relative to the provider's base (``/v1/chat/completions``, ``/v1beta/m
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -155,6 +156,35 @@ def route(path: str) -> str:
 def kept_headers(headers: Mapping[str, str] | None, kept: frozenset[str]) -> dict[str, str]:
     """Only the headers that change the answer, names lower-cased."""
     return {k.lower(): v for k, v in (headers or {}).items() if k.lower() in kept}
+
+
+def sent_by(headers: Mapping[str, str] | None, user_agent: str) -> bool:
+    """True when the request's User-Agent starts with ``user_agent``: how a protocol tells the
+    one client whose volatile request parts it normalises from every other (whose fingerprints
+    it leaves alone). Header names are lower-case, as ``canonical_request`` gets them."""
+    return (headers or {}).get("user-agent", "").startswith(user_agent)
+
+
+def normalise_volatile(text: str, patterns: tuple[re.Pattern[str], ...]) -> str:
+    """``text`` with what every capturing group of every match of ``patterns`` captured
+    replaced by :data:`NORMALISED`; the rest of each match (written with non-capturing groups
+    and lookarounds) is kept. Groups must not nest. For the facts a known client writes into its
+    requests that change from one attempt, day or node to the next (a date, a kernel release)."""
+    for pattern in patterns:
+        text = pattern.sub(_normalised_groups, text)
+    return text
+
+
+def _normalised_groups(match: re.Match[str]) -> str:
+    out, pos = [], match.start()
+    for group in range(1, match.re.groups + 1):
+        start, end = match.span(group)
+        if start < 0:  # an optional group that did not take part
+            continue
+        out += [match.string[pos:start], NORMALISED]
+        pos = end
+    out.append(match.string[pos : match.end()])
+    return "".join(out)
 
 
 def kept_query(query: Mapping[str, str] | None, dropped: frozenset[str]) -> dict[str, str]:

@@ -15,8 +15,10 @@ from .base import (
     get_path,
     kept_headers,
     kept_query,
+    normalise_volatile,
     positive_int,
     route,
+    sent_by,
     sort_by_name,
     sse_data,
 )
@@ -38,6 +40,49 @@ DROPPED_QUERY = frozenset({"api-key", "api_key"})
 
 _TURN = re.compile(r"(^|/)chat/completions$")
 
+# -- Hermes Agent --------------------------------------------------------------------------------
+# Hermes writes facts about the host, its home and the day into the system prompt of every request
+# (hermes-agent 0.19: agent/prompt_builder.py build_environment_hints, agent/system_prompt.py):
+#     Host: Linux (<kernel release>)              User home directory: <~>
+#     Current working directory: <cwd>            ...live under <HERMES_HOME>/profiles/<name>/...
+#     Conversation started: Thursday, December 03, 2026   [Session ID: <id>, with pass_session_id]
+# A retry on another node, another day or in another Hermes home must still replay, so for
+# requests whose User-Agent says ``HermesAgent/`` (Hermes' own User-Agent, which tether-hermes has
+# it send: the OpenAI SDK's default names no client) — and only those — these values in system
+# messages are replaced by NORMALISED before fingerprinting. Each pattern is the whole line (or
+# block of lines) as Hermes writes it, so the user's own instructions in the same system message
+# stay part of the fingerprint; user messages and tool results are never touched. The seam counts
+# the replacements (Run.normalised_parts).
+HERMES_AGENT = "HermesAgent/"
+_HERMES_VOLATILE = (
+    re.compile(r"^Host: ([^\n]+)\nUser home directory: ([^\n]+)(?:\nCurrent working directory: ([^\n]+))?$", re.MULTILINE),
+    re.compile(r"^Active Hermes profile: default\. Other profiles \(if any\) live under ([^\n]+?)/profiles/<name>/\.", re.MULTILINE),
+    re.compile(r"^Conversation started: (\w+, \w+ \d{2}, \d{4})(?:\nSession ID: ([^\n]+))?$", re.MULTILINE),
+)
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def _normalise_hermes(messages: Any) -> Any:
+    """Hermes' messages with its host, home and date facts replaced in the system prompt."""
+    if not isinstance(messages, list):
+        return messages
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES:
+            content = m.get("content")
+            if isinstance(content, str):
+                m = {**m, "content": normalise_volatile(content, _HERMES_VOLATILE)}
+            elif isinstance(content, list):
+                parts = [
+                    {**p, "text": normalise_volatile(p["text"], _HERMES_VOLATILE)}
+                    if isinstance(p, dict) and isinstance(p.get("text"), str)
+                    else p
+                    for p in content
+                ]
+                m = {**m, "content": parts}
+        out.append(m)
+    return out
+
 
 def _tool_name(tool: Any) -> str:
     # {"type": "function", "function": {"name": ...}} or {"type": "custom", "custom": {"name": ...}};
@@ -46,10 +91,12 @@ def _tool_name(tool: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _body(body: Any) -> dict[str, Any]:
+def _body(body: Any, hermes: bool = False) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ValueError("chat completions request body is not a JSON object")
     out = drop_keys(body, DROPPED_KEYS)
+    if hermes and "messages" in out:
+        out["messages"] = _normalise_hermes(out["messages"])
     for key in ("tools", "functions"):
         if key in out:
             out[key] = sort_by_name(out[key], _tool_name)
@@ -84,7 +131,7 @@ class OpenAIChat(WireProtocol):
             "path": path,
             "query": kept_query(query, DROPPED_QUERY),
             "headers": kept_headers(headers, KEPT_HEADERS),
-            "body": _body(body),
+            "body": _body(body, hermes=sent_by(headers, HERMES_AGENT)),
         }
 
     def usage(self, body: bytes, streamed: bool) -> Usage:

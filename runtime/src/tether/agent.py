@@ -293,6 +293,11 @@ class Adapter(ABC):
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         """Run the framework's own runner on ``agent`` and return the final answer as text."""
 
+    def warm_up(self) -> None:
+        """Pay ahead what the framework pays on its first use in a process (lazy imports, models
+        built on first use), so a warm worker (``tether exec --warm``) replays at once. Called
+        outside any run: it must not touch a network, a store or the user's code. Default: nothing."""
+
 
 # -- results -----------------------------------------------------------------------------------
 

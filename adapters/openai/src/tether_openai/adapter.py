@@ -140,6 +140,25 @@ class OpenAIAgentsAdapter(Adapter):
         model = OpenAIResponsesModel(spec.model, openai_client=_client(session, spec.provider))
         return Agent(name=spec.name, instructions=spec.instructions, model=model, tools=[function_tool(t) for t in spec.tools])
 
+    def warm_up(self) -> None:
+        """One run of a throwaway agent against a canned in-process answer (no network, tracing
+        off, no run, nothing recorded): the SDK imports its Responses resource and builds its
+        response models on first use, seconds on a loaded machine, which a retry would pay."""
+        import asyncio
+
+        import httpx2
+        from agents import Agent, RunConfig, Runner
+        from agents.models.openai_responses import OpenAIResponsesModel
+        from openai import AsyncOpenAI
+
+        def answer(request: Any) -> Any:
+            return httpx2.Response(200, json=_WARM_UP_ANSWER)
+
+        http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+        client = AsyncOpenAI(base_url="http://warm-up.invalid/v1", api_key=PLACEHOLDER_KEY, http_client=http)
+        agent = Agent(name="warm-up", model=OpenAIResponsesModel("warm-up", openai_client=client))
+        asyncio.run(Runner.run(agent, "warm up", run_config=RunConfig(tracing_disabled=True)))
+
     def load(self, import_path: str) -> Any:
         """``"pkg.module:agent"``; a factory (``"pkg.module:make_agent"``) is called, and may be async."""
         from agents import AgentBase
@@ -182,6 +201,29 @@ class OpenAIAgentsAdapter(Adapter):
         finally:
             await _close_clients(session)
         return _text(output)
+
+
+#: The Responses answer :meth:`OpenAIAgentsAdapter.warm_up` is given: one text message.
+_WARM_UP_ANSWER = {
+    "id": "resp_warm_up",
+    "object": "response",
+    "created_at": 0,
+    "model": "warm-up",
+    "status": "completed",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_warm_up",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+        }
+    ],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+    "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+}
 
 
 # -- clients -----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ Secrets (``tether.secrets``) are read first, from ``$TETHER_SECRETS_DIR`` or ``$
 ``--warm`` starts a worker for an attempt that may come later (``tether run`` starts one beside
 each attempt, for its retry): it reads its secrets and the request, imports Flyte, the runtime
 task and the framework's adapter, runs one no-op Flyte task (Flyte's first local run sets up
-what every later one reuses), then waits for a line on stdin. ``go`` runs the attempt in this
+what every later one reuses) and the adapter's ``warm_up`` (the framework's first-use costs), then waits for a line on stdin. ``go`` runs the attempt in this
 already started process; end of input exits with code 0 without running anything. No tool or
 agent module is imported before ``go``.
 """
@@ -16,6 +16,7 @@ agent module is imported before ``go``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -88,19 +89,22 @@ def main(argv: list[str]) -> int:
     print(json.dumps(outcome), flush=True)
     if outcome.get("error"):
         print(f"tether exec: {outcome['error']}", file=sys.stderr)
+    # The attempt is over and everything it wrote is durable: spare the exit the garbage
+    # collector's passes over the framework's heap (measured: 2.8 s of a retry's 3.1 s, loaded).
+    gc.freeze()
     return int(outcome["exit_code"])
 
 
 def _warm_up(framework: str) -> None:
     """What a later attempt would otherwise pay for after its start: the framework's imports and
-    Flyte's first local run. A failure here is left for the attempt itself to report."""
+    first use, and Flyte's first local run. A failure here is left for the attempt to report."""
     import flyte
 
     from ..agent import load_adapter
     from ..entrypoint import warm_up
 
     try:
-        load_adapter(framework)
+        load_adapter(framework).warm_up()
     except Exception:  # e.g. no adapter in this environment: the attempt says so
         pass
     flyte.run(warm_up).outputs()

@@ -18,7 +18,8 @@ Then the same scenario again (its own run id) the way ``tether run`` retries by 
 worker (``tether exec --warm``) is started beside the first attempt, imports everything and waits;
 when the first attempt has died it is told ``go``. Its retry is timed from ``go`` to its exit (the
 process was started before it was needed; that is the point), and its ratio printed beside the
-cold one. Last line: one JSON object.
+cold one, with the worker's CPU time from ``go`` to its outcome (what the retry costs apart from
+waiting for a core on a loaded machine). Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ def main() -> None:
             "replay_ms": warm["replay_ms"],
             "ratio": round(warm_retry_s / warm_first_s, 5),
             "worker_ready_before_go_s": round(warm["warm_worker"]["ready_before_go_ms"] / 1000, 2),
+            "cpu_ms_after_go": warm["warm_worker"]["cpu_ms_after_go"],
         },
     }
     print(f"first attempt {first_s:.2f} s (killed after step 4), retry {retry_s:.2f} s: 1/{first_s / retry_s:.0f}")
@@ -165,7 +167,8 @@ def main() -> None:
     print(
         f"with a warm worker (started beside the first attempt, ready {w['worker_ready_before_go_s']:.1f} s before it was needed): "
         f"first attempt {warm_first_s:.2f} s, retry {warm_retry_s * 1000:.0f} ms from 'go' to exit: 1/{warm_first_s / warm_retry_s:.0f} "
-        f"(cold: 1/{first_s / retry_s:.0f}); {warm_live} live model calls, {warm_tools} tool re-executions, replay {warm['replay_ms']:.1f} ms"
+        f"(cold: 1/{first_s / retry_s:.0f}); {warm_live} live model calls, {warm_tools} tool re-executions, replay {warm['replay_ms']:.1f} ms; "
+        f"the worker's CPU time from 'go' to its outcome {w['cpu_ms_after_go']:.0f} ms"
     )
     save("crash_resume_agents", figures)
     print(json.dumps(figures))

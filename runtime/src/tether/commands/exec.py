@@ -79,13 +79,14 @@ def main(argv: list[str]) -> int:
         ready = time.time()
         if sys.stdin.readline().strip() != GO:
             return EXIT_SUCCEEDED  # not needed: the run ended without this attempt
-        go = time.time()
+        go, go_cpu = time.time(), time.process_time()
         # What the parent and tests read: this process was started (and ready) before its turn.
         worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
     run = flyte.run(agent_run, request.model_dump_json(by_alias=True), args.store)
     outcome = json.loads(run.outputs()[0])
     if worker is not None:
-        outcome["warm_worker"] = worker
+        # CPU time from 'go' to the outcome: what the retry costs apart from waiting for a core.
+        outcome["warm_worker"] = {**worker, "cpu_ms_after_go": round(1000 * (time.process_time() - go_cpu), 1)}
     print(json.dumps(outcome), flush=True)
     if outcome.get("error"):
         print(f"tether exec: {outcome['error']}", file=sys.stderr)

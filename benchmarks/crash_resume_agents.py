@@ -12,7 +12,14 @@ Figures: live model calls and tool executions on the retry (goal 0 and 0), wall 
 attempt process, the runtime's replay time inside the retry (attempt start → end, no live step),
 and retry / first attempt. A retry is a new process that imports Flyte and the Agents SDK before
 Tether does anything: that floor is measured too (the same process importing the same modules and
-exiting) and the ratio without it printed beside. Last line: one JSON object.
+exiting) and the ratio without it printed beside.
+
+Then the same scenario again (its own run id) the way ``tether run`` retries by default: a warm
+worker (``tether exec --warm``) is started beside the first attempt, imports everything and waits;
+when the first attempt has died it is told ``go``. Its retry is timed from ``go`` to its exit (the
+process was started before it was needed; that is the point), and its ratio printed beside the
+cold one, with the worker's CPU time from ``go`` to its outcome (what the retry costs apart from
+waiting for a core on a loaded machine). Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ def main() -> None:
             },
         }
         (work / "request.json").write_text(json.dumps(request))
+        (work / "request-warm.json").write_text(json.dumps({**request, "runId": "bench-agents-warm"}))
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT / "benchmarks"),
@@ -103,12 +111,31 @@ def main() -> None:
         retry_s, retry = attempt({})
         assert retry.returncode == 0, retry.stderr[-2000:]
         outcome = json.loads(retry.stdout.strip().splitlines()[-1])
+        cold_live, cold_tools = fake.live_calls() - calls_before, len(tool_log.read_text().splitlines()) - tools_before
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "import flyte, agents, tether.entrypoint, tether_openai"], env=env, check=True)
         floor_s = time.perf_counter() - started
+
+        # The same scenario with a warm worker for the retry, started beside the first attempt.
+        warm_cmd = [*cmd[:4], str(work / "request-warm.json"), *cmd[5:]]
+        spare = subprocess.Popen(
+            [*warm_cmd, "--warm"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        started = time.perf_counter()
+        warm_first = subprocess.run(warm_cmd, env={**env, "TETHER_KILL_AFTER_STEP": "4"}, capture_output=True, text=True)
+        warm_first_s = time.perf_counter() - started
+        assert warm_first.returncode == -9, warm_first.stderr[-2000:]
+        warm_calls_before, warm_tools_before = fake.live_calls(), len(tool_log.read_text().splitlines())
+        started = time.perf_counter()
+        out, err = spare.communicate("go\n")
+        warm_retry_s = time.perf_counter() - started
+        assert spare.returncode == 0, err[-2000:]
+        warm = json.loads(out.strip().splitlines()[-1])
+        warm_live = fake.live_calls() - warm_calls_before
+        warm_tools = len(tool_log.read_text().splitlines()) - warm_tools_before
     figures = {
-        "live_model_calls_on_retry": fake.live_calls() - calls_before,
-        "tool_reexecutions": len(tool_log.read_text().splitlines()) - tools_before,
+        "live_model_calls_on_retry": cold_live,
+        "tool_reexecutions": cold_tools,
         "first_attempt_s": round(first_s, 3),
         "retry_s": round(retry_s, 3),
         "replay_ms": outcome["replay_ms"],
@@ -118,6 +145,16 @@ def main() -> None:
         "model_replayed": outcome["model_replayed"],
         "tool_replayed": outcome["tool_replayed"],
         "scale": args.scale,
+        "warm": {
+            "live_model_calls_on_retry": warm_live,
+            "tool_reexecutions": warm_tools,
+            "first_attempt_s": round(warm_first_s, 3),
+            "retry_s": round(warm_retry_s, 4),
+            "replay_ms": warm["replay_ms"],
+            "ratio": round(warm_retry_s / warm_first_s, 5),
+            "worker_ready_before_go_s": round(warm["warm_worker"]["ready_before_go_ms"] / 1000, 2),
+            "cpu_ms_after_go": warm["warm_worker"]["cpu_ms_after_go"],
+        },
     }
     print(f"first attempt {first_s:.2f} s (killed after step 4), retry {retry_s:.2f} s: 1/{first_s / retry_s:.0f}")
     print(
@@ -125,6 +162,13 @@ def main() -> None:
     )
     print(
         f"process floor (python + flyte + agents SDK imports) {floor_s:.2f} s; retry above it: {max(retry_s - floor_s, 0):.2f} s = 1/{first_s / max(retry_s - floor_s, 1e-3):.0f} of the first attempt"
+    )
+    w = figures["warm"]
+    print(
+        f"with a warm worker (started beside the first attempt, ready {w['worker_ready_before_go_s']:.1f} s before it was needed): "
+        f"first attempt {warm_first_s:.2f} s, retry {warm_retry_s * 1000:.0f} ms from 'go' to exit: 1/{warm_first_s / warm_retry_s:.0f} "
+        f"(cold: 1/{first_s / retry_s:.0f}); {warm_live} live model calls, {warm_tools} tool re-executions, replay {warm['replay_ms']:.1f} ms; "
+        f"the worker's CPU time from 'go' to its outcome {w['cpu_ms_after_go']:.0f} ms"
     )
     save("crash_resume_agents", figures)
     print(json.dumps(figures))

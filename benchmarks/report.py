@@ -69,6 +69,15 @@ the final model turn was recorded, before the answer is returned. Attempt 2 is t
 itself. So `ratio` measured on whole processes cannot reach 1/400 with a Python SDK; the replay
 (`replay_ms`) and the in-process retry can, and are reported beside it.
 
+`crash_resume_agents.py` runs the same scenario as an AgentRun through the OpenAI Agents adapter
+and `tether exec` (a Flyte local execution), twice: the retry as a new process (cold), and the retry
+in a **warm worker** as `tether run` does it by default (`tether exec --warm` started beside the
+first attempt: imports, Flyte's first local run and the adapter's `warm_up` done, waiting on a
+pipe; timed from `go`, sent when the first attempt has died, to the worker's exit). Keys under
+`warm`: the same figures for that run, `worker_ready_before_go_s`, and `cpu_ms_after_go` (the
+worker's CPU time from `go` to its outcome: the retry's cost apart from waiting for a core).
+Goal: `warm.ratio` ≤ 1/400.
+
 ## replay_cost.py — DESIGN §5.2
 
 Per step as the SDK sees it (`await client.chat.completions.create(...)` called → parsed
@@ -119,8 +128,12 @@ rounds; Tether runs each sync tool call in a thread of its own.
 The same ReAct graph (one tool; 2 model turns + 1 tool) run to its end once, then started again in
 fresh processes, interleaved: plain LangGraph with `SqliteSaver` (`invoke(None)` on the finished
 thread) and `tether_langgraph.run_agent` with the same run id (every step replayed through the
-framework's own loop). Timed inside each process: imports, then the work; also the framework's
-imports alone. Goal: ours − the peer's work ≤ 100 ms. `live_model_calls_when_started_again` must be 0.
+framework's own loop). Timed inside each process: imports, then the work (wall and CPU time); also
+the framework's imports alone. Ours imports the framework first, then `tether_langgraph`: that
+second figure (`tether_import_ms`) is the import time of tether + adapter beside the framework's
+(the adapter's own framework modules, `langchain_core.load` and `langgraph.checkpoint`, included;
+tether's sources are compiled on every start in a checkout with `PYTHONDONTWRITEBYTECODE`, as here).
+Goal: ours − the peer's work ≤ 100 ms. `live_model_calls_when_started_again` must be 0.
 
 ## journal_load.py — cold journal load (issue 14)
 
@@ -169,6 +182,13 @@ def crash_rows(results: dict) -> list[str]:
             f"| OpenAI Agents adapter via `tether exec`, scale {f['scale']} | {f['live_model_calls_on_retry']} / {f['tool_reexecutions']} "
             f"| {f['first_attempt_s']:.2f} s | {f['retry_s']:.2f} s | {f['process_floor_s']:.2f} s | {f['replay_ms']:.1f} ms | | {provenance(r)} |"
         )
+        if w := f.get("warm"):
+            rows.append(
+                f"| the same, retry in a warm worker (`tether run`'s default), scale {f['scale']} | {w['live_model_calls_on_retry']} / {w['tool_reexecutions']} "
+                f"| {w['first_attempt_s']:.2f} s | {w['retry_s'] * 1000:.0f} ms from `go` (1/{1 / w['ratio']:.0f}; cold 1/{1 / f['ratio']:.0f}) | ready {w['worker_ready_before_go_s']:.1f} s before | {w['replay_ms']:.1f} ms | "
+                + (f"CPU after `go`: {w['cpu_ms_after_go']:.0f} ms" if "cpu_ms_after_go" in w else "")
+                + f" | {provenance(r)} |"
+            )
     if not rows:
         return []
     return [
@@ -287,6 +307,14 @@ def startup_rows(results: dict) -> list[str]:
         "",
         f"Finished run above the peer: {f['finished_run_overhead_ms']:.0f} ms; imports above the framework's: "
         f"{f['import_overhead_ms']:.0f} ms; live model calls: {f['live_model_calls_when_started_again']}.",
+        *(
+            [
+                f"Import of tether + adapter after the framework's, in the same process: {f['tether']['tether_import_ms']:.0f} ms. "
+                f"Work CPU time: Tether {f['tether']['work_cpu_ms']:.0f} ms, the peer {f['peer']['work_cpu_ms']:.0f} ms."
+            ]
+            if "tether_import_ms" in f["tether"]
+            else []
+        ),
         "",
     ]
 
@@ -345,6 +373,12 @@ def summary(results: dict) -> list[str]:
             f"{f['tool_reexecutions']} tool re-executions**; first attempt {f['first_attempt_s']:.2f} s, retry {f['retry_s']:.2f} s "
             f"(import floor {f['process_floor_s']:.2f} s) | {provenance(r)} |"
         )
+        if w := f.get("warm"):
+            out.append(
+                f"| crash-resume, OpenAI Agents adapter, retry in a warm worker (`tether run`'s default; tools × {f['scale']}) | **{w['live_model_calls_on_retry']} live model calls, "
+                f"{w['tool_reexecutions']} tool re-executions**; first attempt {w['first_attempt_s']:.2f} s, retry {w['retry_s'] * 1000:.0f} ms from `go` to exit: "
+                f"1/{1 / w['ratio']:.0f} (a new process: 1/{1 / f['ratio']:.0f}) | {provenance(r)} |"
+            )
     if r := results.get("replay_cost"):
         f = r["figures"]
         for backend in ("local", "s3"):
@@ -389,8 +423,9 @@ def summary(results: dict) -> list[str]:
         f = r["figures"]
         out.append(
             f"| start-up: a finished LangGraph run started again (fresh process) | Tether {f['tether']['work_ms']:.0f} ms after imports "
-            f"vs LangGraph + SqliteSaver {f['peer']['work_ms']:.0f} ms; imports {f['tether']['import_ms']:.0f} ms (tether + adapter + framework) "
-            f"vs {f['framework']['import_ms']:.0f} ms (framework) | {provenance(r)} |"
+            f"vs LangGraph + SqliteSaver {f['peer']['work_ms']:.0f} ms; imports {f['tether']['import_ms']:.0f} ms (tether + adapter + framework"
+            + (f"; tether + adapter {f['tether']['tether_import_ms']:.0f} ms of it" if "tether_import_ms" in f["tether"] else "")
+            + f") vs {f['framework']['import_ms']:.0f} ms (framework) | {provenance(r)} |"
         )
     if r := results.get("journal_load"):
         f = r["figures"]

@@ -293,6 +293,11 @@ class Adapter(ABC):
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         """Run the framework's own runner on ``agent`` and return the final answer as text."""
 
+    def warm_up(self) -> None:
+        """Pay ahead what the framework pays on its first use in a process (lazy imports, models
+        built on first use), so a warm worker (``tether exec --warm``) replays at once. Called
+        outside any run: it must not touch a network, a store or the user's code. Default: nothing."""
+
 
 # -- results -----------------------------------------------------------------------------------
 
@@ -410,7 +415,9 @@ async def run_agent(
     the_store = await asyncio.to_thread(open_store, store) if store is not None else await asyncio.to_thread(default_store)
     scope = run_id or default_scope()
     run = (
-        await asyncio.to_thread(Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost)
+        await asyncio.to_thread(
+            Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost, background_load=True
+        )
         if durable
         else None
     )
@@ -419,7 +426,12 @@ async def run_agent(
         run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
     )
     if memory is not None:
-        session.history = await asyncio.to_thread(memory.load, writer=scope)
+        try:
+            session.history = await asyncio.to_thread(memory.load, writer=scope)
+        except Exception:
+            if run is not None:
+                await run.loaded()  # a journal that cannot load is the cause to report first
+            raise
     progress = ProgressWriter(run) if run else None
     if run and on_step:
         run.listeners.append(on_step)
@@ -433,6 +445,8 @@ async def run_agent(
                 )
             else:
                 the_agent = adapter.load(agent) if isinstance(agent, str) else agent
+            if run is not None:
+                await run.loaded()  # loading beside the build above
             result.output = await adapter.run(the_agent, prompt, session)
         result.status = "succeeded"
         if memory is not None and run is not None:

@@ -262,6 +262,12 @@ async def tool_call(implementation: str, tool: str, arguments: str) -> str:
 
 
 @env.task
+async def warm_up() -> None:
+    """Nothing: run once by a warm worker (``tether exec --warm``) so that Flyte's first local
+    run, which sets up what later runs reuse (hundreds of milliseconds), is not the attempt's."""
+
+
+@env.task
 async def agent_run(request: str, store: str) -> str:
     """Run one attempt of an AgentRun (JSON exec request) against ``store``; JSON outcome."""
     parsed = ExecRequest.model_validate_json(request)

@@ -21,6 +21,7 @@ from .contract import progress_key as progress_key  # where the operator reads i
 from .errors import StoreError
 from .run import Run, StepEvent
 from .stores import Store
+from .stores.local import LocalStore
 
 RESULT_LIMIT = 4096
 
@@ -97,6 +98,15 @@ def unknown_cost_note(usage: dict[str, Any]) -> str:
     return f" (at least: {', '.join(parts)})" if parts else ""
 
 
+def advisory(store: Store) -> Store:
+    """The store progress is written to: on a local directory, without an fsync per write.
+    Progress is advisory (the journal is what counts) and read back from the same machine's page
+    cache; an fsync per document cost a finished run's replay two disk flushes in a row."""
+    if isinstance(store, LocalStore) and store.fsync:
+        return LocalStore(store.root, fsync=False)
+    return store
+
+
 class ProgressWriter:
     """A run listener that publishes progress; a failed write never fails the run.
 
@@ -106,6 +116,7 @@ class ProgressWriter:
 
     def __init__(self, run: Run, *, interval: float = 0.25) -> None:
         self.run = run
+        self._store = advisory(run.store)
         self.interval = interval
         self._last = 0.0
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-progress")
@@ -120,7 +131,7 @@ class ProgressWriter:
 
     def _put(self, document: Callable[[], Progress]) -> None:
         try:
-            write_progress(self.run.store, self.run.scope, document())
+            write_progress(self._store, self.run.scope, document())
         except StoreError:
             pass  # progress is advisory; the journal is what counts
 

@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -68,7 +69,11 @@ class Run:
         prices: PriceTable | None = None,
         max_cost_usd: float | None = None,
         unknown_cost: str = "stop",
+        background_load: bool = False,
     ) -> None:
+        """``background_load``: the journal loads in a thread of its own while the caller goes on
+        (``run_agent`` builds the agent meanwhile: the load waits on the store, the build on the
+        CPU); :meth:`loaded` waits for it, and so does any step that asks the journal earlier."""
         #: The attempt starts here: replay time counts the store and journal load too.
         self.started_at = time.time()
         self.scope = scope
@@ -84,7 +89,14 @@ class Run:
         self.store = open_store(store)
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()
-        self.journal = Journal(self.store, scope).load()
+        self._journal = Journal(self.store, scope)
+        self._loading: Future[Journal] | None = None
+        if background_load:
+            loader = ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load")
+            self._loading = loader.submit(self._journal.load)
+            loader.shutdown(wait=False)
+        else:
+            self._journal.load()
         self.accounting = Accounting()
         self.events: list[StepEvent] = []
         self._events_lock = threading.Lock()
@@ -104,13 +116,25 @@ class Run:
 
         self.seam = WireSeam(self)
 
+    async def loaded(self) -> None:
+        """Wait for a background load; raises what it raised (e.g. the store is unavailable)."""
+        if self._loading is not None:
+            await asyncio.wrap_future(self._loading)
+
+    @property
+    def journal(self) -> Journal:
+        """The loaded journal: a step that asks before a background load has finished waits."""
+        if self._loading is not None:
+            self._loading.result()
+        return self._journal
+
     @property
     def attempt(self) -> int:
-        return self.journal.attempt
+        return self._journal.attempt  # 0 until the journal is loaded
 
     @property
     def counters(self) -> Counters:
-        return self.journal.counters
+        return self._journal.counters
 
     @contextmanager
     def activate(self) -> Iterator[Run]:
@@ -183,4 +207,8 @@ class Run:
 
             shared_proxy().unregister(self)
         await self.seam.aclose()
-        await asyncio.to_thread(self.journal.close)  # the pack the next attempt loads in one read
+        try:
+            await self.loaded()
+        except Exception:
+            return  # never loaded: nothing to pack
+        await asyncio.to_thread(self._journal.close)  # the pack the next attempt loads in one read

@@ -140,6 +140,34 @@ class OpenAIAgentsAdapter(Adapter):
         model = OpenAIResponsesModel(spec.model, openai_client=_client(session, spec.provider))
         return Agent(name=spec.name, instructions=spec.instructions, model=model, tools=[function_tool(t) for t in spec.tools])
 
+    def warm_up(self) -> None:
+        """One run of a throwaway agent against canned in-process answers (a tool call, then a
+        text; no network, tracing off, no run, nothing recorded): the SDK imports its Responses
+        resource and builds its response and tool-call models on first use, which a retry would
+        otherwise pay (measured: a second of a warm worker's replay, loaded)."""
+        import asyncio
+
+        import httpx2
+        from agents import Agent, RunConfig, Runner
+        from agents import function_tool as sdk_function_tool
+        from agents.models.openai_responses import OpenAIResponsesModel
+        from openai import AsyncOpenAI
+
+        outputs = iter(_WARM_UP_OUTPUTS)
+
+        def answer(request: Any) -> Any:
+            return httpx2.Response(200, json=_warm_up_response(request, next(outputs, _WARM_UP_OUTPUTS[-1])))
+
+        def echo(text: str) -> str:
+            """Echo the text."""
+            return text
+
+        http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+        client = AsyncOpenAI(base_url="http://warm-up.invalid/v1", api_key=PLACEHOLDER_KEY, http_client=http)
+        model = OpenAIResponsesModel("warm-up", openai_client=client)
+        agent = Agent(name="warm-up", instructions="Warm up.", model=model, tools=[sdk_function_tool(echo)])
+        asyncio.run(Runner.run(agent, "warm up", run_config=RunConfig(tracing_disabled=True)))
+
     def load(self, import_path: str) -> Any:
         """``"pkg.module:agent"``; a factory (``"pkg.module:make_agent"``) is called, and may be async."""
         from agents import AgentBase
@@ -182,6 +210,68 @@ class OpenAIAgentsAdapter(Adapter):
         finally:
             await _close_clients(session)
         return _text(output)
+
+
+def _warm_up_response(request: Any, output: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Responses answer in the shape the API sends (request settings echoed, usage details), so
+    the warm-up builds the models a real answer needs."""
+    body = json.loads(request.content or b"{}")
+    return {
+        "id": "resp_warm_up",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "completed_at": 0,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": None,
+        "model": body.get("model", "warm-up"),
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "store": True,
+        "temperature": 1.0,
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": 1,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 1,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 2,
+        },
+        "user": None,
+        "metadata": {},
+    }
+
+
+#: What the warm-up agent is answered: a tool call, then a text.
+_WARM_UP_OUTPUTS = [
+    [
+        {
+            "type": "function_call",
+            "id": "fc_warm_up",
+            "call_id": "call_warm_up",
+            "name": "echo",
+            "arguments": '{"text": "ok"}',
+            "status": "completed",
+        }
+    ],
+    [
+        {
+            "type": "message",
+            "id": "msg_warm_up",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+        }
+    ],
+]
 
 
 # -- clients -----------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ steps complete (live or replayed, tokens, cost); the answer and a summary at the
   is refused, saying what differs (``--allow-manifest-change`` resumes it anyway).
 - ``--kill-after N`` kills the agent process after N steps and starts it again, to watch a
   resume replay the finished steps.
+- A retry runs in a warm worker: beside each attempt the next one's process is started
+  (``tether exec --warm``: imports, Flyte set up, waiting on a pipe), so a retry pays only for
+  its replay. ``--no-warm`` starts each attempt afresh instead (one process at a time, less
+  memory). The spare worker exits unused when the run ends.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..stores import Store, default_store_url, open_store
 from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
 from . import EXIT_CODES_HELP, command_name
+from .exec import GO
 
 
 def manifest_key(run_id: str) -> str:
@@ -106,6 +111,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
     p.add_argument("--kill-after", type=int, default=0, metavar="N", help="kill the first attempt after N steps, then resume")
     p.add_argument("--retries", type=int, default=None, help="attempts after a crash (default: spec.retries)")
+    p.add_argument(
+        "--no-warm", dest="warm", action="store_false", help="start each retry as a new process instead of in a worker started ahead"
+    )
     args = p.parse_args(argv)
 
     try:
@@ -181,7 +189,7 @@ def main(argv: list[str]) -> int:
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(request.model_dump_json(by_alias=True))
-        code, outcome = _attempts(f.name, store, env, args.kill_after, retries)
+        code, outcome = _attempts(f.name, store, env, args.kill_after, retries, warm=args.warm)
     finally:
         os.unlink(f.name)
         if fake is not None:
@@ -190,31 +198,57 @@ def main(argv: list[str]) -> int:
     return code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
 
 
-def _attempts(request_file: str, store: str, env: dict[str, str], kill_after: int, retries: int) -> tuple[int, dict[str, Any]]:
-    """Run attempts until one ends for good; the exit code and the last attempt's outcome."""
+def _attempts(
+    request_file: str, store: str, env: dict[str, str], kill_after: int, retries: int, *, warm: bool = True
+) -> tuple[int, dict[str, Any]]:
+    """Run attempts until one ends for good; the exit code and the last attempt's outcome.
+
+    With ``warm``, while an attempt runs the next one's process is already started and waiting
+    (``tether exec --warm``), so a retry does not pay for Python, Flyte and the framework again."""
     code, outcome = EXIT_RECOVERABLE, {}
-    for attempt in range(1, retries + 2):
+    last = retries + 1
+    command = [sys.executable, "-m", "tether", "exec", request_file, "--store", store]
+
+    def start(attempt: int) -> subprocess.Popen[str]:
         attempt_env = dict(env)
         if kill_after and attempt == 1:
             attempt_env["TETHER_KILL_AFTER_STEP"] = str(kill_after)
-        print(f"attempt {attempt}:")
-        proc = subprocess.run(
-            [sys.executable, "-m", "tether", "exec", request_file, "--store", store], env=attempt_env, stdout=subprocess.PIPE, text=True
+        extra = ["--warm"] if warm else []
+        return subprocess.Popen(
+            command + extra, env=attempt_env, stdin=subprocess.PIPE if warm else None, stdout=subprocess.PIPE, text=True
         )
-        lines = proc.stdout.splitlines()
-        outcome = _outcome(lines[-1]) if lines and proc.returncode >= 0 else {}
-        for line in lines[:-1] if outcome else lines:
-            print(line)
-        code = proc.returncode
-        if code < 0:
-            print(f"  the agent process died (signal {-code}); starting it again — finished steps will replay\n")
-            continue
-        if code == EXIT_RECOVERABLE:
-            why = f": {outcome['error']}" if outcome.get("error") else ""
-            print(f"  recoverable failure{why}; starting again\n")
-            continue
+
+    spare: subprocess.Popen[str] | None = None
+    try:
+        for attempt in range(1, last + 1):
+            print(f"attempt {attempt}:", flush=True)
+            proc, spare = spare or start(attempt), None
+            if warm and attempt < last:
+                spare = start(attempt + 1)  # imports beside this attempt, ready before it ends
+            out, _ = proc.communicate(GO + "\n" if warm else None)
+            lines = out.splitlines()
+            outcome = _outcome(lines[-1]) if lines and proc.returncode >= 0 else {}
+            for line in lines[:-1] if outcome else lines:
+                print(line)
+            worker = outcome.get("warm_worker") if attempt > 1 else None
+            if worker:
+                print(
+                    f"  (ran in the worker started beside attempt {attempt - 1}, ready {worker['ready_before_go_ms'] / 1000:.1f} s before it was needed)"
+                )
+            code = proc.returncode
+            if code < 0:
+                print(f"  the agent process died (signal {-code}); starting it again — finished steps will replay\n")
+                continue
+            if code == EXIT_RECOVERABLE:
+                why = f": {outcome['error']}" if outcome.get("error") else ""
+                print(f"  recoverable failure{why}; starting again\n")
+                continue
+            return code, outcome
         return code, outcome
-    return code, outcome
+    finally:
+        if spare is not None:  # not needed; it ran no agent or tool code, only imports
+            spare.kill()
+            spare.communicate()
 
 
 def _outcome(line: str) -> dict[str, Any]:

@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,37 @@ FAKE = "http://fake-provider.tether-e2e-infra.svc.cluster.local:8080"
 FRAMEWORKS = os.environ.get("TETHER_E2E_FRAMEWORKS", "").split() or sorted(
     p.stem for p in (REPO / "envs").glob("*.txt") if p.stem != "core"
 )
+
+
+CLUSTER = "tether-e2e"
+PRELOADED = "openai"  # run.sh install loads its image onto both workers: the chart's runtime image
+
+
+def image(framework: str) -> str:
+    return f"tether-e2e/examples-{framework}:e2e"
+
+
+@contextmanager
+def framework_image(framework: str) -> Iterator[None]:
+    """The framework's examples image on the CPU worker while the block runs, removed after (ten
+    unpacked images do not fit on a node's disk; runs without a GPU land on the CPU worker)."""
+    if framework == PRELOADED:
+        yield
+        return
+    worker = kubectl(
+        "get", "nodes", "-l", "!node-role.kubernetes.io/control-plane,!cloud.google.com/gke-accelerator",
+        "-o", "jsonpath={.items[0].metadata.name}",
+    ).strip()  # fmt: skip
+    subprocess.run(
+        ["kind", "load", "docker-image", "--name", CLUSTER, "--nodes", worker, image(framework)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    try:
+        yield
+    finally:
+        subprocess.run(["docker", "exec", worker, "crictl", "rmi", image(framework)], capture_output=True, timeout=300)
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
@@ -63,7 +95,7 @@ def example(framework: str, stem: str, run_name: str, **spec: Any) -> tuple[dict
     tools = [d for d in docs if d["kind"] == "AgentTool"]
     run["metadata"] = {"name": run_name, "namespace": NS}
     run["spec"]["model"]["baseURL"] = FAKE + BASE_PATHS[run["spec"]["model"]["provider"]]
-    run["spec"]["image"] = f"tether-e2e/examples-{framework}:e2e"
+    run["spec"]["image"] = image(framework)
     run["spec"].update(spec)
     for t in tools:
         t["metadata"]["namespace"] = NS

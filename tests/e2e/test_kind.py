@@ -22,7 +22,9 @@ from tests.e2e.cluster import (
     delete_run,
     example,
     fake_provider,
+    framework_image,
     helm,
+    image,
     kubectl,
     ledger,
     pods,
@@ -53,8 +55,14 @@ def test_chart_pods_ready():
         assert ready == "True", f"{pod['metadata']['name']} not Ready: {pod['status']}"
 
 
+@pytest.fixture(scope="module", params=FRAMEWORKS)
+def framework(request):
+    """One framework at a time (module scope groups its tests), its image loaded while they run."""
+    with framework_image(request.param):
+        yield request.param
+
+
 @pytest.mark.parametrize("stem", ["weather", "research", "refund"])
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_example_succeeds_in_a_pod(framework, stem):
     name = unique(f"{stem}-{framework}")
     run, tools = example(framework, stem, name)
@@ -67,7 +75,7 @@ def test_example_succeeds_in_a_pod(framework, stem):
         ran = [p for p in pods(name) if p["status"].get("phase") == "Succeeded"]
         assert ran, "no runner pod succeeded"
         pod = ran[-1]
-        assert pod["spec"]["containers"][0]["image"] == f"tether-e2e/examples-{framework}:e2e"
+        assert pod["spec"]["containers"][0]["image"] == image(framework)
         assert pod["spec"]["nodeName"], "the pod never ran on a node"
     finally:
         delete_run(name)

@@ -1,0 +1,71 @@
+# The Flyte e2e (sourced by tests/e2e/run.sh for its flyte-* commands, which point CLUSTER and
+# KUBECONFIG at the cluster `tether-flyte`): the open-source Flyte 2 backend, its PostgreSQL, the
+# S3 server and the fake provider in a kind cluster of its own, and the chart in Flyte mode. Runs
+# execute in the task pods the backend makes.
+#
+#   flyte-build    tether-flyte/backend (the cached scripts/flyte-backend.sh binary on the e2e
+#                  Python base) and tether-flyte/postgres (Debian's postgresql, debootstrap rootfs);
+#                  the tether-e2e/* images must exist (run.sh build)
+#   flyte-up       the cluster (control plane + one worker; run.sh's cmd_up and pod network)
+#   flyte-install  load the images, S3 + fake provider, the backend, `helm install` (flyte mode)
+#   flyte-test     tests/e2e/flyte (pytest args pass through)
+#   flyte-down     delete the cluster;  flyte: all of the above but down
+FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/fake-provider:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)
+FLYTE_IMAGES_ENV="$CACHE/flyte-images.env"
+
+flyte_build() {
+  bins; "$HERE/build/dockerd.sh" "$BIN"
+  local img
+  for img in "${FLYTE_E2E_IMAGES[@]}"; do
+    docker image inspect "$img" >/dev/null 2>&1 || { log "missing $img: run tests/e2e/run.sh build first"; return 1; }
+  done
+  local fbin key pg py base ctx="$CACHE/ctx/flyte"
+  fbin="$("$REPO/scripts/flyte-backend.sh" | tail -n1)"
+  key="$(basename "$(dirname "$fbin")")"  # the backend's cache key: flyte + stow commits, Go version
+  py="$("$HERE/build/rootfs.sh" python "$PYTHON_PACKAGES")"
+  pg="$("$HERE/build/rootfs.sh" postgres "postgresql,ca-certificates")"
+  mkdir -p "$ctx"
+  base="tether-e2e/python-base:$(basename "$py" .tar)"
+  docker image inspect "$base" >/dev/null 2>&1 || docker import "$py" "$base" >/dev/null
+  local backend="tether-flyte/backend:${key,,}"
+  if ! docker image inspect "$backend" >/dev/null 2>&1; then
+    log "build $backend"
+    cp -fL "$fbin/flyte" "$ctx/flyte"
+    nice -n 10 docker build -q -t "$backend" --build-arg "BASE=$base" -f "$HERE/flyte/images/backend.Dockerfile" "$ctx" >/dev/null
+    rm -f "$ctx/flyte"
+  fi
+  local pgbase="tether-flyte/postgres-base:$(basename "$pg" .tar)" postgres
+  docker image inspect "$pgbase" >/dev/null 2>&1 || docker import "$pg" "$pgbase" >/dev/null
+  postgres="tether-flyte/postgres:$(basename "$pg" .tar)"
+  log "build $postgres"
+  nice -n 10 docker build -q -t "$postgres" --build-arg "BASE=$pgbase" -f "$HERE/flyte/images/postgres.Dockerfile" "$HERE/flyte/images" >/dev/null
+  printf 'BACKEND_IMAGE=%s\nPOSTGRES_IMAGE=%s\nBACKEND_SRC=%s\n' "$backend" "$postgres" "$(dirname "$fbin")/src/flyte" >"$FLYTE_IMAGES_ENV"
+}
+
+flyte_env() { sed -n "s/^$1=//p" "$FLYTE_IMAGES_ENV"; }
+
+FLYTE_ENDPOINT=flyte-binary-http.flyte.svc.cluster.local:8090
+
+flyte_install() {
+  bins
+  [[ -s "$FLYTE_IMAGES_ENV" ]] || flyte_build
+  load_images "${FLYTE_E2E_IMAGES[@]}" "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)"
+  infra tether-e2e flyte-data
+  kubectl apply --server-side -f "$(flyte_env BACKEND_SRC)/executor/config/crd/bases/flyte.org_taskactions.yaml" >/dev/null
+  sed -e "s|@BACKEND_IMAGE@|$(flyte_env BACKEND_IMAGE)|" -e "s|@POSTGRES_IMAGE@|$(flyte_env POSTGRES_IMAGE)|" \
+    "$HERE/flyte/backend.yaml" | kubectl apply -f - >/dev/null
+  kubectl -n flyte rollout status deploy/postgres --timeout=180s
+  kubectl -n flyte rollout status deploy/flyte-binary --timeout=300s
+  helm_install --set executor.kind=flyte --set executor.flyte.endpoint="$FLYTE_ENDPOINT" --set executor.flyte.insecure=true \
+    --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e
+}
+
+flyte_test() {
+  cd "$REPO"
+  bins
+  kind get clusters 2>/dev/null | grep -qx "$CLUSTER" ||
+    { echo "Flyte e2e NOT RUN: no kind cluster $CLUSTER (tests/e2e/run.sh flyte-up flyte-install)"; return 1; }
+  local v; v="$("$REPO/scripts/env.sh" core)"
+  TETHER_E2E_FLYTE=1 TETHER_E2E_FRAMEWORKS=openai KUBECONFIG="$KUBECONFIG" \
+    "$v/bin/python" -m pytest tests/e2e/flyte -p no:cacheprovider "$@"
+}

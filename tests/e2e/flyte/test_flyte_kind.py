@@ -1,0 +1,99 @@
+"""Tether's Flyte executor on a real kind cluster with the open-source Flyte 2 backend
+(tests/e2e/run.sh flyte-*): each AgentRun is a Flyte run whose task pod the backend makes and a
+real kubelet runs.
+
+An example runs to Succeeded in a Flyte task pod; the task pod deleted mid-run, Flyte's next
+attempt replays every finished turn with zero upstream calls (the fake provider's ledger) and no
+finished tool re-run; deleting the AgentRun aborts the Flyte run.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from tests.e2e.cluster import NS, RELEASE, apply, delete_run, example, fake_provider, kubectl, ledger, poll, status, wait_phase
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def execution(name: str) -> str:
+    """The Flyte run's name, once the operator has submitted it."""
+    return str(poll(f"AgentRun {name} submitted to Flyte", lambda: (status(name).get("execution") or {}).get("name"), 120))
+
+
+def task_pods(run_name: str) -> list[dict[str, Any]]:
+    """The task pods the Flyte backend made for the run (any namespace), oldest first."""
+    out = kubectl("get", "pods", "-A", "-l", f"flyte.org/run={run_name}", "-o", "json")
+    return sorted(json.loads(out)["items"], key=lambda p: p["metadata"]["creationTimestamp"])
+
+
+def flyte_phase(run_name: str) -> str:
+    """The Flyte run's phase as the backend reports it (the flyte SDK, from the operator's pod)."""
+    code = (
+        "import flyte, flyte.remote; "
+        "flyte.init(endpoint='dns:///flyte-binary-http.flyte.svc.cluster.local:8090', insecure=True, project='tether', domain='development'); "
+        f"print(flyte.remote.Run.get({run_name!r}).phase.value)"
+    )
+    return kubectl("exec", "-n", NS, f"deploy/{RELEASE}", "--", "python", "-c", code).strip().splitlines()[-1]
+
+
+def test_an_example_runs_to_succeeded_in_a_flyte_task_pod() -> None:
+    name = unique("weather")
+    run, tools = example("openai", "weather", name)
+    apply(run, tools)
+    try:
+        final = wait_phase(name, "Succeeded", timeout=600)
+        assert final["execution"]["executor"] == "flyte"
+        run_name = final["execution"]["name"]
+        assert flyte_phase(run_name) == "succeeded"
+        assert final["steps"]["modelLive"] >= 2
+        pods = task_pods(run_name)
+        assert pods, "the backend made no task pod"
+        pod = pods[-1]
+        assert pod["status"]["phase"] == "Succeeded"
+        assert pod["spec"]["nodeName"], "the task pod never ran on a node"
+        assert pod["spec"]["containers"][0]["image"] == "tether-e2e/examples-openai:e2e"
+    finally:
+        delete_run(name)
+
+
+def test_task_pod_deleted_mid_run_flyte_retries_and_replays_with_no_upstream_call() -> None:
+    name = unique("kill")
+    run, tools = example("openai", "research", name)
+    fake_provider("/_control/reset", "POST")
+    apply(run, tools)
+    try:
+        run_name = execution(name)
+        # After the first tool finished (turn 2 asked for): a turn and a tool are journaled.
+        before = poll("a finished tool", lambda: (s := status(name).get("steps") or {}).get("toolLive", 0) >= 1 and s, 300)
+        first = task_pods(run_name)[0]["metadata"]
+        kubectl("delete", "pod", first["name"], "-n", first["namespace"], "--wait=false")
+        final = wait_phase(name, "Succeeded", timeout=600)
+        assert final["attempts"] >= 2, final
+        calls = [c for c in ledger() if c["status"] == 200]
+        # research has 3 turns: each reached the provider exactly once across both attempts.
+        assert len(calls) == 3, calls
+        assert final["steps"]["modelReplayed"] >= before["modelLive"]
+        assert final["steps"]["toolReplayed"] >= before["toolLive"]
+        # The last attempt's pod ran only the tools that never finished before the kill.
+        last = task_pods(run_name)[-1]["metadata"]
+        assert last["uid"] != first["uid"]
+        log = kubectl("logs", "-n", last["namespace"], last["name"])
+        assert log.count("[tool] search(") == 0, log
+    finally:
+        delete_run(name)
+
+
+def test_deleting_the_agentrun_aborts_the_flyte_run() -> None:
+    name = unique("abort")
+    run, tools = example("openai", "research", name)
+    apply(run, tools)
+    run_name = execution(name)
+    poll("the task pod running", lambda: any(p["status"].get("phase") == "Running" for p in task_pods(run_name)), 300)
+    delete_run(name)
+    poll(f"Flyte run {run_name} aborted", lambda: flyte_phase(run_name) == "aborted", 120)
+    poll("the task pod gone or stopped", lambda: all(p["status"].get("phase") != "Running" for p in task_pods(run_name)), 120)

@@ -102,7 +102,8 @@ load_images() {
 }
 
 infra() {  # S3 (with these buckets) and the fake provider, in $INFRA
-  kubectl apply -f "$HERE/manifests/infra.yaml" >/dev/null
+  sed "s|image: tether-e2e/fake-provider:e2e|image: ${FAKE_PROVIDER_IMAGE:-tether-e2e/fake-provider:e2e}|" "$HERE/manifests/infra.yaml" |
+    kubectl apply -f - >/dev/null
   python3 "$HERE/fake_script.py" "$REPO/examples" | kubectl -n "$INFRA" create configmap fake-provider-script \
     --from-file=script.yaml=/dev/stdin --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$INFRA" rollout restart deploy/fake-provider >/dev/null

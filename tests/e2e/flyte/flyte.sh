@@ -10,7 +10,9 @@
 #   flyte-install  load the images, S3 + fake provider, the backend, `helm install` (flyte mode)
 #   flyte-test     tests/e2e/flyte (pytest args pass through)
 #   flyte-down     delete the cluster;  flyte: all of the above but down
-FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/fake-provider:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)
+FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)
+# the fake provider: its own small image FROM the operator's (see images/fake-provider.Dockerfile)
+export FAKE_PROVIDER_IMAGE=tether-flyte/fake-provider:e2e
 FLYTE_IMAGES_ENV="$CACHE/flyte-images.env"
 
 flyte_build() {
@@ -34,11 +36,14 @@ flyte_build() {
     nice -n 10 docker build -q -t "$backend" --build-arg "BASE=$base" -f "$HERE/flyte/images/backend.Dockerfile" "$ctx" >/dev/null
     rm -f "$ctx/flyte"
   fi
-  local pgbase="tether-flyte/postgres-base:$(basename "$pg" .tar)" postgres
-  docker image inspect "$pgbase" >/dev/null 2>&1 || docker import "$pg" "$pgbase" >/dev/null
-  postgres="tether-flyte/postgres:$(basename "$pg" .tar)"
+  local pgbase="tether-flyte/postgres-base:$(basename "$pg" .tar)-trim" postgres
+  docker image inspect "$pgbase" >/dev/null 2>&1 || python3 "$HERE/flyte/trim_rootfs.py" "$pg" | docker import - "$pgbase" >/dev/null
+  postgres="tether-flyte/postgres:$(basename "$pg" .tar)-trim"
   log "build $postgres"
   nice -n 10 docker build -q -t "$postgres" --build-arg "BASE=$pgbase" -f "$HERE/flyte/images/postgres.Dockerfile" "$HERE/flyte/images" >/dev/null
+  log "build tether-flyte/fake-provider:e2e"
+  nice -n 10 docker build -q -t tether-flyte/fake-provider:e2e --build-arg BASE=tether-e2e/operator:e2e \
+    -f "$HERE/flyte/images/fake-provider.Dockerfile" "$REPO/testing/src/tether/testing" >/dev/null
   printf 'BACKEND_IMAGE=%s\nPOSTGRES_IMAGE=%s\nBACKEND_SRC=%s\n' "$backend" "$postgres" "$(dirname "$fbin")/src/flyte" >"$FLYTE_IMAGES_ENV"
 }
 
@@ -46,10 +51,27 @@ flyte_env() { sed -n "s/^$1=//p" "$FLYTE_IMAGES_ENV"; }
 
 FLYTE_ENDPOINT=flyte-binary-http.flyte.svc.cluster.local:8090
 
+# Each image streamed into the worker's containerd (no temporary archive, unlike `kind load`) and
+# its layer blobs left to the garbage collector once unpacked (the snapshots are what containers
+# run from; the node's containerd does the same for pulled images): half the disk, which this
+# machine shares with every engineer's builds. Largest first: the peak is one image's blobs.
+stream_images() {
+  local node img id
+  node="$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[0].metadata.name}')"
+  for img in $(for i in "$@"; do echo "$(docker image inspect -f '{{.Size}}' "$i") $i"; done | sort -rn | cut -d' ' -f2); do
+    id="$(docker image inspect -f '{{.Id}}' "$img")"
+    if [[ "$(docker exec "$node" crictl inspecti -o go-template --template '{{.status.id}}' "$img" 2>/dev/null)" == "$id" ]]; then
+      continue
+    fi
+    log "load $img onto $node"
+    docker save "$img" | docker exec -i "$node" ctr -n k8s.io images import --local --digests --discard-unpacked-layers --snapshotter=overlayfs - >/dev/null
+  done
+}
+
 flyte_install() {
   bins
   [[ -s "$FLYTE_IMAGES_ENV" ]] || flyte_build
-  load_images "${FLYTE_E2E_IMAGES[@]}" "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)"
+  stream_images "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" "${FLYTE_E2E_IMAGES[@]}" "$FAKE_PROVIDER_IMAGE"
   infra tether-e2e flyte-data
   kubectl apply --server-side -f "$(flyte_env BACKEND_SRC)/executor/config/crd/bases/flyte.org_taskactions.yaml" >/dev/null
   sed -e "s|@BACKEND_IMAGE@|$(flyte_env BACKEND_IMAGE)|" -e "s|@POSTGRES_IMAGE@|$(flyte_env POSTGRES_IMAGE)|" \

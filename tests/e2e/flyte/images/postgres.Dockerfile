@@ -7,7 +7,7 @@ RUN printf '%s\n' '#!/bin/sh' 'set -e' \
       '[ -s "$data/PG_VERSION" ] || { "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null;' \
       '  echo "host all all 0.0.0.0/0 trust" >>"$data/pg_hba.conf";' \
       '  echo "CREATE DATABASE runs" | "$bin/postgres" --single -D "$data" postgres >/dev/null; }' \
-      'exec "$bin/postgres" -D "$data" -k /tmp -c listen_addresses=* -c fsync=off' \
+      'exec "$bin/postgres" -D "$data" -k /tmp -c listen_addresses=* -c fsync=off -c jit=off' \
       >/usr/local/bin/postgres-entrypoint && chmod +x /usr/local/bin/postgres-entrypoint
 USER postgres
 ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]

@@ -181,7 +181,7 @@ case "${1:-all}" in
       flyte-test) shift; flyte_test "$@" ;;
       flyte-down) cmd_down ;;
       flyte-status) cmd_status ;;
-      flyte) shift; flyte_build; cmd_up; flyte_install; flyte_test "$@" ;;
+      flyte) shift; cmd_up; flyte_install; flyte_test "$@" ;;
       *) echo "usage: $0 flyte[-build|-up|-install|-test|-down|-status] [pytest args]" >&2; exit 2 ;;
     esac ;;
   *) echo "usage: $0 [all|build|up|install|test|down|status|flyte-*] [pytest args]" >&2; exit 2 ;;

@@ -1,13 +1,17 @@
 """The Flyte e2e on the kind cluster `tether-flyte` (tests/e2e/run.sh flyte-test sets
 TETHER_E2E_FLYTE=1 and its kubeconfig; elsewhere these files are not collected at all).
 
-The task pods run in the cluster, on its kubelet, from the runtime image
-tether-e2e/examples-openai:e2e. Around them, on this machine and listening on the kind network's
-gateway (which the pods reach): the open-source Flyte 2 backend (tests/support/flyte_backend.py,
-the same binary, PostgreSQL and moto S3 as tests/flyte), the fake provider, and the operator with
-the Flyte executor, run with the token of the chart's ServiceAccount (the chart installed in
-Flyte mode, its Deployment scaled to zero). `run.sh flyte-install` puts all of it in the cluster
-instead, when the node's disk can hold the operator and S3 images.
+The task pods always run in the cluster, on its kubelet, from the runtime image
+tether-e2e/examples-openai:e2e. Around them, one of two set-ups:
+
+- in the cluster (`run.sh flyte-install` was run: the Deployment flyte/flyte-binary exists): the
+  open-source Flyte 2 backend with its PostgreSQL, the S3 server, the fake provider and the
+  operator installed by the chart in Flyte mode, all in pods;
+- on this machine otherwise (the node's disk too small for the operator and S3 images), listening
+  on the kind network's gateway, which the pods reach: the backend (tests/support/flyte_backend.py,
+  the same binary, PostgreSQL and moto S3 as tests/flyte), the fake provider, and the operator
+  with the Flyte executor, run with the token of the chart's ServiceAccount (the chart installed
+  in Flyte mode, its Deployment scaled to zero).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ REPO = Path(__file__).resolve().parents[3]
 NS = "tether-e2e"
 RELEASE = "tether"
 RUNTIME_IMAGE = "tether-e2e/examples-openai:e2e"
+FLYTE_ENDPOINT = "flyte-binary-http.flyte.svc.cluster.local:8090"  # in the cluster (backend.yaml)
 
 
 class KindCluster:
@@ -63,9 +68,15 @@ def _free_port(host: str) -> int:
 @dataclass
 class Fake:
     url: str
+    in_cluster: bool = False
 
     def call(self, path: str, method: str = "GET") -> Any:
         import urllib.request
+
+        if self.in_cluster:
+            from tests.e2e.cluster import fake_provider
+
+            return fake_provider(path, method)
 
         req = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None)
         with urllib.request.urlopen(req, timeout=10) as r:
@@ -83,8 +94,53 @@ def cluster() -> KindCluster:
 
 
 @pytest.fixture(scope="session")
-def fake(cluster: KindCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fake]:
-    """The fake provider serving the examples' scripts (tests/e2e/fake_script.py), on the gateway."""
+def in_cluster(cluster: KindCluster) -> bool:
+    """Whether run.sh flyte-install put the backend and the operator in the cluster."""
+    return bool(cluster.kubectl("get", "deploy", "flyte-binary", "-n", "flyte", "--ignore-not-found", "-o", "name").stdout.strip())
+
+
+@dataclass
+class FlyteAPI:
+    """The backend's API as the flyte SDK reaches it: from here, or from the operator's pod."""
+
+    endpoint: str
+    in_cluster: bool
+
+    def phase(self, run_name: str) -> str:
+        code = (
+            "import asyncio, flyte, flyte.remote; "
+            f"flyte.init(endpoint='dns:///{self.endpoint}', insecure=True, project='tether', domain='development'); "
+            f"print(asyncio.run(flyte.remote.Run.get.aio({run_name!r})).phase.value)"
+        )
+        return self._python(code).strip().splitlines()[-1]
+
+    def ensure_secret(self, name: str, value: str) -> None:
+        """A Flyte secret of the project. The backend's embedded secret manager names a secret by
+        its key alone (scoped by org/project/domain; the group is not part of the name)."""
+        code = (
+            "import flyte, flyte.remote; "
+            f"flyte.init(endpoint='dns:///{self.endpoint}', insecure=True, project='tether', domain='development')\n"
+            f"try:\n    flyte.remote.Secret.create(name={name!r}, value={value!r})\n"
+            "except Exception as e:\n    assert 'exists' in str(e).lower(), e"
+        )
+        self._python(code)
+
+    def _python(self, code: str) -> str:
+        if self.in_cluster:
+            from tests.e2e.cluster import kubectl
+
+            return kubectl("exec", "-n", NS, f"deploy/{RELEASE}", "--", "python", "-c", code)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+@pytest.fixture(scope="session")
+def fake(cluster: KindCluster, in_cluster: bool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fake]:
+    """The fake provider serving the examples' scripts (tests/e2e/fake_script.py)."""
+    if in_cluster:
+        from tests.e2e.cluster import FAKE
+
+        yield Fake(FAKE, in_cluster=True)
+        return
     work = tmp_path_factory.mktemp("fake")
     script = work / "script.yaml"
     script.write_text(subprocess.run([sys.executable, str(REPO / "tests/e2e/fake_script.py"), str(REPO / "examples")],
@@ -113,8 +169,12 @@ def fake(cluster: KindCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture(scope="session")
-def backend(cluster: KindCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def backend(cluster: KindCluster, in_cluster: bool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.support.flyte_backend import flyte_backend
+
+    if in_cluster:
+        yield None
+        return
 
     # AWS_*: the Tether store's credentials in every task pod (the moto server takes any).
     store_creds = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -133,11 +193,25 @@ def _operator_kubeconfig(cluster: KindCluster, token: str, path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: KindCluster, backend: Any, fake: Fake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The chart in Flyte mode (CRDs, RBAC, ServiceAccount); the operator itself runs here with
-    that ServiceAccount's token, the Flyte executor pointed at the backend."""
+def flyte_api(backend: Any, in_cluster: bool) -> FlyteAPI:
+    return FlyteAPI(FLYTE_ENDPOINT if in_cluster else backend.endpoint, in_cluster)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: KindCluster, in_cluster: bool, backend: Any, fake: Fake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The chart in Flyte mode (CRDs, RBAC, ServiceAccount). In the cluster: its operator pod,
+    installed by run.sh flyte-install. Else the operator runs here with that ServiceAccount's
+    token, the Flyte executor pointed at the backend."""
     from tests.controller.conftest import Operator
     from tests.support.s3 import new_bucket
+
+    if in_cluster:
+        cluster.kubectl("rollout", "status", f"deploy/{RELEASE}", "-n", NS, "--timeout=120s")
+        # The examples' provider key (any value: the fake provider wants one sent), as the Flyte
+        # secret the backend's pod webhook injects into the task pods.
+        FlyteAPI(FLYTE_ENDPOINT, True).ensure_secret("api-key", "fake-key-no-real-model")
+        yield None
+        return
 
     store = f"s3://{new_bucket(backend.s3)}/tether?endpoint_url={backend.s3}"
     helm = ["helm", "upgrade", "--install", RELEASE, str(REPO / "charts/tether"), "-n", NS, "--create-namespace",

@@ -13,6 +13,7 @@
 FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)
 # the fake provider: its own small image FROM the operator's (see images/fake-provider.Dockerfile)
 export FAKE_PROVIDER_IMAGE=tether-flyte/fake-provider:e2e
+FLYTE_OPERATOR_IMAGE=tether-flyte/operator:e2e
 FLYTE_IMAGES_ENV="$CACHE/flyte-images.env"
 
 flyte_build() {
@@ -41,9 +42,13 @@ flyte_build() {
   postgres="tether-flyte/postgres:$(basename "$pg" .tar)-trim"
   log "build $postgres"
   nice -n 10 docker build -q -t "$postgres" --build-arg "BASE=$pgbase" -f "$HERE/flyte/images/postgres.Dockerfile" "$HERE/flyte/images" >/dev/null
+  log "build $FLYTE_OPERATOR_IMAGE (this checkout's operator)"
+  tar -c -C "$REPO" --exclude=__pycache__ runtime/src/tether operator/src/tether_operator tests/e2e/flyte/images/operator.Dockerfile |
+    nice -n 10 docker build -q -t "$FLYTE_OPERATOR_IMAGE" --build-arg BASE=tether-e2e/operator:e2e \
+      -f tests/e2e/flyte/images/operator.Dockerfile - >/dev/null
   log "build tether-flyte/fake-provider:e2e"
-  nice -n 10 docker build -q -t tether-flyte/fake-provider:e2e --build-arg BASE=tether-e2e/operator:e2e \
-    -f "$HERE/flyte/images/fake-provider.Dockerfile" "$REPO/testing/src/tether/testing" >/dev/null
+  tar -c -C "$REPO/testing/src/tether/testing" --exclude=__pycache__ . -C "$HERE/flyte/images" fake-provider.Dockerfile |
+    nice -n 10 docker build -q -t "$FAKE_PROVIDER_IMAGE" --build-arg BASE=tether-e2e/operator:e2e -f fake-provider.Dockerfile - >/dev/null
   printf 'BACKEND_IMAGE=%s\nPOSTGRES_IMAGE=%s\nBACKEND_SRC=%s\n' "$backend" "$postgres" "$(dirname "$fbin")/src/flyte" >"$FLYTE_IMAGES_ENV"
 }
 
@@ -70,15 +75,15 @@ stream_images() {
 
 flyte_install() {
   bins
-  [[ -s "$FLYTE_IMAGES_ENV" ]] || flyte_build
-  stream_images "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" "${FLYTE_E2E_IMAGES[@]}" "$FAKE_PROVIDER_IMAGE"
+  flyte_build  # warm: seconds; the operator image follows this checkout
+  stream_images "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" "${FLYTE_E2E_IMAGES[@]}" "$FAKE_PROVIDER_IMAGE" "$FLYTE_OPERATOR_IMAGE"
   infra tether-e2e flyte-data
   kubectl apply --server-side -f "$(flyte_env BACKEND_SRC)/executor/config/crd/bases/flyte.org_taskactions.yaml" >/dev/null
   sed -e "s|@BACKEND_IMAGE@|$(flyte_env BACKEND_IMAGE)|" -e "s|@POSTGRES_IMAGE@|$(flyte_env POSTGRES_IMAGE)|" \
     "$HERE/flyte/backend.yaml" | kubectl apply -f - >/dev/null
   kubectl -n flyte rollout status deploy/postgres --timeout=180s
   kubectl -n flyte rollout status deploy/flyte-binary --timeout=300s
-  helm_install --set executor.kind=flyte --set executor.flyte.endpoint="$FLYTE_ENDPOINT" --set executor.flyte.insecure=true \
+  helm_install --set image.repository="${FLYTE_OPERATOR_IMAGE%:*}" --set image.tag="${FLYTE_OPERATOR_IMAGE#*:}" --set executor.kind=flyte --set executor.flyte.endpoint="$FLYTE_ENDPOINT" --set executor.flyte.insecure=true \
     --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e
 }
 

@@ -9,7 +9,6 @@ finished tool re-run; deleting the AgentRun aborts the Flyte run.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from tests.e2e.cluster import apply, delete_run, kubectl, poll, status, wait_phase
 from tests.e2e.cluster import example as e2e_example
-from tests.e2e.flyte.conftest import RUNTIME_IMAGE, Fake
+from tests.e2e.flyte.conftest import RUNTIME_IMAGE, Fake, FlyteAPI
 from tether.testing.fake_provider import BASE_PATHS
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -46,16 +45,7 @@ def task_pods(run_name: str) -> list[dict[str, Any]]:
     return sorted(json.loads(out)["items"], key=lambda p: p["metadata"]["creationTimestamp"])
 
 
-def flyte_phase(backend: Any, run_name: str) -> str:
-    """The Flyte run's phase, as the backend reports it (the flyte SDK)."""
-    import flyte
-    import flyte.remote
-
-    flyte.init(endpoint=f"dns:///{backend.endpoint}", insecure=True, project="tether", domain="development")
-    return str(asyncio.new_event_loop().run_until_complete(flyte.remote.Run.get.aio(run_name)).phase.value)
-
-
-def test_an_example_runs_to_succeeded_in_a_flyte_task_pod(backend: Any, fake: Fake) -> None:
+def test_an_example_runs_to_succeeded_in_a_flyte_task_pod(flyte_api: FlyteAPI, fake: Fake) -> None:
     name = unique("weather")
     run, tools = example("weather", name, fake)
     apply(run, tools)
@@ -63,7 +53,7 @@ def test_an_example_runs_to_succeeded_in_a_flyte_task_pod(backend: Any, fake: Fa
         final = wait_phase(name, "Succeeded", timeout=600)
         assert final["execution"]["executor"] == "flyte"
         run_name = final["execution"]["name"]
-        assert flyte_phase(backend, run_name) == "succeeded"
+        assert flyte_api.phase(run_name) == "succeeded"
         assert final["steps"]["modelLive"] >= 2
         pods = task_pods(run_name)
         assert pods, "the backend made no task pod"
@@ -107,12 +97,12 @@ def test_task_pod_deleted_mid_run_flyte_retries_and_replays_with_no_upstream_cal
         delete_run(name)
 
 
-def test_deleting_the_agentrun_aborts_the_flyte_run(backend: Any, fake: Fake) -> None:
+def test_deleting_the_agentrun_aborts_the_flyte_run(flyte_api: FlyteAPI, fake: Fake) -> None:
     name = unique("abort")
     run, tools = example("research", name, fake)
     apply(run, tools)
     run_name = execution(name)
     poll("the task pod running", lambda: any(p["status"].get("phase") == "Running" for p in task_pods(run_name)), 300)
     delete_run(name)
-    poll(f"Flyte run {run_name} aborted", lambda: flyte_phase(backend, run_name) == "aborted", 120)
+    poll(f"Flyte run {run_name} aborted", lambda: flyte_api.phase(run_name) == "aborted", 120)
     poll("the task pod gone or stopped", lambda: all(p["status"].get("phase") != "Running" for p in task_pods(run_name)), 120)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import apply, delete_run, kubectl, poll, status, wait_phase
+from tests.e2e.cluster import NS, apply, delete_run, kubectl, poll, status, wait_phase
 from tests.e2e.cluster import example as e2e_example
 from tests.e2e.flyte.conftest import RUNTIME_IMAGE, Fake, FlyteAPI
 from tether.testing.fake_provider import BASE_PATHS
@@ -106,3 +106,25 @@ def test_deleting_the_agentrun_aborts_the_flyte_run(flyte_api: FlyteAPI, fake: F
     delete_run(name)
     poll(f"Flyte run {run_name} aborted", lambda: flyte_api.phase(run_name) == "aborted", 120)
     poll("the task pod gone or stopped", lambda: all(p["status"].get("phase") != "Running" for p in task_pods(run_name)), 120)
+
+
+def test_an_approval_given_with_kubectl_resumes_the_run_as_its_next_flyte_run(flyte_api: FlyteAPI, fake: Fake) -> None:
+    name = unique("refund")
+    run, tools = example("refund", name, fake)
+    apply(run, tools)
+    try:
+        waiting = wait_phase(name, "AwaitingApproval", timeout=600)
+        pending = [a for a in waiting.get("approvals") or [] if not a.get("decision")]
+        assert len(pending) == 1, waiting  # issue-refund asks once
+        first = waiting["execution"]["name"]
+        # The suspended segment ended: its Flyte run finished, and nothing runs while a human decides.
+        poll(f"Flyte run {first} finished", lambda: flyte_api.phase(first) == "succeeded", 120)
+        assert all(p["status"].get("phase") != "Running" for p in task_pods(first))
+        kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={pending[0]['id']}", "tether.dev/decided-by=e2e")
+        wait_phase(name, "Succeeded", timeout=600)
+        second = f"{first}-2"  # the decision started the next segment, which replayed to the approval
+        assert flyte_api.phase(second) == "succeeded"
+        pods = task_pods(second)
+        assert pods and pods[-1]["status"]["phase"] == "Succeeded"
+    finally:
+        delete_run(name)

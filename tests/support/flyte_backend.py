@@ -96,10 +96,9 @@ def _createdb(port: int, name: str) -> None:
     _run(_as_unprivileged([str(_pg_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name]))
 
 
-def _config(port: int, pg_port: int, s3: str, bucket: str, kubeconfig: Path, workdir: Path, host: str, pod_env: dict[str, str]) -> str:
+def _config(port: int, pg_port: int, s3: str, bucket: str, kubeconfig: Path, workdir: Path) -> str:
     free = [free_port() for _ in range(4)]
-    url = f"http://{host}:{port}"
-    extra_env = "".join(f"\n      - {k}: {json.dumps(v)}" for k, v in pod_env.items())
+    url = f"http://127.0.0.1:{port}"
     return f"""
 actions:
   kubernetes:
@@ -110,7 +109,7 @@ events:
   runServiceUrl: {url}
 runs:
   server:
-    host: {"127.0.0.1" if host == "127.0.0.1" else "0.0.0.0"}
+    host: 127.0.0.1
     port: {port}
   actionsServiceUrl: {url}
   storagePrefix: s3://{bucket}
@@ -145,12 +144,9 @@ logger:
 plugins:
   k8s:
     default-env-vars:
-      - _U_EP_OVERRIDE: "{host}:{port}"
+      - _U_EP_OVERRIDE: "127.0.0.1:{port}"
       - _U_INSECURE: "true"
       - _U_USE_ACTIONS: "1"
-      - FLYTE_AWS_ENDPOINT: "{s3}"
-      - FLYTE_AWS_ACCESS_KEY_ID: test
-      - FLYTE_AWS_SECRET_ACCESS_KEY: test{extra_env}
 storage:
   type: stow
   container: {bucket}
@@ -220,12 +216,8 @@ class Backend:
 
 
 @contextmanager
-def flyte_backend(
-    kube: ControlPlane, workdir: Path, ready_timeout: float = 180.0, host: str = "127.0.0.1", pod_env: dict[str, str] | None = None
-) -> Iterator[Backend]:
-    """Start the backend against `kube`; yields a Backend whose endpoint the SDK can use. `host`:
-    where it and its S3 store listen (loopback; on kind, the gateway the task pods reach);
-    `pod_env`: more variables for every task pod (the backend's default-env-vars)."""
+def flyte_backend(kube: ControlPlane, workdir: Path, ready_timeout: float = 180.0) -> Iterator[Backend]:
+    """Start the backend against `kube`; yields a Backend whose endpoint the SDK can use."""
     binary = backend_bin() / "flyte"
     src = binary.parent.parent / "src" / "flyte"
     crd = src / "executor" / "config" / "crd" / "bases" / "flyte.org_taskactions.yaml"
@@ -234,26 +226,26 @@ def flyte_backend(
     kube.kubectl("apply", "--server-side", "-f", str(crd))
     kube.kubectl("create", "namespace", NAMESPACE, check=False)
     workdir.mkdir(parents=True, exist_ok=True)
-    with s3_server(host) as s3, postgres() as pg_port:
+    with s3_server() as s3, postgres() as pg_port:
         _createdb(pg_port, "runs")
         bucket = new_bucket(s3)
         port = free_port()
         cfg = workdir / "flyte.yaml"
-        cfg.write_text(_config(port, pg_port, s3, bucket, kube.kubeconfig, workdir, host, pod_env or {}))
+        cfg.write_text(_config(port, pg_port, s3, bucket, kube.kubeconfig, workdir))
         log = workdir / "flyte.log"
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "KUBECONFIG": str(kube.kubeconfig)}
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [str(binary), "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        backend = Backend(f"{host}:{port}", kube, proc, log, bucket, s3)
+        backend = Backend(f"127.0.0.1:{port}", kube, proc, log, bucket, s3)
         try:
             deadline = time.monotonic() + ready_timeout
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the Flyte backend exited ({proc.returncode}):\n{backend.tail()}")
                 try:
-                    with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=2) as r:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
                         if r.status == 200:
                             break
                 except OSError:

@@ -24,23 +24,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def s3_server(host: str = "127.0.0.1"):
-    """Yield the endpoint URL of a fresh moto S3 server on `host` (loopback; the kind e2e binds it
-    to the kind network's gateway, which pods reach); the process is ended afterwards."""
+def s3_server():
+    """Yield the endpoint URL of a fresh moto S3 server; the process is ended afterwards."""
     port = free_port()
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
     )
-    url = f"http://{host}:{port}"
+    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                socket.create_connection((host, port), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:

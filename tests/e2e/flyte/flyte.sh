@@ -10,10 +10,11 @@
 #   flyte-install  load the images, S3 + fake provider, the backend, `helm install` (flyte mode)
 #   flyte-test     tests/e2e/flyte (pytest args pass through)
 #   flyte-down     delete the cluster;  flyte: all of the above but down
-FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)
+FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)  # run.sh build's
 # the fake provider: its own small image FROM the operator's (see images/fake-provider.Dockerfile)
 export FAKE_PROVIDER_IMAGE=tether-flyte/fake-provider:e2e
 FLYTE_OPERATOR_IMAGE=tether-flyte/operator:e2e
+FLYTE_RUNTIME_IMAGE=tether-flyte/examples-openai:e2e  # the task pods' image (tests/e2e/flyte/conftest.py)
 FLYTE_IMAGES_ENV="$CACHE/flyte-images.env"
 
 flyte_build() {
@@ -46,6 +47,10 @@ flyte_build() {
   tar -c -C "$REPO" --exclude=__pycache__ runtime/src/tether operator/src/tether_operator tests/e2e/flyte/images/operator.Dockerfile |
     nice -n 10 docker build -q -t "$FLYTE_OPERATOR_IMAGE" --build-arg BASE=tether-e2e/operator:e2e \
       -f tests/e2e/flyte/images/operator.Dockerfile - >/dev/null
+  log "build $FLYTE_RUNTIME_IMAGE (this checkout's runtime)"
+  tar -c -C "$REPO" --exclude=__pycache__ runtime/src/tether tests/e2e/flyte/images/examples.Dockerfile |
+    nice -n 10 docker build -q -t "$FLYTE_RUNTIME_IMAGE" --build-arg BASE=tether-e2e/examples-openai:e2e \
+      -f tests/e2e/flyte/images/examples.Dockerfile - >/dev/null
   log "build tether-flyte/fake-provider:e2e"
   tar -c -C "$REPO/testing/src/tether/testing" --exclude=__pycache__ . -C "$HERE/flyte/images" fake-provider.Dockerfile |
     nice -n 10 docker build -q -t "$FAKE_PROVIDER_IMAGE" --build-arg BASE=tether-e2e/operator:e2e -f fake-provider.Dockerfile - >/dev/null
@@ -76,7 +81,7 @@ stream_images() {
 flyte_install() {
   bins
   flyte_build  # warm: seconds; the operator image follows this checkout
-  stream_images "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" "${FLYTE_E2E_IMAGES[@]}" "$FAKE_PROVIDER_IMAGE" "$FLYTE_OPERATOR_IMAGE"
+  stream_images "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" tether-e2e/s3:e2e "$FAKE_PROVIDER_IMAGE" "$FLYTE_OPERATOR_IMAGE" "$FLYTE_RUNTIME_IMAGE"
   infra tether-e2e flyte-data
   kubectl apply --server-side -f "$(flyte_env BACKEND_SRC)/executor/config/crd/bases/flyte.org_taskactions.yaml" >/dev/null
   sed -e "s|@BACKEND_IMAGE@|$(flyte_env BACKEND_IMAGE)|" -e "s|@POSTGRES_IMAGE@|$(flyte_env POSTGRES_IMAGE)|" \
@@ -84,7 +89,7 @@ flyte_install() {
   kubectl -n flyte rollout status deploy/postgres --timeout=180s
   kubectl -n flyte rollout status deploy/flyte-binary --timeout=300s
   helm_install --set image.repository="${FLYTE_OPERATOR_IMAGE%:*}" --set image.tag="${FLYTE_OPERATOR_IMAGE#*:}" --set executor.kind=flyte --set executor.flyte.endpoint="$FLYTE_ENDPOINT" --set executor.flyte.insecure=true \
-    --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e
+    --set executor.runtimeImage.repository="${FLYTE_RUNTIME_IMAGE%:*}" --set executor.runtimeImage.tag="${FLYTE_RUNTIME_IMAGE#*:}"
 }
 
 flyte_test() {

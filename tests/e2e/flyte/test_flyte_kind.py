@@ -1,10 +1,11 @@
-"""Tether's Flyte executor on a real kind cluster with the open-source Flyte 2 backend
-(tests/e2e/run.sh flyte-test; see conftest.py for what runs where): each AgentRun is a Flyte
-run whose task pod the backend makes and the cluster's kubelet runs.
+"""Tether's Flyte executor on a real kind cluster with the open-source Flyte 2 backend in it
+(tests/e2e/run.sh flyte-install, flyte-test): each AgentRun is a Flyte run whose task pods the
+backend makes and the cluster's kubelet runs.
 
-An example runs to Succeeded in a Flyte task pod; the task pod deleted mid-run, Flyte's next
-attempt replays every finished turn with zero upstream calls (the fake provider's ledger) and no
-finished tool re-run; deleting the AgentRun aborts the Flyte run.
+An example runs to Succeeded in a Flyte task pod; the task pod killed mid-run, the next pod
+replays every finished turn with zero upstream calls (the fake provider's ledger) and no finished
+tool re-run; deleting the AgentRun aborts the Flyte run; an approval given with kubectl resumes
+the run as its next Flyte run; a tool with its own resources runs as a child Flyte task.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tests.e2e.cluster import example as e2e_example
 from tests.e2e.flyte.conftest import RUNTIME_IMAGE, Fake, FlyteAPI
 from tether.testing.fake_provider import BASE_PATHS
 
-pytestmark = pytest.mark.usefixtures("operator")
+pytestmark = pytest.mark.usefixtures("flyte_api")
 
 
 def unique(prefix: str) -> str:
@@ -31,6 +32,7 @@ def example(stem: str, name: str, fake: Fake) -> tuple[dict[str, Any], list[dict
     """The openai example `stem` as an AgentRun `name`, its model at this e2e's fake provider."""
     run, tools = e2e_example("openai", stem, name)
     run["spec"]["model"]["baseURL"] = fake.url + BASE_PATHS[run["spec"]["model"]["provider"]]
+    run["spec"]["image"] = RUNTIME_IMAGE
     return run, tools
 
 
@@ -128,3 +130,27 @@ def test_an_approval_given_with_kubectl_resumes_the_run_as_its_next_flyte_run(fl
         assert pods and pods[-1]["status"]["phase"] == "Succeeded"
     finally:
         delete_run(name)
+
+
+def test_a_tool_with_its_own_resources_runs_as_a_child_flyte_task(flyte_api: FlyteAPI, fake: Fake) -> None:
+    name = unique("child")
+    run, tools = example("weather", name, fake)
+    (tool,) = tools
+    original = json.loads(json.dumps(tool))
+    tool["spec"]["resources"] = {"cpu": "150m", "memory": "300Mi"}  # its own: a child task of tether-tool
+    tool["spec"]["cache"] = "off"  # else the earlier weather runs' cached result answers the call
+    # An AgentTool's spec is immutable: this test's variant replaces it, and the original comes back.
+    kubectl("delete", "agenttool", tool["metadata"]["name"], "-n", NS, "--ignore-not-found")
+    apply(run, tools)
+    try:
+        final = wait_phase(name, "Succeeded", timeout=600)
+        run_name = final["execution"]["name"]
+        pods = task_pods(run_name)
+        child = [p for p in pods if p["spec"]["containers"][0]["resources"].get("requests", {}).get("cpu") == "150m"]
+        assert child, [(p["metadata"]["name"], p["spec"]["containers"][0]["resources"]) for p in pods]
+        assert child[0]["status"]["phase"] == "Succeeded" and child[0]["spec"]["nodeName"]
+        assert len(pods) >= 2  # the agent's pod and the tool's
+    finally:
+        delete_run(name)
+        kubectl("delete", "agenttool", tool["metadata"]["name"], "-n", NS)
+        kubectl("apply", "-f", "-", input=json.dumps(original))

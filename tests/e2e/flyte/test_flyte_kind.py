@@ -149,6 +149,13 @@ def test_a_tool_with_its_own_resources_runs_as_a_child_flyte_task(flyte_api: Fly
         child = [p for p in pods if p["spec"]["containers"][0]["resources"].get("requests", {}).get("cpu") == "150m"]
         assert child, [(p["metadata"]["name"], p["spec"]["containers"][0]["resources"]) for p in pods]
         assert child[0]["status"]["phase"] == "Succeeded" and child[0]["spec"]["nodeName"]
+        # The tool ran there (its pod ends Succeeded even when the call raised: read its log),
+        # and not in the agent's pod.
+        meta = child[0]["metadata"]
+        log = kubectl("logs", "-n", meta["namespace"], meta["name"])
+        assert "[tool] get_weather('Paris') running" in log and "Error" not in log, log[-3000:]
+        agent = [p["metadata"] for p in pods if p not in child]
+        assert all("[tool] get_weather(" not in kubectl("logs", "-n", m["namespace"], m["name"]) for m in agent)
         assert len(pods) >= 2  # the agent's pod and the tool's
     finally:
         delete_run(name)

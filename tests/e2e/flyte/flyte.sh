@@ -4,12 +4,13 @@
 # execute in the task pods the backend makes.
 #
 #   flyte-build    tether-flyte/backend (the cached scripts/flyte-backend.sh binary on the e2e
-#                  Python base) and tether-flyte/postgres (Debian's postgresql, debootstrap rootfs);
-#                  the tether-e2e/* images must exist (run.sh build)
+#                  Python base), tether-flyte/postgres (Debian's postgresql, debootstrap rootfs),
+#                  and this checkout's operator, runtime and fake provider over run.sh build's
+#                  tether-e2e/* images (which must exist); flyte-install runs it (warm: seconds)
 #   flyte-up       the cluster (control plane + one worker; run.sh's cmd_up and pod network)
 #   flyte-install  load the images, S3 + fake provider, the backend, `helm install` (flyte mode)
 #   flyte-test     tests/e2e/flyte (pytest args pass through)
-#   flyte-down     delete the cluster;  flyte: all of the above but down
+#   flyte-down     delete the cluster;  flyte: up, install, test
 FLYTE_E2E_IMAGES=(tether-e2e/operator:e2e tether-e2e/s3:e2e tether-e2e/examples-openai:e2e)  # run.sh build's
 # the fake provider: its own small image FROM the operator's (see images/fake-provider.Dockerfile)
 export FAKE_PROVIDER_IMAGE=tether-flyte/fake-provider:e2e
@@ -43,18 +44,23 @@ flyte_build() {
   postgres="tether-flyte/postgres:$(basename "$pg" .tar)-trim"
   log "build $postgres"
   nice -n 10 docker build -q -t "$postgres" --build-arg "BASE=$pgbase" -f "$HERE/flyte/images/postgres.Dockerfile" "$HERE/flyte/images" >/dev/null
-  log "build $FLYTE_OPERATOR_IMAGE (this checkout's operator)"
-  tar -c -C "$REPO" --exclude=__pycache__ runtime/src/tether operator/src/tether_operator tests/e2e/flyte/images/operator.Dockerfile |
-    nice -n 10 docker build -q -t "$FLYTE_OPERATOR_IMAGE" --build-arg BASE=tether-e2e/operator:e2e \
-      -f tests/e2e/flyte/images/operator.Dockerfile - >/dev/null
-  log "build $FLYTE_RUNTIME_IMAGE (this checkout's runtime)"
-  tar -c -C "$REPO" --exclude=__pycache__ runtime/src/tether tests/e2e/flyte/images/examples.Dockerfile |
-    nice -n 10 docker build -q -t "$FLYTE_RUNTIME_IMAGE" --build-arg BASE=tether-e2e/examples-openai:e2e \
-      -f tests/e2e/flyte/images/examples.Dockerfile - >/dev/null
-  log "build tether-flyte/fake-provider:e2e"
-  tar -c -C "$REPO/testing/src/tether/testing" --exclude=__pycache__ . -C "$HERE/flyte/images" fake-provider.Dockerfile |
-    nice -n 10 docker build -q -t "$FAKE_PROVIDER_IMAGE" --build-arg BASE=tether-e2e/operator:e2e -f fake-provider.Dockerfile - >/dev/null
+  # This checkout's operator, runtime and fake provider over run.sh build's images.
+  derived "$FLYTE_OPERATOR_IMAGE" tether-e2e/operator:e2e operator.Dockerfile runtime/src/tether operator/src/tether_operator
+  derived "$FLYTE_RUNTIME_IMAGE" tether-e2e/examples-openai:e2e examples.Dockerfile runtime/src/tether
+  derived "$FAKE_PROVIDER_IMAGE" tether-e2e/operator:e2e fake-provider.Dockerfile testing/src/tether/testing
   printf 'BACKEND_IMAGE=%s\nPOSTGRES_IMAGE=%s\nBACKEND_SRC=%s\n' "$backend" "$postgres" "$(dirname "$fbin")/src/flyte" >"$FLYTE_IMAGES_ENV"
+}
+
+# derived TAG BASE DOCKERFILE PATH...: an image FROM BASE with these repository paths (the
+# Dockerfile in flyte/images), rebuilt only when BASE or the sources changed (a label holds their
+# digest): an unchanged image keeps its id, so stream_images does not load it again.
+derived() {
+  local tag="$1" base="$2" file="tests/e2e/flyte/images/$3" key; shift 3
+  src() { tar -c -C "$REPO" --exclude=__pycache__ --sort=name --mtime=@0 --owner=0 --group=0 "$file" "$@"; }
+  key="$({ docker image inspect -f '{{.Id}}' "$base"; src "$@" | sha256sum; } | sha256sum | cut -c1-16)"
+  [[ "$(docker image inspect -f '{{index .Config.Labels "tether.e2e.key"}}' "$tag" 2>/dev/null)" == "$key" ]] && return
+  log "build $tag"
+  src "$@" | nice -n 10 docker build -q -t "$tag" --label "tether.e2e.key=$key" --build-arg "BASE=$base" -f "$file" - >/dev/null
 }
 
 flyte_env() { sed -n "s/^$1=//p" "$FLYTE_IMAGES_ENV"; }

@@ -25,7 +25,7 @@ FRAMEWORKS = os.environ.get("TETHER_E2E_FRAMEWORKS", "").split() or sorted(
 )
 
 
-CLUSTER = "tether-e2e"
+CLUSTER = os.environ.get("TETHER_E2E_CLUSTER", "tether-e2e")  # run.sh picks it
 PRELOADED = "openai"  # run.sh install loads its image onto both workers: the chart's runtime image
 
 

@@ -9,14 +9,23 @@
 # Needs root for apt/dockerd where Docker is missing (it installs Debian's docker.io and starts
 # dockerd itself), Go (binaries are built from Go modules) and debootstrap (base images).
 # Env: TETHER_E2E_FRAMEWORKS="openai langgraph" (default: every envs/<id>.txt but core),
-#      TETHER_CACHE (default ~/.cache/tether; e2e caches under $TETHER_CACHE/e2e).
+#      TETHER_CACHE (default ~/.cache/tether; e2e caches under $TETHER_CACHE/e2e),
+#      TETHER_E2E_CLUSTER / TETHER_E2E_KIND_CONFIG / TETHER_E2E_KUBECONFIG: another cluster
+#      (the flyte-* commands set them: their own cluster `tether-flyte`, see flyte/flyte.sh).
+#
+#   tests/e2e/run.sh flyte-up|flyte-install|flyte-test|flyte-down|flyte   the Flyte 2 backend e2e
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 source "$HERE/build/versions.sh"
-CLUSTER=tether-e2e
 CACHE="${TETHER_CACHE:-$HOME/.cache/tether}/e2e"
-export KUBECONFIG="$CACHE/kubeconfig"
+if [[ "${1:-}" == flyte* ]]; then  # the Flyte e2e: its own cluster and kubeconfig
+  TETHER_E2E_CLUSTER=tether-flyte TETHER_E2E_KIND_CONFIG="$HERE/flyte/kind-config.yaml"
+  TETHER_E2E_KUBECONFIG="$CACHE/kubeconfig-flyte"
+fi
+CLUSTER="${TETHER_E2E_CLUSTER:-tether-e2e}"
+KIND_CONFIG="${TETHER_E2E_KIND_CONFIG:-$HERE/kind-config.yaml}"
+export KUBECONFIG="${TETHER_E2E_KUBECONFIG:-$CACHE/kubeconfig}"
 NS=tether-e2e INFRA=tether-e2e-infra RELEASE=tether
 log() { echo "[e2e] $(date +%T) $*" >&2; }
 mkdir -p "$CACHE"
@@ -34,16 +43,17 @@ node_image() { sed -n 's/^NODE_IMAGE=//p' "$CACHE/node-image.env"; }
 cmd_up() {
   bins; "$HERE/build/dockerd.sh" "$BIN"
   if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    sed -e "s/@ETCD_TAG@/$ETCD_TAG/" -e "s/@COREDNS_VERSION@/$COREDNS_VERSION/" "$HERE/kind-config.yaml" >"$CACHE/kind-config.yaml"
-    log "kind create cluster ($(node_image))"
-    kind create cluster --name "$CLUSTER" --image "$(node_image)" --config "$CACHE/kind-config.yaml" --retain
+    local config="$CACHE/kind-config-$CLUSTER.yaml"
+    sed -e "s/@ETCD_TAG@/$ETCD_TAG/" -e "s/@COREDNS_VERSION@/$COREDNS_VERSION/" "$KIND_CONFIG" >"$config"
+    log "kind create cluster $CLUSTER ($(node_image))"
+    kind create cluster --name "$CLUSTER" --image "$(node_image)" --config "$config" --retain
   fi
   kind export kubeconfig --name "$CLUSTER" >/dev/null 2>&1
   network
   # The "A100" worker advertises 8 GPUs: an extended resource in the node status is all the
   # scheduler needs (no device plugin, no GPU).
   local gpu; gpu="$(kubectl get nodes -l cloud.google.com/gke-accelerator=nvidia-tesla-a100 -o name)"
-  kubectl patch "$gpu" --subresource=status --type=json \
+  [[ -z "$gpu" ]] || kubectl patch "$gpu" --subresource=status --type=json \
     -p '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"8"}]' >/dev/null
   kubectl wait --for=condition=Ready nodes --all --timeout=180s
   kubectl -n kube-system rollout status deploy/coredns --timeout=180s
@@ -54,7 +64,7 @@ cmd_up() {
 # kind Docker network (all nodes share one L2 segment).
 network() {
   local nodes n cidr ip other ocidr oip deadline=$((SECONDS + 120))
-  until (( $(kubectl get nodes -o jsonpath='{.items[*].spec.podCIDR}' | wc -w) == 3 )); do
+  until (( $(kubectl get nodes -o jsonpath='{.items[*].spec.podCIDR}' | wc -w) == $(kubectl get nodes -o name | wc -l) )); do
     (( SECONDS < deadline )) || { log "nodes without a podCIDR after 120s"; return 1; }
     sleep 1
   done
@@ -79,22 +89,35 @@ cmd_install() {
   # other frameworks' images are loaded onto the CPU worker one at a time by the tests
   # (cluster.framework_image): ten ~1.3 GB images unpacked on every node would not fit on disk.
   images+=("tether-e2e/examples-openai:e2e")
+  load_images "${images[@]}"
+  infra tether-e2e
+  helm_install --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e
+}
+
+load_images() {
   # onto the workers only (the control plane runs no Tether pod); one archive, shared layers once
   local workers; workers="$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[*].metadata.name}')"
-  log "kind load ${images[*]} (nodes: $workers)"
-  kind load docker-image --name "$CLUSTER" --nodes "${workers// /,}" "${images[@]}" >/dev/null
-  kubectl apply -f "$HERE/manifests/infra.yaml" >/dev/null
+  log "kind load $* (nodes: $workers)"
+  kind load docker-image --name "$CLUSTER" --nodes "${workers// /,}" "$@" >/dev/null
+}
+
+infra() {  # S3 (with these buckets) and the fake provider, in $INFRA
+  sed "s|image: tether-e2e/fake-provider:e2e|image: ${FAKE_PROVIDER_IMAGE:-tether-e2e/fake-provider:e2e}|" "$HERE/manifests/infra.yaml" |
+    kubectl apply -f - >/dev/null
   python3 "$HERE/fake_script.py" "$REPO/examples" | kubectl -n "$INFRA" create configmap fake-provider-script \
     --from-file=script.yaml=/dev/stdin --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$INFRA" rollout restart deploy/fake-provider >/dev/null
   kubectl -n "$INFRA" rollout status deploy/s3 --timeout=180s
   kubectl -n "$INFRA" rollout status deploy/fake-provider --timeout=180s
   kubectl -n "$INFRA" exec deploy/s3 -- python -c '
-import boto3
+import sys, boto3
 s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:5000", region_name="us-east-1",
                   aws_access_key_id="e2e", aws_secret_access_key="e2e")
-if "tether-e2e" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-    s3.create_bucket(Bucket="tether-e2e")'
+for bucket in set(sys.argv[1:]) - {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+    s3.create_bucket(Bucket=bucket)' "$@"
+}
+
+helm_install() {  # the chart with values.yaml, the e2e images and these extra helm args
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   local s
   for s in "$NS/tether-store" "$NS/tether-operator-store"; do
@@ -103,9 +126,7 @@ if "tether-e2e" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
   done
   log "helm install $RELEASE charts/tether"
   helm upgrade --install "$RELEASE" "$REPO/charts/tether" -n "$NS" -f "$HERE/values.yaml" \
-    --set image.repository=tether-e2e/operator --set image.tag=e2e \
-    --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e \
-    --wait --timeout 300s
+    --set image.repository=tether-e2e/operator --set image.tag=e2e "$@" --wait --timeout 300s
   kubectl -n "$NS" rollout status "deploy/$RELEASE" --timeout=180s
 }
 
@@ -152,5 +173,16 @@ case "${1:-all}" in
   status) cmd_status ;;
   ready) cmd_ready ;;
   all) shift || true; cmd_build; cmd_up; cmd_install; cmd_test "$@" ;;
-  *) echo "usage: $0 [all|build|up|install|test|down|status] [pytest args]" >&2; exit 2 ;;
+  flyte*) source "$HERE/flyte/flyte.sh"
+    case "$1" in
+      flyte-build) flyte_build ;;
+      flyte-up) cmd_up ;;
+      flyte-install) flyte_install ;;
+      flyte-test) shift; flyte_test "$@" ;;
+      flyte-down) cmd_down ;;
+      flyte-status) cmd_status ;;
+      flyte) shift; cmd_up; flyte_install; flyte_test "$@" ;;
+      *) echo "usage: $0 flyte[-build|-up|-install|-test|-down|-status] [pytest args]" >&2; exit 2 ;;
+    esac ;;
+  *) echo "usage: $0 [all|build|up|install|test|down|status|flyte-*] [pytest args]" >&2; exit 2 ;;
 esac

@@ -117,6 +117,7 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     sub.env = {"TETHER_PROGRESS": "1"}
     sub.secret_files = [SecretFile("openai", "apiKey", "model/apiKey"), SecretFile("crm", "token", "tools/lookup/CRM_TOKEN")]
     ex = executor(backend)
+    ex.tool_modules = ("shop.tools", "crm")  # the chart's tools.allowedModules
     run(ex.submit(sub))
     action = wait_for(of_run(backend, sub.name), timeout=60, what="the TaskAction CR")[0]
     stored = json.dumps(action["spec"])
@@ -134,6 +135,7 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     container = template["container"]
     env = {e["key"]: e["value"] for e in container.get("env", [])}
     assert env["TETHER_PROGRESS"] == "1" and env["TETHER_FLYTE_REMOTE"] == "1"
+    assert env["TETHER_TOOL_MODULES"] == "shop.tools,crm"  # the runtime in the pod enforces it
     assert json.loads(env["TETHER_SECRETS_FROM_ENV"]) == {"model/apiKey": "TETHER_SECRET_0", "tools/lookup/CRM_TOKEN": "TETHER_SECRET_1"}
     requests = {r["name"]: r["value"] for r in container["resources"]["requests"]}
     assert requests == {"CPU": "2", "MEMORY": "3Gi", "GPU": "1"}

@@ -57,6 +57,7 @@ def make_executor(settings: Settings) -> Executor:
             domain=ex.flyte.domain,
             insecure=ex.flyte.insecure,
             service_account=ex.flyte.service_account,
+            tool_modules=settings.tool_modules,
         )
     if ex.kind == "local":
         return LocalExecutor(

@@ -31,7 +31,7 @@ from .contract import EXIT_TERMINAL as EXIT_TERMINAL
 from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
-from .tools import allowed_tool_modules, implementation_refusal
+from .tools import TOOL_MODULES_ENV, allowed_tool_modules, implementation_refusal
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 tool_env = flyte.TaskEnvironment(name="tether-tool")
@@ -90,11 +90,16 @@ class ChildToolTask:
             overrides["resources"] = flyte.Resources(**self.ref["resources"])
         if self.ref.get("cache"):  # cache: auto -> Flyte's cache, keyed by the tool's version
             overrides["cache"] = flyte.Cache(behavior="override", version_override=self.ref["cache"])
+        env: dict[str, str] = {}
+        if os.environ.get(TOOL_MODULES_ENV):  # the child enforces the allowlist its parent was given
+            env[TOOL_MODULES_ENV] = os.environ[TOOL_MODULES_ENV]
         if self.ref.get("secrets"):  # the tool's own Secret references, injected into its task only
             from .secrets import SECRETS_FROM_ENV
 
             overrides["secrets"] = [flyte.Secret(key=key, group=group, as_env_var=var) for group, key, _, var in self.ref["secrets"]]
-            overrides["env_vars"] = {SECRETS_FROM_ENV: json.dumps({path: var for _, _, path, var in self.ref["secrets"]})}
+            env[SECRETS_FROM_ENV] = json.dumps({path: var for _, _, path, var in self.ref["secrets"]})
+        if env:
+            overrides["env_vars"] = env
         if overrides:
             task = await task.override.aio(**overrides)
         out = await task(implementation=self.implementation, tool=self.name, arguments=json.dumps(kwargs, sort_keys=True, default=str))

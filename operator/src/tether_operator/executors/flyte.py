@@ -130,6 +130,7 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         version: str | None = None,
         service_account: str = "",
         poll_seconds: float = 2.0,
+        tool_modules: tuple[str, ...] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.runtime_image = runtime_image
@@ -139,6 +140,7 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         self.version = version or importlib.metadata.version("tether")
         self.service_account = service_account
         self.poll_seconds = poll_seconds
+        self.tool_modules = tool_modules  # the chart's tools.allowedModules (None: the image's own)
         self._runs: dict[str, _Execution] = {}
         self._deployed: dict[tuple[str, str], Any] = {}  # (task, image) -> remote TaskDetails
         self._ready = False
@@ -233,9 +235,12 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
 
         from tether.entrypoint import FLYTE_REMOTE_ENV, TOOL_TASKS_ENV
         from tether.secrets import SECRETS_FROM_ENV
+        from tether.tools import TOOL_MODULES_ENV
 
         spec = sub.request.spec
         env = {**sub.env, FLYTE_REMOTE_ENV: "1"}
+        if self.tool_modules is not None:  # as the Kubernetes executor's pods: the runtime enforces it
+            env[TOOL_MODULES_ENV] = ",".join(self.tool_modules)
         if tool_tasks:
             env[TOOL_TASKS_ENV] = json.dumps(tool_tasks, sort_keys=True)
         secrets = []

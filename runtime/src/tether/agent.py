@@ -410,7 +410,9 @@ async def run_agent(
     the_store = await asyncio.to_thread(open_store, store) if store is not None else await asyncio.to_thread(default_store)
     scope = run_id or default_scope()
     run = (
-        await asyncio.to_thread(Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost)
+        await asyncio.to_thread(
+            Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost, overlap_writes=True
+        )
         if durable
         else None
     )
@@ -434,6 +436,8 @@ async def run_agent(
             else:
                 the_agent = adapter.load(agent) if isinstance(agent, str) else agent
             result.output = await adapter.run(the_agent, prompt, session)
+            if run is not None:  # the last answers' records (written while the framework went on) are durable first
+                await run.seam.recorded()
         result.status = "succeeded"
         if memory is not None and run is not None:
             await asyncio.to_thread(memory.commit, session.new_items, writer=scope)

@@ -156,8 +156,9 @@ def _continues(tail: dict[str, Any], pack: dict[str, Any] | None) -> bool:
     own = pack.get("id")
     if base == own or base == pack.get("from"):
         return True
-    pair = isinstance(base, list) and isinstance(own, list) and len(base) == len(own) == 2
-    return pair and base[0] == own[0] and base[1] <= own[1]
+    if not (isinstance(base, list) and isinstance(own, list) and len(base) == len(own) == 2):
+        return False
+    return bool(base[0] == own[0] and base[1] <= own[1])
 
 
 class Journal:

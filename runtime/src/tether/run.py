@@ -68,6 +68,7 @@ class Run:
         prices: PriceTable | None = None,
         max_cost_usd: float | None = None,
         unknown_cost: str = "stop",
+        overlap_writes: bool = False,
     ) -> None:
         #: The attempt starts here: replay time counts the store and journal load too.
         self.started_at = time.time()
@@ -102,7 +103,9 @@ class Run:
         self._proxy_tokens: list[str] = []
         from .wire.seam import WireSeam  # the seam reports back here
 
-        self.seam = WireSeam(self)
+        #: ``overlap_writes``: live answers are handed back while their records are written; what
+        #: follows from them waits until they are durable (see tether.wire.seam).
+        self.seam = WireSeam(self, overlap=overlap_writes)
 
     @property
     def attempt(self) -> int:

@@ -204,10 +204,11 @@ class WireSeam:
             await asyncio.wait(waits)
         self._check_written()
 
-    async def written(self) -> None:
-        """Wait until the answers already handed back are durable (not the streams still being
-        read: a parallel turn's answer does not wait for its sibling); raise if a write failed."""
-        waits = self._waits(self._commits)
+    async def written(self, but: asyncio.Task[None] | None = None) -> None:
+        """Wait until the answers already handed back (``but`` this one's) are durable, not the
+        streams still being read (a parallel turn's answer does not wait for its sibling); raise
+        if a write failed."""
+        waits = self._waits(self._commits - {but} if but is not None else self._commits)
         if waits:
             await asyncio.wait(waits)
         self._check_written()
@@ -432,8 +433,8 @@ class WireSeam:
             # A task of its own: a caller that gave up (a proxy client that disconnected) after
             # the answer arrived does not cut the record in two (written, but never counted).
             if self.overlap:
-                await self.written()  # the answers before this one are durable first
-                self._committing(commit(body))
+                own = self._committing(commit(body))
+                await self.written(but=own)  # the answers handed back before this one are durable first
             else:
                 await asyncio.shield(asyncio.ensure_future(commit(body)))
             return WireResponse(status, headers, _once(body))
@@ -459,12 +460,13 @@ class WireSeam:
                         queue.put_nowait(held)
                     held = chunk
                 body = b"".join(chunks)
-                await (self.written() if self.overlap else commit(body))
+                own = self._committing(commit(body)) if self.overlap else None
+                await (self.written(but=own) if own is not None else commit(body))
                 if held is not None:
                     queue.put_nowait(held)
                 queue.put_nowait(_END)
-                if self.overlap:
-                    await self._committing(commit(body))
+                if own is not None:
+                    await own
             except httpx.TransportError as e:
                 broke = RecoverableStepError(f"upstream stream broke: {type(e).__name__}")
                 broke.__cause__ = e

@@ -1,5 +1,6 @@
 """A journal writer SIGKILLed at random points: the next load sees every step the killed attempt
-acknowledged, reads no corrupt copy, and needs no listing (the pack and the tail are at known keys).
+acknowledged and every record it left in the store (a step whose loose record exists must never
+run again), reads no corrupt copy, and needs no listing (the pack and the tail are at known keys).
 
 The writer is a real process appending from four threads at once (parallel steps share tail
 writes; background packs run meanwhile); it prints a step's name only after ``append`` returned.
@@ -73,11 +74,13 @@ def kill_after(store_url: str, scope: str, acked: int) -> set[str]:
 def check_load(store: Any, scope: str, acked: set[str], lists: list[int]) -> None:
     lists.clear()
     journal = Journal(store, scope).load()
+    assert lists == [], "the load after a kill listed the journal"
     loaded = {fp for (_, fp, _) in journal.records}
     assert acked <= loaded, f"acknowledged steps lost: {sorted(acked - loaded)[:5]}"
+    left = {key.rsplit("/", 1)[1].rsplit("-", 1)[0] for key in store.list(f"journal/{scope}/tool/")}
+    assert left <= loaded, f"records in the store the load did not see: {sorted(left - loaded)[:5]}"
     assert journal.counters.corrupt == 0
     assert journal.attempt == 2
-    assert lists == [], "the load after a kill listed the journal"
     for record in journal.records.values():
         assert record.body == b'"' + b"x" * 1500 + b'"'
 

@@ -55,7 +55,8 @@ QUESTION = "what is the weather in Paris?"
 
 
 class GatedStore(LocalStore):
-    """The real local store; writes of model records wait until ``gate`` is set (or fail)."""
+    """The real local store; journal writes (records, tail, pack; not the attempt claim) wait
+    until ``gate`` is set, then fail if ``fail``."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
@@ -63,15 +64,26 @@ class GatedStore(LocalStore):
         self.fail = False
         self.written_at: list[float] = []
 
+    def _gated(self, key: str) -> bool:
+        if not key.startswith("journal/") or "/attempts/" in key:
+            return False
+        assert self.gate.wait(30)
+        if self.fail:
+            raise StoreUnavailable("injected: the store is down")
+        return True
+
     def create(self, key: str, data: bytes) -> bool:
-        if "/model/" in key:
-            assert self.gate.wait(30)
-            if self.fail:
-                raise StoreUnavailable("injected: the store is down")
-            created = super().create(key, data)
+        gated = self._gated(key)
+        created = super().create(key, data)
+        if gated:
             self.written_at.append(time.monotonic())
-            return created
-        return super().create(key, data)
+        return created
+
+    def put(self, key: str, data: bytes) -> None:
+        gated = self._gated(key)
+        super().put(key, data)
+        if gated:
+            self.written_at.append(time.monotonic())
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,14 @@ and two objects at fixed keys hold copies, so a load reads known keys and never 
 
 - the *pack*, every record: rewritten in the background every ``PACK_EVERY`` new records and at
   the end of the attempt (never on a step's path);
-- the *tail*, the records the pack lacks: rewritten with every step, concurrently with its loose
-  record. A step counts as written only when both are durable, so pack + tail hold every step
-  written, whenever the writer was killed. Tail writes are one at a time and carry every record
-  so far (a group commit: parallel steps share a write). The tail names the pack it continues
-  (``base``); packs carry their own id and the id of the pack their attempt loaded.
+- the *tail*, the records the pack lacks: rewritten with every step, before its loose record. A
+  step counts as written once both are durable (with ``loose_later``, as ``run_agent``'s runs
+  use: once the tail is; the loose record follows in the background and ``close`` waits for it),
+  and a loose record exists only once a tail holds it, so pack + tail hold every step written and
+  every loose record, whenever the writer was killed; a load writes the loose records of steps it
+  found in the tail only. Tail writes are one at a time and carry every record so far (a group
+  commit: parallel steps share a write). The tail names the pack it continues (``base``); packs
+  carry their own id and the id of the pack their attempt loaded.
 
 A load is one round trip for the pack and tail (read in parallel) plus the claim of the next
 attempt number, sent as soon as the small tail arrives (it names the latest attempt that wrote),
@@ -196,7 +199,11 @@ class Journal:
         self._tail_durable = 0
         self._tail_busy = False
         self._tail_changed = threading.Condition(self._lock)
-        self._writer: ThreadPoolExecutor | None = None
+        self._repairer: threading.Thread | None = None
+        #: Count a step once its tail is durable and write its loose record in the background
+        #: (the tail is what a load reads; ``close`` waits for these writes).
+        self.loose_later = False
+        self._loose_writer: ThreadPoolExecutor | None = None
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -217,8 +224,7 @@ class Journal:
             if pack is not None and pack_whole:
                 self._pack_id = self._loaded_pack = pack.get("id")
                 self._pack_count = len(self._entries)
-            for entry in tail_entries:
-                self._add_entry(entry)
+            tail_only = [entry for entry in tail_entries if self._add_entry(entry)]
             if claim is not None and latest is not None and claim.result():
                 self.attempt = latest + 1
         complete = tail_whole and _continues(tail or {}, pack if pack_whole else None)
@@ -227,7 +233,36 @@ class Journal:
             self._load_listing()
         if len(self._entries) - self._pack_count >= PACK_EVERY:
             self._pack_soon()
+        if tail_only:
+            self._repairer = threading.Thread(target=self._write_loose, args=(tail_only,), name="tether-journal-loose", daemon=True)
+            self._repairer.start()
         return self
+
+    def _write_loose(self, entries: list[bytes]) -> None:
+        """Write the loose records of steps found in the tail only (their writer was killed between
+        the tail and the loose record), so every step ends up with its loose record. Exclusive
+        creates: a record that exists is left as it is. In the background; failures change nothing
+        (the copies hold the steps; the next attempt tries again)."""
+
+        def create(data: bytes) -> None:
+            record = Record.decode(data)
+            if record is not None:
+                self._write_one_loose(self._object_key(record.key), data, False)
+
+        with ThreadPoolExecutor(min(8, len(entries)), thread_name_prefix="tether-journal-loose") as pool:
+            list(pool.map(create, entries))
+
+    def _write_one_loose(self, name: str, data: bytes, overwrite: bool, *, quiet: bool = True) -> None:
+        """A loose record: exclusive create (a record that exists stays), or an overwrite of a
+        corrupt one. ``quiet``: a failure changes nothing (the copies hold the step)."""
+        try:
+            if overwrite:
+                self.store.put(name, data)
+            else:
+                self.store.create(name, data)
+        except StoreError:
+            if not quiet:
+                raise
 
     def _load_listing(self) -> None:
         """The slow path: list the journal, read the loose records the copies lacked beside the
@@ -271,11 +306,14 @@ class Journal:
             self._index(record, data)
         return True
 
-    def _add_entry(self, data: bytes) -> None:
-        """A copy from a pack or tail (a corrupt one is skipped: the listing reads it loose)."""
+    def _add_entry(self, data: bytes) -> bool:
+        """A copy from a pack or tail (a corrupt one is skipped: the listing reads it loose);
+        whether it was new."""
         record = Record.decode(data)
-        if record is not None and record.key not in self.records:
-            self._index(record, data)
+        if record is None or record.key in self.records:
+            return False
+        self._index(record, data)
+        return True
 
     def _index(self, record: Record, data: bytes) -> None:
         self.records[record.key] = record
@@ -350,20 +388,18 @@ class Journal:
                         self._tail_durable = max(self._tail_durable, upto)
                     self._tail_changed.notify_all()
 
-    def _writer_pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(8, thread_name_prefix="tether-journal-tail")
-            return self._writer
-
     def close(self, timeout: float = 30.0) -> None:
         """End of the attempt: list the journal, read what other processes recorded meanwhile,
         and write the pack as closed by this attempt with an empty tail continuing it, so the
         next one loads without a listing and claims the next number at once. Never raises: the
         copies are only copies (the next load then lists)."""
-        packer = self._packer
-        if packer is not None:
-            packer.join(timeout)
+        with self._lock:
+            loose, self._loose_writer = self._loose_writer, None
+        if loose is not None:
+            loose.shutdown(wait=True)
+        for thread in (self._repairer, self._packer):
+            if thread is not None:
+                thread.join(timeout)
         try:
             keys = self.store.list(self.prefix)
             unknown = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
@@ -373,16 +409,12 @@ class Journal:
             with self._lock:
                 entries = list(self._entries) + list(self._in_flight.values())
             # Both at once: a tail whose pack failed continues a pack no reader finds, so it lists.
-            pack = self._writer_pool().submit(self.store.put, self.pack_key, self._pack_blob(pack_id, entries, closed=True))
-            self.store.put(self.tail_key, _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, []))
-            pack.result()
+            with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-close") as pool:
+                pack = pool.submit(self.store.put, self.pack_key, self._pack_blob(pack_id, entries, closed=True))
+                self.store.put(self.tail_key, _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, []))
+                pack.result()
         except StoreError:
             pass
-        finally:
-            with self._lock:
-                writer, self._writer = self._writer, None
-            if writer is not None:
-                writer.shutdown(wait=True)  # no idle thread outlives the attempt
 
     def _object_key(self, key: StepKey) -> str:
         kind, fp, occ = key
@@ -462,10 +494,12 @@ class Journal:
 
     def append(self, record: Record, *, replayed: bool = False) -> None:
         """Durably write a completed step and count it (``replayed`` for a result reused from
-        elsewhere, e.g. the cross-run tool cache). The loose record and the tail holding it are
-        written at once; the step counts once both are durable. Raises ``StoreError`` (e.g.
-        ``StoreUnavailable``) if the store is down: the step then counts as not done and the next
-        attempt runs it again (a tail already holding it only hands that attempt a complete answer)."""
+        elsewhere, e.g. the cross-run tool cache). The tail holding it is written first, then the
+        loose record, so a loose record that exists is always in the copies a load reads (a kill
+        between the two leaves the step in the tail: the next attempt replays it). Raises
+        ``StoreError`` (e.g. ``StoreUnavailable``) if the store is down: the step then counts as
+        not done and the next attempt runs it again (a tail already holding it only hands that
+        attempt a complete answer)."""
         record.attempt = self.attempt
         name = self._object_key(record.key)
         data = record.encode()
@@ -473,18 +507,17 @@ class Journal:
             self._tail_version += 1
             version = self._tail_version
             self._in_flight[version] = data
-        tail = self._writer_pool().submit(self._tail_through, version)
         try:
-            try:
-                if record.key in self._corrupt_keys:
-                    self.store.put(name, data)  # a checksum failure is overwritten, never trusted
-                    self._corrupt_keys.discard(record.key)
-                else:
-                    self.store.create(name, data)
-            finally:
-                tail_failed = tail.exception()  # waits for it either way
-            if tail_failed is not None:
-                raise tail_failed
+            self._tail_through(version)
+            overwrite = record.key in self._corrupt_keys  # a checksum failure is overwritten, never trusted
+            if self.loose_later:
+                with self._lock:
+                    if self._loose_writer is None:
+                        self._loose_writer = ThreadPoolExecutor(4, thread_name_prefix="tether-journal-loose")
+                    self._loose_writer.submit(self._write_one_loose, name, data, overwrite)
+            else:
+                self._write_one_loose(name, data, overwrite, quiet=False)
+            self._corrupt_keys.discard(record.key)
         finally:
             with self._lock:
                 self._in_flight.pop(version, None)

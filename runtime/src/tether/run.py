@@ -86,6 +86,7 @@ class Run:
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()
         self.journal = Journal(self.store, scope).load()
+        self.journal.loose_later = overlap_writes  # the tail is what counts; see tether.journal
         self.accounting = Accounting()
         self.events: list[StepEvent] = []
         self._events_lock = threading.Lock()

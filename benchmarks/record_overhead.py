@@ -1,14 +1,18 @@
 """Recording overhead of a live model turn: through Tether vs straight to the provider.
 
-    python benchmarks/record_overhead.py [--calls 40] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
+    python benchmarks/record_overhead.py [--calls 40] [--turns 8] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
 
 The same ``openai`` SDK call (``chat.completions.create``, and the streamed variant) is made
-against the fake provider with 50 ms latency three ways: straight to it, through Tether's
-in-process transport, and through the loopback proxy. Every call through Tether is live (a new
-question each time) and is recorded — written durably to the store — before the SDK sees the
-answer. Calls are interleaved (direct, transport, proxy, direct, ...) so drift in the machine's
-load hits all three alike; medians are compared. Goal: ratio ≤ 1.02. The last line is one JSON
-object.
+against the fake provider with 50 ms latency three ways: with durability off (the SDK straight to
+the provider, no run), through Tether's in-process transport, and through the loopback proxy.
+Every call through Tether is live (a new question each time) and recorded: the answer is handed
+back while its record is written, and the next answer is handed back only once that write is
+durable (tether.wire.seam). So each way makes ``--turns`` calls back to back, like an agent's
+turns: a write that the next call does not hide shows up in that call's time. Blocks are
+interleaved (off, transport, proxy, off, ...) so drift in the machine's load hits all three alike;
+the medians per call are compared. Goal: ratio ≤ 1.02. Also printed: the wait at the end of a
+block for the last answer's write (what the end of a run waits for, once per run). The last line
+is one JSON object.
 
 Measured against two stores in one run: the local store, and S3 on loopback (a moto server this
 script starts) with ``--s3-latency`` (20 ms) added before every S3 request — a botocore
@@ -69,9 +73,9 @@ async def call(client: AsyncOpenAI, tag: str, i: int, stream: bool) -> float:
     return elapsed
 
 
-async def measure(provider: FakeProvider, store, calls: int, stream: bool) -> dict:
+async def measure(provider: FakeProvider, store, calls: int, turns: int, stream: bool) -> dict:
     upstream = provider.url + "/openai"
-    run = Run(f"overhead-{'stream' if stream else 'plain'}-{time.time_ns()}", store, upstreams={"openai": upstream})
+    run = Run(f"overhead-{'stream' if stream else 'plain'}-{time.time_ns()}", store, upstreams={"openai": upstream}, overlap_writes=True)
     clients = {
         "direct": AsyncOpenAI(base_url=upstream + "/v1", api_key="sk-bench", max_retries=0),
         "transport": AsyncOpenAI(
@@ -85,14 +89,21 @@ async def measure(provider: FakeProvider, store, calls: int, stream: bool) -> di
     for way, client in clients.items():  # warm: connections, the SDK's lazy imports
         for i in range(3):
             await call(client, f"warm-{way}", i, stream)
+    await run.seam.recorded()
     times: dict[str, list[float]] = {way: [] for way in clients}
+    end_waits: dict[str, list[float]] = {way: [] for way in clients}
     order = list(clients)
-    for i in range(calls):
+    for block in range(max(1, calls // turns)):
         order = order[1:] + order[:1]  # rotate who goes first
         for way in order:
-            times[way].append(await call(clients[way], way, i, stream))
+            for turn in range(turns):  # back to back: the next call meets the previous write
+                times[way].append(await call(clients[way], way, block * turns + turn, stream))
+            started = time.perf_counter()
+            if way != "direct":
+                await run.seam.recorded()  # the last answer's write: what a run's end waits for
+            end_waits[way].append(time.perf_counter() - started)
     live = run.counters.model_live
-    assert run.counters.model_replayed == 0 and live == 2 * (calls + 3), run.counters
+    assert run.counters.model_replayed == 0 and live == 2 * (len(times["direct"]) + 3), run.counters
     shared_proxy().unregister(run)
     for client in clients.values():  # before this event loop closes
         await client.close()
@@ -104,6 +115,7 @@ async def measure(provider: FakeProvider, store, calls: int, stream: bool) -> di
         out[f"{way}_ms"] = round(med * 1000, 3)
         out[f"{way}_ratio"] = round(med / direct, 4)
         out[f"{way}_overhead_ms"] = round((med - direct) * 1000, 3)
+        out[f"{way}_end_wait_ms"] = round(statistics.median(end_waits[way]) * 1000, 3)
     return out
 
 
@@ -137,6 +149,7 @@ def s3_with_latency(stack: ExitStack, latency: float):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=40, help="timed calls per way and variant")
+    p.add_argument("--turns", type=int, default=8, help="calls back to back per block")
     p.add_argument("--latency", type=float, default=0.05, help="fake provider latency, seconds")
     p.add_argument("--s3-latency", type=float, default=0.02, help="added before every S3 request, seconds")
     p.add_argument("--no-s3", action="store_true", help="skip the S3 store")
@@ -156,18 +169,21 @@ def main() -> int:
         for name, store in stores.items():
             figures[name] = {
                 "record_write_ms": write_probe(store),
-                "plain": asyncio.run(measure(provider, store, args.calls, False)),
-                "stream": asyncio.run(measure(provider, store, args.calls, True)),
+                "plain": asyncio.run(measure(provider, store, args.calls, args.turns, False)),
+                "stream": asyncio.run(measure(provider, store, args.calls, args.turns, True)),
             }
-    print(f"live turn with {args.latency * 1000:.0f} ms provider latency; medians of {args.calls} interleaved calls per way")
-    print(f"  {'store':<36}{'':<8}{'direct ms':>10}{'transport ms':>14}{'ratio':>8}{'proxy ms':>10}{'ratio':>8}")
+    print(
+        f"live turn with {args.latency * 1000:.0f} ms provider latency; medians of {args.calls} calls per way, {args.turns} back to back per block"
+    )
+    print(f"  {'store':<36}{'':<8}{'off ms':>10}{'transport ms':>14}{'ratio':>8}{'proxy ms':>10}{'ratio':>8}{'end wait ms':>13}")
     for name in stores:
         label = f"local{'' if args.no_fsync else ' (fsync)'}" if name == "local" else f"s3 (+{args.s3_latency * 1000:.0f} ms/request)"
         label += f", write {figures[name]['record_write_ms']:.1f} ms"
         for variant in ("plain", "stream"):
             f = figures[name][variant]
             print(
-                f"  {label:<36}{variant:<8}{f['direct_ms']:>10.2f}{f['transport_ms']:>14.2f}{f['transport_ratio']:>8.3f}{f['proxy_ms']:>10.2f}{f['proxy_ratio']:>8.3f}"
+                f"  {label:<36}{variant:<8}{f['direct_ms']:>10.2f}{f['transport_ms']:>14.2f}{f['transport_ratio']:>8.3f}"
+                f"{f['proxy_ms']:>10.2f}{f['proxy_ratio']:>8.3f}{f['transport_end_wait_ms']:>13.2f}"
             )
             label = ""
     met = {

@@ -416,7 +416,14 @@ async def run_agent(
     scope = run_id or default_scope()
     run = (
         await asyncio.to_thread(
-            Run, scope, the_store, upstreams=upstreams, max_cost_usd=max_cost_usd, unknown_cost=unknown_cost, background_load=True
+            Run,
+            scope,
+            the_store,
+            upstreams=upstreams,
+            max_cost_usd=max_cost_usd,
+            unknown_cost=unknown_cost,
+            background_load=True,
+            overlap_writes=True,
         )
         if durable
         else None
@@ -448,6 +455,8 @@ async def run_agent(
             if run is not None:
                 await run.loaded()  # loading beside the build above
             result.output = await adapter.run(the_agent, prompt, session)
+            if run is not None:  # the last answers' records (written while the framework went on) are durable first
+                await run.seam.recorded()
         result.status = "succeeded"
         if memory is not None and run is not None:
             await asyncio.to_thread(memory.commit, session.new_items, writer=scope)

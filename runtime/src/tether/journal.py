@@ -1,17 +1,30 @@
 """The journal: an append-only record of the completed steps of one run scope (DESIGN §3).
 
 A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once and
-serves replays from memory; a live step is written before its result is handed back. Records are
-immutable once written: a second writer of the same key loses quietly (``create`` is exclusive),
-except over a record that failed its checksum.
+serves replays from memory; a live step is written before it counts as done. Records are immutable
+once written: a second writer of the same key loses quietly (``create`` is exclusive), except over a
+record that failed its checksum.
 
-Loading costs two store round trips whatever the journal's length when the last attempt ended
-cleanly: the *pack* (one object at a fixed key holding a copy of every record, written at the end
-of each attempt after a listing) and the claim of the next attempt number. After a kill, the
-journal is listed and the loose records the pack lacks are read in parallel beside the claim.
-Loose records stay the source of truth: the pack is only a copy, also rewritten in the background
-every ``PACK_EVERY`` new records, so a crash between two pack writes loses nothing (the records
-after the last pack are read loose) and duplicates nothing (a record in both is one key).
+Every record is a loose object at its step key (the source of truth, ``<kind>/<fp>-<occ>.rec``),
+and two objects at fixed keys hold copies, so a load reads known keys and never lists:
+
+- the *pack*, every record: rewritten in the background every ``PACK_EVERY`` new records and at
+  the end of the attempt (never on a step's path);
+- the *tail*, the records the pack lacks: rewritten with every step, before its loose record. A
+  step counts as written once both are durable (with ``loose_later``, as ``run_agent``'s runs
+  use: once the tail is; the loose record follows in the background and ``close`` waits for it),
+  and a loose record exists only once a tail holds it, so pack + tail hold every step written and
+  every loose record, whenever the writer was killed; a load writes the loose records of steps it
+  found in the tail only. Tail writes are one at a time and carry every record so far (a group
+  commit: parallel steps share a write). The tail names the pack it continues (``base``); packs
+  carry their own id and the id of the pack their attempt loaded.
+
+A load is one round trip for the pack and tail (read in parallel) plus the claim of the next
+attempt number, sent as soon as the small tail arrives (it names the latest attempt that wrote),
+overlapping the pack's transfer and decoding. Anything unexpected — a torn or corrupt pack or tail,
+a tail that continues a pack other than the one read, a claim that fails (an attempt started since
+that never wrote a tail, or a rival process) — falls back to listing the journal and reading the
+loose records the copies lack. Copies are only copies: a record in several counts once.
 
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.
@@ -24,7 +37,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from .canonical import sha256_hex
 from .errors import StoreError
@@ -37,7 +50,8 @@ StepKey = tuple[str, str, int]
 _SUM_LEN = 64
 #: Records not yet in the pack that make the journal write a fresh pack (in the background).
 PACK_EVERY = 8
-PACK_MAGIC = b"tether-pack 1 "
+PACK_MAGIC = b"tether-pack 2 "
+TAIL_MAGIC = b"tether-tail 1 "
 
 
 @dataclass
@@ -102,17 +116,52 @@ class Counters:
         setattr(self, attr, getattr(self, attr) + 1)
 
 
-def _split_pack(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """A pack's header (``closed_by``: the attempt whose end wrote it; ``records``; ``sha256`` of
-    the entries) and its entries; an unreadable header is empty (the pack is then not trusted)."""
-    if not data.startswith(PACK_MAGIC):
-        return {}, b""
-    head, _, entries = data.partition(b"\n")
+#: A pack's or tail's id: ``[attempt, n]``, the n-th pack that attempt wrote.
+PackId = list[int]
+
+
+def _blob(magic: bytes, header: dict[str, Any], entries: list[bytes]) -> bytes:
+    body = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
+    header = {**header, "records": len(entries), "sha256": sha256_hex(body)}
+    return magic + json.dumps(header, sort_keys=True).encode() + b"\n" + body
+
+
+def _split_blob(data: bytes | None, magic: bytes) -> tuple[dict[str, Any] | None, list[bytes], bool]:
+    """A pack's or tail's header (``None`` if absent or unreadable), its entries, and whether it is
+    whole (its checksum and count match: not torn, not corrupt)."""
+    if not data or not data.startswith(magic):
+        return None, [], False
+    head, _, body = data.partition(b"\n")
     try:
-        header = json.loads(head[len(PACK_MAGIC) :])
+        header = json.loads(head[len(magic) :])
     except ValueError:
-        return {}, entries
-    return (header if isinstance(header, dict) else {}), entries
+        return None, [], False
+    if not isinstance(header, dict):
+        return None, [], False
+    entries, i = [], 0
+    while i + 8 <= len(body):
+        size = int.from_bytes(body[i : i + 8], "big")
+        entries.append(body[i + 8 : i + 8 + size])
+        i += 8 + size
+    whole = i == len(body) and header.get("sha256") == sha256_hex(body) and header.get("records") == len(entries)
+    return header, entries, whole
+
+
+def _continues(tail: dict[str, Any], pack: dict[str, Any] | None) -> bool:
+    """Whether ``pack`` holds every record of the pack ``tail`` continues (so pack + tail hold
+    everything): the tail continues no pack; or this pack; or the pack this pack's attempt
+    loaded; or an earlier pack of the same attempt (an attempt's packs only grow)."""
+    base = tail.get("base")
+    if base is None:
+        return True
+    if pack is None:
+        return False
+    own = pack.get("id")
+    if base == own or base == pack.get("from"):
+        return True
+    if not (isinstance(base, list) and isinstance(own, list) and len(base) == len(own) == 2):
+        return False
+    return bool(base[0] == own[0] and base[1] <= own[1])
 
 
 class Journal:
@@ -134,61 +183,116 @@ class Journal:
         self._lock = threading.Lock()
         self._unused: dict[str, int] = {"model": 0, "tool": 0}
         self._corrupt_keys: set[StepKey] = set()
-        #: Each record's encoded bytes (what a pack is made of) and how many the pack holds.
-        self._encoded: dict[StepKey, bytes] = {}
-        self._packed = 0
+        #: Every record's encoded bytes in the order they became known (what packs and tails are
+        #: made of); the first ``_pack_count`` are in the pack ``_pack_id`` the tail continues.
+        self._entries: list[bytes] = []
+        self._pack_id: PackId | None = None
+        self._pack_count = 0
+        self._loaded_pack: PackId | None = None
+        self._packs_written = 0
         self._packer: threading.Thread | None = None
         self._pack_again = False
+        #: Records being written now (in the tail already, not yet counted), by write number; the
+        #: newest write number, and the newest whose records a durable tail holds.
+        self._in_flight: dict[int, bytes] = {}
+        self._tail_version = 0
+        self._tail_durable = 0
+        self._tail_busy = False
+        self._tail_changed = threading.Condition(self._lock)
+        self._repairer: threading.Thread | None = None
+        #: Count a step once its tail is durable and write its loose record in the background
+        #: (the tail is what a load reads; ``close`` waits for these writes).
+        self.loose_later = False
+        self._loose_writer: ThreadPoolExecutor | None = None
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
-        """Read every record once and claim the next attempt number.
+        """Read every record once and claim the next attempt number (see the module docstring):
+        the pack and the tail in parallel, the claim as soon as the tail names the latest attempt;
+        a listing only when something is not as the writers leave it."""
+        with ThreadPoolExecutor(2, thread_name_prefix="tether-journal-load") as pool:
+            pack_read = pool.submit(self.store.get, self.pack_key)
+            tail_data = self.store.get(self.tail_key)
+            tail, tail_entries, tail_whole = _split_blob(tail_data, TAIL_MAGIC)
+            named = tail.get("attempt") if tail is not None else 0
+            latest = named if isinstance(named, int) else None
+            # The claim's round trip overlaps the pack's transfer and decoding.
+            claim = pool.submit(self.store.create, self._attempt_key(latest + 1), self._stamp()) if latest is not None else None
+            pack, pack_entries, pack_whole = _split_blob(pack_read.result(), PACK_MAGIC)
+            for entry in pack_entries:
+                self._add_entry(entry)
+            if pack is not None and pack_whole:
+                self._pack_id = self._loaded_pack = pack.get("id")
+                self._pack_count = len(self._entries)
+            tail_only = [entry for entry in tail_entries if self._add_entry(entry)]
+            if claim is not None and latest is not None and claim.result():
+                self.attempt = latest + 1
+        complete = tail_whole and _continues(tail or {}, pack if pack_whole else None)
+        new_journal = tail_data is None and pack_read.result() is None
+        if not (self.attempt and (complete or new_journal)):
+            self._load_listing()
+        if len(self._entries) - self._pack_count >= PACK_EVERY:
+            self._pack_soon()
+        if tail_only:
+            self._repairer = threading.Thread(target=self._write_loose, args=(tail_only,), name="tether-journal-loose", daemon=True)
+            self._repairer.start()
+        return self
 
-        Fast path, two round trips whatever the journal's length: the pack, when the attempt that
-        wrote it ended cleanly (it then listed the journal and packed every record, its own and
-        any another process wrote), and the claim of the attempt number right after that one
-        (free: nothing started since). Otherwise (that attempt was killed, or another started
-        since) the journal is listed, and the loose records the pack lacks are read in parallel
-        beside the claim."""
-        header, entries = _split_pack(self.store.get(self.pack_key) or b"")
-        closed_by = header.get("closed_by")
-        with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
-            # The claim's round trip overlaps decoding the pack; it is only kept if the pack is whole.
-            fast = (
-                pool.submit(self.store.create, self._attempt_key(closed_by + 1), str(time.time()).encode())
-                if isinstance(closed_by, int)
-                else None
-            )
-            packed = self._read_pack(entries)
-            whole = header.get("sha256") == sha256_hex(entries) and len(packed) == header.get("records")
-            if fast is not None and fast.result():
-                if whole:
-                    self.attempt = cast(int, closed_by) + 1
-                    self._packed = len(packed)
-                    return self
-                self.attempt = cast(int, closed_by) + 1  # claimed, but a torn pack: list below
+    def _write_loose(self, entries: list[bytes]) -> None:
+        """Write the loose records of steps found in the tail only (their writer was killed between
+        the tail and the loose record), so every step ends up with its loose record. Exclusive
+        creates: a record that exists is left as it is. In the background; failures change nothing
+        (the copies hold the steps; the next attempt tries again)."""
+
+        def create(data: bytes) -> None:
+            record = Record.decode(data)
+            if record is not None:
+                self._write_one_loose(self._object_key(record.key), data, False)
+
+        with ThreadPoolExecutor(min(8, len(entries)), thread_name_prefix="tether-journal-loose") as pool:
+            list(pool.map(create, entries))
+
+    def _write_one_loose(self, name: str, data: bytes, overwrite: bool, *, quiet: bool = True) -> None:
+        """A loose record: exclusive create (a record that exists stays), or an overwrite of a
+        corrupt one. ``quiet``: a failure changes nothing (the copies hold the step)."""
+        try:
+            if overwrite:
+                self.store.put(name, data)
+            else:
+                self.store.create(name, data)
+        except StoreError:
+            if not quiet:
+                raise
+
+    def _load_listing(self) -> None:
+        """The slow path: list the journal, read the loose records the copies lacked beside the
+        claim (unless the fast path claimed already)."""
         keys = self.store.list(self.prefix)
         attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
-        loose = [k for k in keys if k.endswith(".rec") and k not in packed]
+        loose = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
         with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
             claim = pool.submit(self._claim_attempt, len(attempts) + 1) if not self.attempt else None
             for name, data in self.store.get_many(loose).items():
                 self._add(name, data)
             self.attempt = claim.result() if claim is not None else self.attempt
-        self._packed = len(packed)
-        if len(self.records) - self._packed >= PACK_EVERY:
-            self._pack_soon()
-        return self
 
     @property
     def pack_key(self) -> str:
         return f"{self.prefix}pack"
 
+    @property
+    def tail_key(self) -> str:
+        return f"{self.prefix}tail"
+
     def _attempt_key(self, attempt: int) -> str:
         return f"{self.prefix}attempts/{attempt:05d}"
 
+    @staticmethod
+    def _stamp() -> bytes:
+        return str(time.time()).encode()
+
     def _claim_attempt(self, attempt: int) -> int:
-        while not self.store.create(self._attempt_key(attempt), str(time.time()).encode()):
+        while not self.store.create(self._attempt_key(attempt), self._stamp()):
             attempt += 1  # another process claimed it first
         return attempt
 
@@ -198,33 +302,40 @@ class Journal:
             self.counters.corrupt += 1
             self._corrupt_keys.add(self._key_of(name))
             return False
+        if record.key not in self.records:
+            self._index(record, data)
+        return True
+
+    def _add_entry(self, data: bytes) -> bool:
+        """A copy from a pack or tail (a corrupt one is skipped: the listing reads it loose);
+        whether it was new."""
+        record = Record.decode(data)
+        if record is None or record.key in self.records:
+            return False
         self._index(record, data)
         return True
 
     def _index(self, record: Record, data: bytes) -> None:
         self.records[record.key] = record
-        self._encoded[record.key] = data
+        self._entries.append(data)
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
 
-    def _read_pack(self, entries: bytes) -> set[str]:
-        """Records of a pack by object key (a corrupt entry is skipped: its loose record is read)."""
-        packed: set[str] = set()
-        i = 0
-        while i + 8 <= len(entries):
-            size = int.from_bytes(entries[i : i + 8], "big")
-            entry = entries[i + 8 : i + 8 + size]
-            record = Record.decode(entry)
-            i += 8 + size
-            if record is not None and record.key not in self.records:
-                self._index(record, entry)
-                packed.add(self._object_key(record.key))
-        return packed
+    # -- the copies: pack and tail -----------------------------------------------------------
+    def _next_pack_id(self) -> PackId:
+        with self._lock:
+            self._packs_written += 1
+            return [self.attempt, self._packs_written]
 
-    def _pack_blob(self, entries: list[bytes], closed_by: int | None) -> bytes:
-        body = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
-        header = {"closed_by": closed_by, "records": len(entries), "sha256": sha256_hex(body)}
-        return PACK_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + body
+    def _pack_blob(self, pack_id: PackId, entries: list[bytes], closed: bool) -> bytes:
+        header = {"id": pack_id, "from": self._loaded_pack, "attempt": self.attempt, "closed_by": self.attempt if closed else None}
+        return _blob(PACK_MAGIC, header, entries)
+
+    def _packed(self, pack_id: PackId, count: int) -> None:
+        """A pack holding the first ``count`` entries is durable: later tails continue it."""
+        with self._lock:
+            if count >= self._pack_count:
+                self._pack_id, self._pack_count = pack_id, count
 
     def _pack_soon(self) -> None:
         """Rewrite the pack with every record in a background thread (never on a step's path);
@@ -238,35 +349,70 @@ class Journal:
 
     def _write_packs(self) -> None:
         while True:
+            pack_id = self._next_pack_id()
             with self._lock:
-                entries = list(self._encoded.values())
+                entries = list(self._entries)
                 self._pack_again = False
             try:
-                self.store.put(self.pack_key, self._pack_blob(entries, None))  # atomic: old or new
-                written = len(entries)
+                self.store.put(self.pack_key, self._pack_blob(pack_id, entries, closed=False))  # atomic: old or new
+                self._packed(pack_id, len(entries))
             except StoreError:
-                written = 0  # a pack is only a copy: failing to write one changes nothing
+                pass  # a pack is only a copy: failing to write one changes nothing
             with self._lock:
-                self._packed = max(self._packed, written)
                 if not self._pack_again:
                     self._packer = None
                     return
 
+    def _tail_through(self, version: int) -> None:
+        """Return once a durable tail holds the records of write ``version`` (a group commit: one
+        tail write at a time, each carrying every record the pack lacks, those in flight too).
+        Raises ``StoreError`` if the write meant to hold them failed."""
+        while True:
+            with self._tail_changed:
+                while self._tail_busy and self._tail_durable < version:
+                    self._tail_changed.wait()
+                if self._tail_durable >= version:
+                    return
+                self._tail_busy = True
+                upto = self._tail_version
+                entries = self._entries[self._pack_count :] + list(self._in_flight.values())
+                header = {"attempt": self.attempt, "base": self._pack_id}
+            written = False
+            try:
+                self.store.put(self.tail_key, _blob(TAIL_MAGIC, header, entries))
+                written = True
+            finally:
+                with self._tail_changed:
+                    self._tail_busy = False
+                    if written:
+                        self._tail_durable = max(self._tail_durable, upto)
+                    self._tail_changed.notify_all()
+
     def close(self, timeout: float = 30.0) -> None:
         """End of the attempt: list the journal, read what other processes recorded meanwhile,
-        and write the pack as closed by this attempt, so the next one loads it without a
-        listing. Never raises: a pack is only a copy (the next load then lists)."""
-        packer = self._packer
-        if packer is not None:
-            packer.join(timeout)
+        and write the pack as closed by this attempt with an empty tail continuing it, so the
+        next one loads without a listing and claims the next number at once. Never raises: the
+        copies are only copies (the next load then lists)."""
+        with self._lock:
+            loose, self._loose_writer = self._loose_writer, None
+        if loose is not None:
+            loose.shutdown(wait=True)
+        for thread in (self._repairer, self._packer):
+            if thread is not None:
+                thread.join(timeout)
         try:
             keys = self.store.list(self.prefix)
             unknown = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
             for name, data in self.store.get_many(unknown).items():
                 self._add(name, data)
+            pack_id = self._next_pack_id()
             with self._lock:
-                entries = list(self._encoded.values())
-            self.store.put(self.pack_key, self._pack_blob(entries, self.attempt))
+                entries = list(self._entries) + list(self._in_flight.values())
+            # Both at once: a tail whose pack failed continues a pack no reader finds, so it lists.
+            with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-close") as pool:
+                pack = pool.submit(self.store.put, self.pack_key, self._pack_blob(pack_id, entries, closed=True))
+                self.store.put(self.tail_key, _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, []))
+                pack.result()
         except StoreError:
             pass
 
@@ -348,22 +494,39 @@ class Journal:
 
     def append(self, record: Record, *, replayed: bool = False) -> None:
         """Durably write a completed step and count it (``replayed`` for a result reused from
-        elsewhere, e.g. the cross-run tool cache). Raises ``StoreUnavailable`` if the store is
-        down: the step then counts as not done and the next attempt runs it again."""
+        elsewhere, e.g. the cross-run tool cache). The tail holding it is written first, then the
+        loose record, so a loose record that exists is always in the copies a load reads (a kill
+        between the two leaves the step in the tail: the next attempt replays it). Raises
+        ``StoreError`` (e.g. ``StoreUnavailable``) if the store is down: the step then counts as
+        not done and the next attempt runs it again (a tail already holding it only hands that
+        attempt a complete answer)."""
         record.attempt = self.attempt
         name = self._object_key(record.key)
         data = record.encode()
-        if record.key in self._corrupt_keys:
-            self.store.put(name, data)  # a checksum failure is overwritten, never trusted
+        with self._lock:
+            self._tail_version += 1
+            version = self._tail_version
+            self._in_flight[version] = data
+        try:
+            self._tail_through(version)
+            overwrite = record.key in self._corrupt_keys  # a checksum failure is overwritten, never trusted
+            if self.loose_later:
+                with self._lock:
+                    if self._loose_writer is None:
+                        self._loose_writer = ThreadPoolExecutor(4, thread_name_prefix="tether-journal-loose")
+                    self._loose_writer.submit(self._write_one_loose, name, data, overwrite)
+            else:
+                self._write_one_loose(name, data, overwrite, quiet=False)
             self._corrupt_keys.discard(record.key)
-        else:
-            self.store.create(name, data)
+        finally:
+            with self._lock:
+                self._in_flight.pop(version, None)
         with self._lock:
             self.records[record.key] = record
-            self._encoded[record.key] = data
+            self._entries.append(data)
             self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self.counters.count(record.kind, replayed=replayed)
-            behind = len(self._encoded) - self._packed >= PACK_EVERY
+            behind = len(self._entries) - self._pack_count >= PACK_EVERY
         if behind:
             self._pack_soon()

@@ -70,6 +70,7 @@ class Run:
         max_cost_usd: float | None = None,
         unknown_cost: str = "stop",
         background_load: bool = False,
+        overlap_writes: bool = False,
     ) -> None:
         """``background_load``: the journal loads in a thread of its own while the caller goes on
         (``run_agent`` builds the agent meanwhile: the load waits on the store, the build on the
@@ -90,6 +91,7 @@ class Run:
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()
         self._journal = Journal(self.store, scope)
+        self._journal.loose_later = overlap_writes  # the tail is what counts; see tether.journal
         self._loading: Future[Journal] | None = None
         if background_load:
             loader = ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load")
@@ -114,7 +116,9 @@ class Run:
         self._proxy_tokens: list[str] = []
         from .wire.seam import WireSeam  # the seam reports back here
 
-        self.seam = WireSeam(self)
+        #: ``overlap_writes``: live answers are handed back while their records are written; what
+        #: follows from them waits until they are durable (see tether.wire.seam).
+        self.seam = WireSeam(self, overlap=overlap_writes)
 
     async def loaded(self) -> None:
         """Wait for a background load; raises what it raised (e.g. the store is unavailable)."""

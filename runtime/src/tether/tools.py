@@ -142,6 +142,10 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     if record is not None:
         run.tool_step(spec.name, replayed=True, outcome=record.outcome)
         return _from_record(spec, record)
+    # The turn that asked for this call is durable before the call does anything (its record is
+    # written while the framework reads it: tether.wire.seam), or a kill in between would let a
+    # retry that asks the model again run a different call.
+    await run.seam.written()
     if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
         await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))

@@ -5,10 +5,23 @@ Request in, response out, like an httpx transport. The in-process transports
 canonicalisation, the journal and error classification live here, once.
 
     replay   recorded key          → the recorded bytes, no upstream call
-    live     success / terminal    → call upstream, record, then hand back
+    live     success / terminal    → call upstream, hand back while the record is written
     live     recoverable           → call upstream, hand back, record nothing
     refused  over a cost limit     → 402 for the provider, nothing sent upstream
     passthru not a model turn, or a body no protocol module understands → forwarded unrecorded
+
+Recording overlaps delivery when the run asks for it (``Run(overlap_writes=True)``; ``run_agent``
+does). A live answer is handed back as soon as it arrived and is written to the journal
+meanwhile; it counts as done (counters, cost, step events) once durable. What the
+framework does with it waits for that: a tool call (``tether.tools`` calls :meth:`WireSeam.written`
+first), the next live answer handed back (:meth:`WireSeam.written`), the end of the run
+(``run_agent``, ``Run.aclose``). So nothing that follows from an answer — a side effect, a later
+answer, the run's result — leaves the process before the answer is durable; a kill in between
+loses an answer nothing acted on, and the retry asks the model again (that turn is paid twice, as
+a kill during the call always was). A write that fails stops the attempt: every later live turn and
+tool call raises ``RecoverableStepError`` (the next attempt replays what is durable). Without
+``overlap_writes`` an answer is durable before it is handed back (a streamed one: before its last
+chunk), which costs a store write per live turn (a few ms locally, a round trip on S3).
 """
 
 from __future__ import annotations
@@ -129,11 +142,17 @@ def _tls_context() -> ssl.SSLContext:
 class WireSeam:
     """The seam for one run attempt."""
 
-    def __init__(self, run: Run, *, timeout: float = 600.0) -> None:
+    def __init__(self, run: Run, *, timeout: float = 600.0, overlap: bool = False) -> None:
         self.run = run
+        #: Hand live answers back while their records are written (see the module docstring).
+        self.overlap = overlap
         self.timeout = timeout
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._pumps: set[asyncio.Task[None]] = set()  # strong refs: a pump outlives an early-closing reader
+        #: Live answers already handed back whose records are being written (tasks; pumps join in
+        #: once their stream ended), and the first such write that failed.
+        self._commits: set[asyncio.Task[None]] = set()
+        self._unwritten: BaseException | None = None
         #: How long the end of the attempt waits for streams still being recorded.
         self.settle_timeout = 60.0
 
@@ -152,7 +171,7 @@ class WireSeam:
         their request: those of another running loop are awaited there. Returns how many were
         cancelled."""
         timeout = self.settle_timeout if timeout is None else timeout
-        waits = self._pump_waits()
+        waits = self._waits(self._pumps | self._commits)
         if waits:
             await asyncio.wait(waits, timeout=timeout)
         late = [t for t in list(self._pumps) if not t.done()]
@@ -160,12 +179,13 @@ class WireSeam:
             task.get_loop().call_soon_threadsafe(task.cancel)
         return len(late)
 
-    def _pump_waits(self) -> list[asyncio.Future[Any]]:
-        """A future per pump still reading upstream, awaitable from this loop (pumps of another
-        running loop are awaited there)."""
+    @staticmethod
+    def _waits(tasks: set[asyncio.Task[None]]) -> list[asyncio.Future[Any]]:
+        """A future per task, awaitable from this loop (tasks of another running loop are awaited
+        there)."""
         here = asyncio.get_running_loop()
         waits: list[asyncio.Future[Any]] = []
-        for task in list(self._pumps):
+        for task in list(tasks):
             loop = task.get_loop()
             if loop is here:
                 waits.append(task)
@@ -174,13 +194,47 @@ class WireSeam:
         return waits
 
     async def recorded(self) -> None:
-        """Wait until every stream being read upstream now is recorded (or failed); cancels
-        nothing. For a client that acts on a stream before its end (the Claude CLI starts a tool
-        at the tool-use block's end): the tool must not run before the turn that asked for it is
-        durable, or a crash in between would run it again."""
-        waits = self._pump_waits()
+        """Wait until every answer handed back and every stream being read upstream now is
+        recorded; cancels nothing. Raises ``RecoverableStepError`` if a write failed. Called
+        before a tool runs (and by a client that acts on a stream before its end: the Claude CLI
+        starts a tool at the tool-use block's end): the tool must not run before the turn that
+        asked for it is durable, or a crash in between would run it again."""
+        waits = self._waits(self._pumps | self._commits)
         if waits:
             await asyncio.wait(waits)
+        self._check_written()
+
+    async def written(self, but: asyncio.Task[None] | None = None) -> None:
+        """Wait until the answers already handed back (``but`` this one's) are durable, not the
+        streams still being read (a parallel turn's answer does not wait for its sibling); raise
+        if a write failed."""
+        waits = self._waits(self._commits - {but} if but is not None else self._commits)
+        if waits:
+            await asyncio.wait(waits)
+        self._check_written()
+
+    def _check_written(self) -> None:
+        failed = self._unwritten
+        if failed is None:
+            return
+        if isinstance(failed, StoreAccessDenied):
+            raise failed  # terminal: the credentials will not change on the next attempt
+        raise RecoverableStepError(f"an answer already handed back could not be recorded, so this attempt stops: {failed}")
+
+    def _committing(self, commit: Awaitable[None]) -> asyncio.Task[None]:
+        """Write a record after its answer was handed back (see the module docstring)."""
+
+        async def run() -> None:
+            try:
+                await commit
+            except Exception as e:  # noted; the next step raises it
+                if self._unwritten is None:
+                    self._unwritten = e
+
+        task = asyncio.ensure_future(run())
+        self._commits.add(task)
+        task.add_done_callback(self._commits.discard)
+        return task
 
     async def aclose(self) -> None:
         await self.settle()
@@ -203,6 +257,9 @@ class WireSeam:
         if record is not None:
             self.run.model_step(record, replayed=True)
             return WireResponse(record.response["status"], record.response["headers"], _once(record.body), replayed=True)
+        self._check_written()  # an attempt that lost a write sends nothing more upstream
+        if self.run.max_cost_usd is not None:
+            await self.written()  # under a cost limit every earlier turn's cost counts first
         if refusal := self.run.cost_refusal():
             return self._refuse(refusal)
         if (landed := await self._landed(protocol, request, fp, canonical)) is not None:
@@ -373,19 +430,23 @@ class WireSeam:
                 raise RecoverableStepError(f"upstream response broke: {type(e).__name__}") from e
             finally:
                 await response.aclose()
-            # Shielded: a caller that gave up (a proxy client that disconnected) after the answer
-            # arrived does not cut the record in two (written, but never counted).
-            await asyncio.shield(asyncio.ensure_future(commit(body)))
+            # A task of its own: a caller that gave up (a proxy client that disconnected) after
+            # the answer arrived does not cut the record in two (written, but never counted).
+            if self.overlap:
+                own = self._committing(commit(body))
+                await self.written(but=own)  # the answers handed back before this one are durable first
+            else:
+                await asyncio.shield(asyncio.ensure_future(commit(body)))
             return WireResponse(status, headers, _once(body))
         return WireResponse(status, headers, self._tee(response, commit))
 
     async def _tee(self, response: httpx.Response, commit: Callable[[bytes], Awaitable[None]]) -> AsyncIterator[bytes]:
-        """Pass a stream through as it arrives, record it whole, then release the last chunk.
+        """Pass a stream through as it arrives and record it whole once it ended.
 
         A pump task reads upstream independently of the consumer, so a caller that stops
         reading early (many SDKs close the response once they saw the final event) still gets
-        the step recorded. The last chunk waits for the record: the framework never holds a
-        complete response that is not durable.
+        the step recorded. The last chunk waits for the record (or, with ``overlap``, for the
+        answers handed back before this one: its own record is written after it).
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()  # chunks, then _END or the error
 
@@ -398,10 +459,14 @@ class WireSeam:
                     if held is not None:
                         queue.put_nowait(held)
                     held = chunk
-                await commit(b"".join(chunks))
+                body = b"".join(chunks)
+                own = self._committing(commit(body)) if self.overlap else None
+                await (self.written(but=own) if own is not None else commit(body))
                 if held is not None:
                     queue.put_nowait(held)
                 queue.put_nowait(_END)
+                if own is not None:
+                    await own
             except httpx.TransportError as e:
                 broke = RecoverableStepError(f"upstream stream broke: {type(e).__name__}")
                 broke.__cause__ = e

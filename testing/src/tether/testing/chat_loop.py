@@ -4,7 +4,8 @@ benchmarks — and for users who want to watch a kill and a resume without any f
 Adapters never use it: there the framework owns the loop. Run as a process:
 
     python -m tether.testing.chat_loop --store DIR --scope run-1 --upstream http://127.0.0.1:PORT/openai \\
-        --question "weather in Paris?" [--stream] [--via proxy] [--kill-after-step 4]
+        --question "weather in Paris?" [--stream] [--via proxy] [--kill-after-step 4] \\
+        [--overlap-writes] [--kill-on-answer 1]
 
 It prints one JSON line: the answer, the journal counters, the replay time and the usage.
 Tools are the demo tools below; ``--tool-sleep NAME=SECONDS`` makes one slow, and each execution
@@ -31,6 +32,8 @@ from ..run import Run, StepEvent
 from ..tools import ToolSpec, call_tool, idempotency_key
 
 _sleeps: dict[str, float] = {}
+#: ``--kill-on-answer N``: SIGKILL right after the SDK handed back the N-th answer (0: never).
+_kill_on_answer = 0
 
 
 def _log_execution(tool: str, arguments: dict[str, Any]) -> None:
@@ -86,6 +89,7 @@ async def chat_loop(client: Any, model: str, question: str, tools: list[ToolSpec
                 completion = await s.get_final_completion()
         else:
             completion = await client.chat.completions.create(model=model, messages=messages, tools=schemas)
+        _answered()
         message = completion.choices[0].message
         if not message.tool_calls:
             return message.content or ""
@@ -108,6 +112,16 @@ async def chat_loop(client: Any, model: str, question: str, tools: list[ToolSpec
     raise RuntimeError(f"no answer after {max_turns} turns")
 
 
+_answers = 0
+
+
+def _answered() -> None:
+    global _answers
+    _answers += 1
+    if _answers == _kill_on_answer:  # with --overlap-writes its record may still be in flight
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _kill_after(n: int) -> Callable[[StepEvent], None]:
     def listener(event: StepEvent) -> None:
         if event.index >= n:
@@ -123,7 +137,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from ..wire.transport import AsyncWireTransport
 
     started = time.time()
-    run = Run(args.scope, args.store, upstreams={"openai": args.upstream})
+    run = Run(args.scope, args.store, upstreams={"openai": args.upstream}, overlap_writes=args.overlap_writes)
     if args.kill_after_step:
         run.listeners.append(_kill_after(args.kill_after_step))
     key = os.environ.get("OPENAI_API_KEY", "sk-test-key")
@@ -135,6 +149,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         client = AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key=key, http_client=http, max_retries=0)  # type: ignore[arg-type]
     with run.activate():
         answer = await chat_loop(client, args.model, args.question, DEMO_TOOLS, stream=args.stream)
+        await run.seam.recorded()  # the last answer is durable before the run reports its end
     await client.close()  # its connections belong to this event loop: close them before it ends
     await run.aclose()
     c = run.counters
@@ -164,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream", action="store_true")
     p.add_argument("--via", choices=["transport", "proxy"], default="transport")
     p.add_argument("--kill-after-step", type=int, default=0)
+    p.add_argument("--kill-on-answer", type=int, default=0, help="SIGKILL right after the SDK got the N-th answer")
+    p.add_argument("--overlap-writes", action="store_true", help="hand answers back while they are recorded (as run_agent does)")
     p.add_argument("--tool-sleep", action="append", default=[], metavar="NAME=SECONDS")
     args = p.parse_args(argv)
+    global _kill_on_answer
+    _kill_on_answer = args.kill_on_answer
     for item in args.tool_sleep:
         name, _, secs = item.partition("=")
         _sleeps[name] = float(secs)

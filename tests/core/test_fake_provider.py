@@ -575,6 +575,17 @@ def test_faults_apply_in_order_to_matching_calls_only(provider):
     assert provider.live_calls("openai") == provider.live_calls("anthropic") == 1
 
 
+def test_a_fault_after_n_calls_lets_them_through_first(provider):
+    """``after``: the fault is for a later call, counted as calls arrive (not as steps land)."""
+    provider.inject(Fault("status:500", after=2, match_protocol="openai"))
+    chat, claude = OpenAIChatDriver(provider), AnthropicDriver(provider)
+    assert chat.ask(WEATHER, False).calls and claude.ask(WEATHER, False).calls and chat.ask(WEATHER, False).calls
+    with pytest.raises(openai.InternalServerError):
+        chat.ask(WEATHER, False)
+    assert chat.ask(WEATHER, False).calls
+    assert [e.status for e in provider.ledger] == [200, 200, 200, 500, 200]
+
+
 def test_sdk_retries_see_the_faults_in_turn(provider):
     client = openai.OpenAI(base_url=provider.base_url("openai"), api_key=KEY, max_retries=2)
     provider.inject(Fault("status:429"), Fault("status:503"))

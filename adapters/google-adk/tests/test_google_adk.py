@@ -106,16 +106,9 @@ def pipeline() -> SequentialAgent:
 async def test_sequential_tree_resumes_at_the_stage_that_never_finished(fake, tmp_path):
     """The writer's call fails (a 500 once the researcher is done): the retry replays the
     researcher's two turns and its tool from the journal and calls the model for the writer only."""
-    turns = 0
-
-    def fail_writer(event) -> None:
-        nonlocal turns
-        turns += event.kind == "model"
-        if event.kind == "model" and turns == 2:
-            fake.inject(Fault("status:500"))
-
+    fake.inject(Fault("status:500", after=2))  # the third call: the writer's
     with pytest.raises(Exception, match="500"):
-        await run_agent("seq: research Paris", agent=pipeline(), **options(fake, tmp_path, "seq", on_step=fail_writer))
+        await run_agent("seq: research Paris", agent=pipeline(), **options(fake, tmp_path, "seq"))
     assert fake.live_calls() == 2 and executions == ["lookup:Paris"]
 
     result = await run_agent("seq: research Paris", agent=pipeline(), **options(fake, tmp_path, "seq"))
@@ -154,16 +147,9 @@ async def test_a_transfer_to_a_sub_agent_replays_both_agents_turns(fake, tmp_pat
     """The router's turn (transfer_to_agent) and the billing agent's turns are journaled apart (each
     agent sends its own instructions): a run that fails at the billing agent's turn 2 or 3 resumes
     there, with the router's transfer and the refund replayed, not repeated."""
-    turns = 0
-
-    def fail_at(event) -> None:
-        nonlocal turns
-        turns += event.kind == "model"
-        if event.kind == "model" and turns == failing_turn - 1:
-            fake.inject(Fault("status:500"))
-
+    fake.inject(Fault("status:500", after=failing_turn - 1))
     with pytest.raises(Exception, match="500"):
-        await run_agent("transfer: refund order 7", agent=router(), **options(fake, tmp_path, "transfer", on_step=fail_at))
+        await run_agent("transfer: refund order 7", agent=router(), **options(fake, tmp_path, "transfer"))
     done = failing_turn - 1
     assert fake.live_calls() == done and executions == ["refund:7"] * (failing_turn == 3)
 

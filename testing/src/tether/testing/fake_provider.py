@@ -117,6 +117,8 @@ class Fault:
     non-streamed call: ``malformed:no-usage`` (the answer without its usage),
     ``malformed:usage`` (usage counts that are not counts: strings, negatives, nested objects),
     ``malformed:body`` (a body that is not JSON at all, though labelled so).
+    ``after``: let that many matching calls through first (a fault for the Nth call from now,
+    decided when the call arrives, not when a step's record lands).
     ``match_protocol`` is a protocol (``openai-chat``, ``openai-responses``, ``anthropic``,
     ``gemini``, ``mistral-chat``, ``mistral-conversations``), a provider (``openai``,
     ``mistral``…) or None for any call.
@@ -125,6 +127,7 @@ class Fault:
     kind: str
     times: int = 1
     match_protocol: str | None = None
+    after: int = 0
 
     def __post_init__(self) -> None:
         name, _, arg = self.kind.partition(":")
@@ -163,7 +166,7 @@ class Fault:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Fault:
-        return cls(str(data["kind"]), int(data.get("times", 1)), data.get("match_protocol"))
+        return cls(str(data["kind"]), int(data.get("times", 1)), data.get("match_protocol"), int(data.get("after", 0)))
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,7 @@ class FakeProvider:
         self._protocols = {name: cls() for name, cls in PROTOCOLS.items()}
         if state_path is not None:  # conversations kept on the "server" outlive this process
             cast(MistralConversations, self._protocols["mistral-conversations"]).keep_state_in(Path(state_path))
-        self._faults: list[list[Any]] = []  # [Fault, calls left]
+        self._faults: list[list[Any]] = []  # [Fault, calls left, calls to let through first]
         self._faults_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -298,7 +301,7 @@ class FakeProvider:
 
     def inject(self, *faults: Fault) -> None:
         with self._faults_lock:
-            self._faults += [[f, f.times] for f in faults if f.times > 0]
+            self._faults += [[f, f.times, f.after] for f in faults if f.times > 0]
 
     def live_calls(self, protocol: str | None = None) -> int:
         """Calls the model answered in full, for one protocol or provider name, or all."""
@@ -482,8 +485,10 @@ class FakeProvider:
     def _take_fault(self, protocol: Protocol) -> Fault | None:
         with self._faults_lock:
             for pending in self._faults:
-                fault, left = pending
-                if fault.matches(protocol):
+                fault, left, skip = pending
+                if fault.matches(protocol) and skip:
+                    pending[2] = skip - 1
+                elif fault.matches(protocol):
                     if left <= 1:
                         self._faults.remove(pending)
                     else:
@@ -664,7 +669,7 @@ def fetch_ledger(url: str) -> list[LedgerEntry]:
 def inject_remote(url: str, *faults: Fault) -> None:
     import httpx
 
-    body = [{"kind": f.kind, "times": f.times, "match_protocol": f.match_protocol} for f in faults]
+    body = [{"kind": f.kind, "times": f.times, "match_protocol": f.match_protocol, "after": f.after} for f in faults]
     httpx.post(f"{url}/_control/faults", json=body).raise_for_status()
 
 

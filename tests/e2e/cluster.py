@@ -160,11 +160,13 @@ def describe(name: str) -> str:
     return "\n".join(parts)
 
 
-def fake_provider(path: str, method: str = "GET") -> Any:
-    """A call to the fake provider's control API, from inside its pod."""
+def fake_provider(path: str, method: str = "GET", body: Any = None) -> Any:
+    """A call to the fake provider's control API, from inside its pod (``body``: sent as JSON)."""
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
     code = (
         "import json, urllib.request as u; "
-        f"r = u.urlopen(u.Request('http://127.0.0.1:8080{path}', method='{method}', data=b'' if '{method}' == 'POST' else None)); "
+        f"r = u.urlopen(u.Request('http://127.0.0.1:8080{path}', method='{method}', data={data!r}, "
+        "headers={'content-type': 'application/json'})); "
         "print(r.read().decode() or 'null')"
     )
     return json.loads(kubectl("exec", "-n", INFRA, "deploy/fake-provider", "--", "python", "-c", code))

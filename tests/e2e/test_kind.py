@@ -114,6 +114,9 @@ def test_pod_deleted_mid_run_replays_with_no_upstream_call():
     name = unique("kill")
     run, tools = example("openai", "research", name)
     fake_provider("/_control/reset", "POST")
+    # Turn 2's answer is held back a minute: the pod is deleted while it waits (without this the run
+    # could finish before the deletion lands), so the kill always falls mid-run.
+    fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])
     apply(run, tools)
     try:
         # After the first tool finished (turn 2 asked for): a turn and a tool are journaled.
@@ -122,8 +125,9 @@ def test_pod_deleted_mid_run_replays_with_no_upstream_call():
         kubectl("delete", "pod", first, "-n", NS, "--wait=false")
         final = wait_phase(name, "Succeeded", timeout=300)
         assert final["attempts"] >= 2
-        calls = [c for c in ledger() if c["status"] == 200]
-        # research has 3 turns: each reached the provider exactly once across both attempts.
+        calls = [c for c in ledger() if c["status"] == 200 and not c.get("fault")]
+        # research has 3 turns: each was answered exactly once across both attempts (the held-back
+        # call of the deleted pod, if the provider finished it, is marked with its fault).
         assert len(calls) == 3, calls
         assert final["steps"]["modelReplayed"] >= before["modelLive"]
         assert final["steps"]["toolReplayed"] >= before["toolLive"]

@@ -55,6 +55,8 @@ def one_run(i: int) -> tuple[float, float]:
 def one_kill(i: int) -> tuple[float, float]:
     name = f"bench-kill-{i}-{int(time.time() * 1000) % 10**8}"
     run, tools = example("openai", "research", name)
+    # Turn 2's answer held back a minute, so the deletion lands mid-run (as in tests/e2e).
+    fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])
     apply(run, tools)
     poll("a finished tool", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300, 0.2)
     first = pods(name)[0]["metadata"]["name"]

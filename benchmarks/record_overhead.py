@@ -29,16 +29,18 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
+import httpx2  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 from benchmarks.results import save  # noqa: E402
@@ -46,7 +48,7 @@ from tether.run import Run  # noqa: E402
 from tether.stores import LocalStore, open_store  # noqa: E402
 from tether.testing import FakeProvider, Script  # noqa: E402
 from tether.wire.proxy import shared_proxy  # noqa: E402
-from tether.wire.transport import AsyncWireTransport  # noqa: E402
+from tether.wire.transport import transports_for  # noqa: E402
 
 MODEL = "gpt-4o-mini"
 TOOLS = [
@@ -73,8 +75,8 @@ async def call(client: AsyncOpenAI, tag: str, i: int, stream: bool) -> float:
     return elapsed
 
 
-async def measure(provider: FakeProvider, store, calls: int, turns: int, stream: bool) -> dict:
-    upstream = provider.url + "/openai"
+async def measure(provider_url: str, store, calls: int, turns: int, stream: bool) -> dict:
+    upstream = provider_url + "/openai"
     run = Run(f"overhead-{'stream' if stream else 'plain'}-{time.time_ns()}", store, upstreams={"openai": upstream}, overlap_writes=True)
     clients = {
         "direct": AsyncOpenAI(base_url=upstream + "/v1", api_key="sk-bench", max_retries=0),
@@ -82,7 +84,8 @@ async def measure(provider: FakeProvider, store, calls: int, turns: int, stream:
             base_url=upstream + "/v1",
             api_key="sk-bench",
             max_retries=0,
-            http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
+            # httpx2, as tether-openai hands it (the SDK's own HTTP library since openai 3.x).
+            http_client=httpx2.AsyncClient(transport=transports_for(httpx2)[0]("openai", run)),
         ),
         "proxy": AsyncOpenAI(base_url=shared_proxy().base_url(run, "openai") + "/v1", api_key="sk-bench", max_retries=0),
     }
@@ -117,6 +120,26 @@ async def measure(provider: FakeProvider, store, calls: int, turns: int, stream:
         out[f"{way}_overhead_ms"] = round((med - direct) * 1000, 3)
         out[f"{way}_end_wait_ms"] = round(statistics.median(end_waits[way]) * 1000, 3)
     return out
+
+
+@contextmanager
+def provider_process(latency: float, in_process: bool) -> Iterator[str]:
+    """The fake provider's URL. In its own process by default, as a real provider is: in this
+    one it would share the interpreter lock with the recording threads (and with the SDK), and
+    every answer it computes would slow the process being measured."""
+    if in_process:
+        with FakeProvider(Script.text("Sunny, 21 °C."), latency=latency) as provider:
+            yield provider.url
+        return
+    command = [sys.executable, "-m", "tether.testing.fake_provider", "--latency", str(latency)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            line = process.stdout.readline() if process.stdout else ""
+            if not line.startswith("READY "):
+                raise RuntimeError(f"the fake provider did not start: {line!r}")
+            yield line.split()[1]
+        finally:
+            process.terminate()
 
 
 def write_probe(store) -> float:
@@ -154,6 +177,9 @@ def main() -> int:
     p.add_argument("--s3-latency", type=float, default=0.02, help="added before every S3 request, seconds")
     p.add_argument("--no-s3", action="store_true", help="skip the S3 store")
     p.add_argument("--no-fsync", action="store_true", help="local store without fsync")
+    p.add_argument(
+        "--in-process-provider", action="store_true", help="run the fake provider in this process (it then competes for the GIL)"
+    )
     args = p.parse_args()
 
     with ExitStack() as stack:
@@ -162,8 +188,12 @@ def main() -> int:
         if not args.no_s3:
             stores["s3"] = s3_with_latency(stack, args.s3_latency)
         shared_proxy()
-        provider = stack.enter_context(FakeProvider(Script.text("Sunny, 21 °C."), latency=args.latency))
-        figures: dict = {"latency_s": args.latency, "fsync": not args.no_fsync}
+        provider = stack.enter_context(provider_process(args.latency, args.in_process_provider))
+        figures: dict = {
+            "latency_s": args.latency,
+            "fsync": not args.no_fsync,
+            "provider": "in process" if args.in_process_provider else "own process",
+        }
         if not args.no_s3:
             figures["s3_latency_s"] = args.s3_latency
         for name, store in stores.items():

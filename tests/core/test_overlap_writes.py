@@ -160,6 +160,61 @@ def test_a_failed_write_stops_the_attempt(provider, tmp_path):
     asyncio.run(scenario())
 
 
+def test_an_answer_nothing_follows_is_written_soon(provider, tmp_path):
+    """A record waits for the loop to turn to it (the next request, a tool, the end of the
+    attempt) at most ``WRITE_DELAY``: an answer after which the framework does nothing with
+    Tether for a while (long CPU work, a human) is durable anyway."""
+    from tether.wire.seam import WRITE_DELAY
+
+    store = GatedStore(tmp_path)
+    store.gate.set()
+
+    async def scenario() -> None:
+        run = Run("quiet", store, upstreams={"openai": provider.url + "/openai"}, overlap_writes=True)
+        client = client_for(run)
+        with run.activate():
+            await ask(client)
+            handed_back = time.monotonic()
+            for _ in range(400):  # nothing waits for the record: only the timer starts its write
+                if run.counters.model_live:
+                    break
+                await asyncio.sleep(0.005)
+            assert run.counters.model_live == 1, "the answer's record was never written"
+            assert store.written_at[0] - handed_back >= WRITE_DELAY * 0.5, "written before the loop turned to it"
+        await client.close()
+        await run.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_next_request_starts_the_earlier_write(tmp_path, monkeypatch):
+    """With the delay out of reach, the next request going upstream is what starts the write of
+    the answer before it: it is durable while that request waits for the model, not after."""
+    import tether.wire.seam as seam
+
+    monkeypatch.setattr(seam, "WRITE_DELAY", 60.0)
+    store = GatedStore(tmp_path)
+    store.gate.set()
+
+    async def scenario(provider: FakeProvider) -> None:
+        run = Run("next", store, upstreams={"openai": provider.url + "/openai"}, overlap_writes=True)
+        client = client_for(run)
+        with run.activate():
+            await ask(client)
+            await asyncio.sleep(0.2)
+            assert store.written_at == [], "written before anything asked for it (the delay is 60 s)"
+            second = time.monotonic()
+            await ask(client)  # the model takes 1 s
+            assert store.written_at and store.written_at[0] - second < 0.5, "the earlier answer waited for the next one"
+        await asyncio.wait_for(run.seam.recorded(), 5)  # the end of the attempt starts the last one
+        assert run.counters.model_live == 2
+        await client.close()
+        await run.aclose()
+
+    with FakeProvider(SCRIPT, latency=1.0) as slow:
+        asyncio.run(scenario(slow))
+
+
 # -- killed right after an answer, in a real process ----------------------------------------------
 def chat_loop(store: str, scope: str, provider: FakeProvider, tool_log: Path, *, kill_on_answer: int = 0) -> dict[str, Any] | None:
     argv = ["--store", store, "--scope", scope, "--upstream", provider.url + "/openai", "--question", QUESTION]

@@ -64,3 +64,26 @@ def test_s3_outage_is_unavailable(s3_endpoint):
         store.put("k", b"v")
     with pytest.raises(StoreUnavailable):
         store.get("k")
+
+
+def test_local_folder_removed_between_writes(tmp_path):
+    """The store remembers which folders exist (one mkdir per folder); one removed behind its
+    back is made again, not a failed write."""
+    import shutil
+
+    store = LocalStore(tmp_path / "store")
+    store.put("journal/run-a/tail", b"one")
+    shutil.rmtree(tmp_path / "store" / "journal")
+    store.put("journal/run-a/tail", b"two")
+    assert store.create("journal/run-a/model/x-1.rec", b"rec") is True
+    assert store.get("journal/run-a/tail") == b"two"
+
+
+@pytest.mark.parametrize("key", ["../outside", "a/../../outside", "/etc/passwd", "a/../..", ""])
+def test_local_key_never_escapes_the_store(tmp_path, key):
+    from tether.errors import ConfigError
+
+    store = LocalStore(tmp_path / "store")
+    with pytest.raises(ConfigError):
+        store.put(key, b"x")
+    assert not (tmp_path / "outside").exists()

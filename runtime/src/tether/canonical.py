@@ -21,9 +21,14 @@ def canonical_json(value: Any) -> bytes:
 
 def fingerprint(kind: str, canonical: Any) -> str:
     """SHA-256 hex of ``(version, kind, canonical form)``."""
+    return fingerprint_json(kind, canonical_json(canonical))
+
+
+def fingerprint_json(kind: str, data: bytes) -> str:
+    """:func:`fingerprint` of a canonical form already serialised by :func:`canonical_json`."""
     h = hashlib.sha256()
     h.update(f"{FINGERPRINT_VERSION}\0{kind}\0".encode())
-    h.update(canonical_json(canonical))
+    h.update(data)
     return h.hexdigest()
 
 

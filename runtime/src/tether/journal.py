@@ -36,7 +36,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .canonical import sha256_hex
@@ -81,8 +81,8 @@ class Record:
         return (self.kind, self.fingerprint, self.occurrence)
 
     def encode(self) -> bytes:
-        header = asdict(self)
-        del header["body"]
+        # Shallow: ``asdict`` deep-copies the request (every message of the conversation) first.
+        header = {f.name: getattr(self, f.name) for f in _HEADER_FIELDS}
         head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n"
         payload = head + self.body
         return payload + sha256_hex(payload).encode()
@@ -98,6 +98,9 @@ class Record:
             return cls(**json.loads(head), body=body)
         except (ValueError, TypeError):
             return None
+
+
+_HEADER_FIELDS = tuple(f for f in fields(Record) if f.name != "body")
 
 
 @dataclass

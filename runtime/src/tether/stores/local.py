@@ -5,6 +5,7 @@ import hashlib
 import os
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .base import Store
@@ -22,14 +23,17 @@ class LocalStore(Store):
 
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root).expanduser().resolve()
+        self._root = str(self.root)
+        self._dirs: set[Path] = set()  # folders known to exist: one mkdir per folder, not per write
         self.url = f"file://{self.root}"
         self.fsync = fsync
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root not in path.parents:
+        # String work only (``Path.resolve`` costs a syscall per path component, on every write).
+        path = os.path.normpath(os.path.join(self._root, key))
+        if not path.startswith(self._root + os.sep):
             raise ConfigError(f"store key escapes the store: {key!r}")
-        return path
+        return Path(path)
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -43,11 +47,24 @@ class LocalStore(Store):
         data = self.get(key)
         return None if data is None else (data, hashlib.sha256(data).hexdigest())
 
+    def _folder(self, path: Path) -> None:
+        if path.parent not in self._dirs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(path.parent)
+
+    def _open_new(self, tmp: Path) -> BinaryIO:
+        try:
+            return open(tmp, "wb")  # the caller's with closes it
+        except FileNotFoundError:  # the folder was removed since: make it again
+            self._dirs.discard(tmp.parent)
+            self._folder(tmp)
+            return open(tmp, "wb")
+
     def _write_temp(self, path: Path, data: bytes) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._folder(path)
         tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as f:
+            with self._open_new(tmp) as f:
                 f.write(data)
                 if self.fsync:
                     f.flush()
@@ -75,7 +92,7 @@ class LocalStore(Store):
 
     def replace(self, key: str, data: bytes, version: str) -> bool:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._folder(path)
         with open(path.parent / f".lock-{path.name}", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             current = self.get_versioned(key)

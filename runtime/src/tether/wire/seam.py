@@ -27,6 +27,7 @@ chunk), which costs a store write per live turn (a few ms locally, a round trip 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -39,7 +40,7 @@ from urllib.parse import parse_qsl
 
 import httpx
 
-from ..canonical import canonical_json, fingerprint
+from ..canonical import canonical_json, fingerprint_json
 from ..errors import RecoverableStepError, StoreAccessDenied, StoreError
 from ..journal import Record
 from . import protocols
@@ -49,9 +50,11 @@ if TYPE_CHECKING:
     from ..run import Run
 
 log = logging.getLogger("tether.wire")
+NORMALISED_BYTES = NORMALISED.encode()
 
 #: Response headers kept in a record and replayed; everything else is transport or per-call noise.
 KEPT_RESPONSE_HEADERS = ("content-type",)
+KEPT_RAW_HEADERS = frozenset(h.encode() for h in KEPT_RESPONSE_HEADERS)
 #: Response headers never passed through (hop-by-hop, or no longer true once httpx decoded the body).
 DROPPED_RESPONSE_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "set-cookie"})
 #: Request headers never forwarded upstream (hop-by-hop, or recomputed by httpx).
@@ -90,6 +93,12 @@ class WireRequest:
     #: applied upstream so an SDK's timeout-and-retry works through the in-process transport too.
     timeout: dict[str, float | None] | None = None
 
+    @functools.cached_property
+    def json(self) -> Any:
+        """The body parsed, once per request (canonical form, model name, landed check all read
+        it). Raises ``ValueError`` for a body that is not JSON."""
+        return json.loads(self.body) if self.body else None
+
 
 @dataclass
 class WireResponse:
@@ -97,6 +106,15 @@ class WireResponse:
     headers: list[tuple[str, str]]
     stream: AsyncIterator[bytes]
     replayed: bool = False
+
+
+#: The longest a live answer's record waits for the event loop to turn to it (``WireSeam._turn``).
+WRITE_DELAY = 0.01
+
+
+def _open(gate: asyncio.Future[None]) -> None:
+    if not gate.done():
+        gate.set_result(None)
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
@@ -153,6 +171,10 @@ class WireSeam:
         #: once their stream ended), and the first such write that failed.
         self._commits: set[asyncio.Task[None]] = set()
         self._unwritten: BaseException | None = None
+        #: Records waiting for the event loop to turn to them (see :meth:`_turn`), and how many
+        #: callers wait for records now (a record then starts at once).
+        self._gates: list[asyncio.Future[None]] = []
+        self._waiting = 0
         #: How long the end of the attempt waits for streams still being recorded.
         self.settle_timeout = 60.0
 
@@ -171,9 +193,10 @@ class WireSeam:
         their request: those of another running loop are awaited there. Returns how many were
         cancelled."""
         timeout = self.settle_timeout if timeout is None else timeout
-        waits = self._waits(self._pumps | self._commits)
-        if waits:
-            await asyncio.wait(waits, timeout=timeout)
+        async with self._awaiting():
+            waits = self._waits(self._pumps | self._commits)
+            if waits:
+                await asyncio.wait(waits, timeout=timeout)
         late = [t for t in list(self._pumps) if not t.done()]
         for task in late:
             task.get_loop().call_soon_threadsafe(task.cancel)
@@ -199,18 +222,20 @@ class WireSeam:
         before a tool runs (and by a client that acts on a stream before its end: the Claude CLI
         starts a tool at the tool-use block's end): the tool must not run before the turn that
         asked for it is durable, or a crash in between would run it again."""
-        waits = self._waits(self._pumps | self._commits)
-        if waits:
-            await asyncio.wait(waits)
+        async with self._awaiting():
+            waits = self._waits(self._pumps | self._commits)
+            if waits:
+                await asyncio.wait(waits)
         self._check_written()
 
     async def written(self, but: asyncio.Task[None] | None = None) -> None:
         """Wait until the answers already handed back (``but`` this one's) are durable, not the
         streams still being read (a parallel turn's answer does not wait for its sibling); raise
         if a write failed."""
-        waits = self._waits(self._commits - {but} if but is not None else self._commits)
-        if waits:
-            await asyncio.wait(waits)
+        async with self._awaiting():
+            waits = self._waits(self._commits - {but} if but is not None else self._commits)
+            if waits:
+                await asyncio.wait(waits)
         self._check_written()
 
     def _check_written(self) -> None:
@@ -221,12 +246,47 @@ class WireSeam:
             raise failed  # terminal: the credentials will not change on the next attempt
         raise RecoverableStepError(f"an answer already handed back could not be recorded, so this attempt stops: {failed}")
 
-    def _committing(self, commit: Awaitable[None]) -> asyncio.Task[None]:
+    @contextlib.asynccontextmanager
+    async def _awaiting(self) -> AsyncIterator[None]:
+        """While a caller waits for records, none waits for its turn."""
+        self._waiting += 1
+        self._open_gates()
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+
+    def _open_gates(self) -> None:
+        gates, self._gates = self._gates, []
+        for gate in gates:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nothing waits there
+                gate.get_loop().call_soon_threadsafe(_open, gate)
+
+    async def _turn(self) -> None:
+        """Wait until the event loop turns to writing a record: when something waits for it
+        (:meth:`written`, :meth:`recorded`, :meth:`settle`: a tool call, the next answer, the end
+        of the attempt), when the next request goes upstream (the loop then waits for the network),
+        or ``WRITE_DELAY`` after the answer was handed back, whichever comes first. Started at
+        once, the write's threads would compete for the interpreter lock with the framework
+        reading the answer just handed back (~0.8 ms a turn, benchmarks/record_overhead.py)."""
+        if self._waiting:
+            return
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+        self._gates.append(gate)
+        timer = loop.call_later(WRITE_DELAY, _open, gate)
+        try:
+            await gate
+        finally:
+            timer.cancel()
+
+    def _committing(self, commit: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Write a record after its answer was handed back (see the module docstring)."""
 
         async def run() -> None:
             try:
-                await commit
+                await self._turn()
+                await commit()
             except Exception as e:  # noted; the next step raises it
                 if self._unwritten is None:
                     self._unwritten = e
@@ -251,8 +311,9 @@ class WireSeam:
         canonical = self._canonical(protocol, request) if protocol else None
         if protocol is None or canonical is None:
             return await self._forward(request)
-        fp = fingerprint("model", canonical)
-        self.run.normalised_parts += canonical_json(canonical).count(NORMALISED.encode())
+        data = canonical_json(canonical)
+        fp = fingerprint_json("model", data)
+        self.run.normalised_parts += data.count(NORMALISED_BYTES)
         record = self.run.journal.replay_next("model", fp)
         if record is not None:
             self.run.model_step(record, replayed=True)
@@ -273,7 +334,7 @@ class WireSeam:
         conversation). The server's state is read back (an unrecorded GET); when it already holds
         the turn, the answer is rebuilt from it, recorded as the turn's outcome and handed back.
         Its usage is unknown (the dead attempt paid for it): counted as a turn of unknown cost."""
-        body = json.loads(request.body)
+        body = request.json
         check = protocol.landed_check(request.path, body)
         if check is None or not request.url.endswith(request.path):
             return None
@@ -342,7 +403,7 @@ class WireSeam:
     @staticmethod
     def _canonical(protocol: WireProtocol, request: WireRequest) -> dict[str, Any] | None:
         try:
-            body = json.loads(request.body) if request.body else None
+            body = request.json
             query = dict(parse_qsl(request.query, keep_blank_values=True))
             headers = {k.lower(): v for k, v in request.headers}
             return protocol.canonical_request(request.path, query, headers, body)
@@ -362,7 +423,8 @@ class WireSeam:
 
     @staticmethod
     def _response_headers(response: httpx.Response) -> list[tuple[str, str]]:
-        return [(k, v) for k, v in response.headers.items() if k.lower() in KEPT_RESPONSE_HEADERS]
+        # From the raw pairs: httpx decodes every header on each lookup (~0.1 ms a turn).
+        return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.headers.raw if k.lower() in KEPT_RAW_HEADERS]
 
     @staticmethod
     def _passthrough_headers(response: httpx.Response) -> list[tuple[str, str]]:
@@ -386,22 +448,23 @@ class WireSeam:
 
     async def _live(self, protocol: WireProtocol, request: WireRequest, fp: str, canonical: dict[str, Any]) -> WireResponse:
         started = time.time()
+        self._open_gates()  # the loop is about to wait for the network: earlier records go now
         response = await self._send(request)
         headers = self._response_headers(response)
         status = response.status_code
         if classify(status) in ("recoverable", "credentials"):
             return WireResponse(status, self._passthrough_headers(response), self._drain(response))
-        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-        model = protocol.model(request.path, json.loads(request.body))
+        streamed = any(v.startswith("text/event-stream") for k, v in headers if k == "content-type")
+        model = protocol.model(request.path, request.json)
 
-        async def commit(body: bytes) -> None:
-            """Record the outcome, taking its occurrence now (``Journal.append_next``). A 2xx body
-            that is no answer at all (not JSON, no events) is passed on unrecorded: the journal
-            holds only what can be replayed as an answer."""
+        def write(body: bytes, duration_ms: float) -> Record | None:
+            """In a thread: reading the answer (usage, model) and writing it stay off the event
+            loop, which meanwhile hands the answer back. Takes the occurrence now
+            (``Journal.append_next``). A 2xx body that is no answer at all (not JSON, no events)
+            is not recorded: the journal holds only what can be replayed as an answer."""
             ok = classify(status) == "success"
             if ok and not _well_formed(body, streamed):
-                self.run.unrecorded_live_turn(model)
-                return
+                return None
             record = Record(
                 kind="model",
                 fingerprint=fp,
@@ -413,15 +476,22 @@ class WireSeam:
                 usage=_usage(protocol, body, streamed) if ok else {},
                 model=model or protocol.response_model(body, streamed),
                 started_at=started,
-                duration_ms=(time.time() - started) * 1000,
+                duration_ms=duration_ms,
             )
+            self.run.journal.append_next(record)
+            return record
+
+        async def commit(body: bytes) -> None:
             try:
-                await asyncio.to_thread(self.run.journal.append_next, record)
+                record = await asyncio.to_thread(write, body, (time.time() - started) * 1000)
             except StoreAccessDenied:
                 raise  # the credentials will not change on the next attempt: terminal
             except StoreError as e:
                 raise RecoverableStepError(f"journal write failed, step not done: {e}") from e
-            self.run.model_step(record, replayed=False)
+            if record is None:
+                self.run.unrecorded_live_turn(model)  # paid for, passed on unrecorded
+            else:
+                self.run.model_step(record, replayed=False)
 
         if not streamed:
             try:
@@ -433,7 +503,7 @@ class WireSeam:
             # A task of its own: a caller that gave up (a proxy client that disconnected) after
             # the answer arrived does not cut the record in two (written, but never counted).
             if self.overlap:
-                own = self._committing(commit(body))
+                own = self._committing(functools.partial(commit, body))
                 await self.written(but=own)  # the answers handed back before this one are durable first
             else:
                 await asyncio.shield(asyncio.ensure_future(commit(body)))
@@ -460,7 +530,7 @@ class WireSeam:
                         queue.put_nowait(held)
                     held = chunk
                 body = b"".join(chunks)
-                own = self._committing(commit(body)) if self.overlap else None
+                own = self._committing(functools.partial(commit, body)) if self.overlap else None
                 await (self.written(but=own) if own is not None else commit(body))
                 if held is not None:
                     queue.put_nowait(held)

@@ -16,8 +16,8 @@ agent module is imported before ``go``.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -90,10 +90,13 @@ def main(argv: list[str]) -> int:
     print(json.dumps(outcome), flush=True)
     if outcome.get("error"):
         print(f"tether exec: {outcome['error']}", file=sys.stderr)
-    # The attempt is over and everything it wrote is durable: spare the exit the garbage
-    # collector's passes over the framework's heap (measured: 2.8 s of a retry's 3.1 s, loaded).
-    gc.freeze()
-    return int(outcome["exit_code"])
+    # The attempt is over and everything it wrote is durable (the journal closed, the outcome
+    # printed): leave without the interpreter's teardown of the framework's modules and heap
+    # (measured: 40 ms of a warm retry's 106 ms on an idle machine; 2.8 s of 3.1 s loaded).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(int(outcome["exit_code"]))
 
 
 def _warm_up(framework: str) -> None:

@@ -103,7 +103,10 @@ class WireProxy:
         except RecoverableStepError as e:
             # 502 is recoverable for every SDK: it retries or fails the attempt, never records.
             return web.json_response({"error": {"message": f"tether proxy: {e}", "type": "tether_upstream"}}, status=502)
-        out = web.StreamResponse(status=response.status, headers=dict(response.headers))
+        headers = dict(response.headers)
+        if response.body is not None and not headers.get("content-type", "").startswith("text/event-stream"):
+            return web.Response(status=response.status, headers=headers, body=response.body)  # one write, with its length
+        out = web.StreamResponse(status=response.status, headers=headers)
         await out.prepare(request)
         try:
             async for chunk in response.stream:

@@ -12,7 +12,9 @@ canonicalisation, the journal and error classification live here, once.
 
 Recording overlaps delivery when the run asks for it (``Run(overlap_writes=True)``; ``run_agent``
 does). A live answer is handed back as soon as it arrived and is written to the journal
-meanwhile; it counts as done (counters, cost, step events) once durable. What the
+meanwhile — once the event loop turns to it (``WireSeam._turn``: the next request going upstream,
+anything that waits for it, or ``WRITE_DELAY`` later), so the write's threads do not compete with
+the framework reading the answer; it counts as done (counters, cost, step events) once durable. What the
 framework does with it waits for that: a tool call (``tether.tools`` calls :meth:`WireSeam.written`
 first), the next live answer handed back (:meth:`WireSeam.written`), the end of the run
 (``run_agent``, ``Run.aclose``). So nothing that follows from an answer — a side effect, a later
@@ -106,6 +108,13 @@ class WireResponse:
     headers: list[tuple[str, str]]
     stream: AsyncIterator[bytes]
     replayed: bool = False
+    #: The whole body when it is known up front (a replay, a plain answer): the proxy then sends
+    #: it in one write with its length instead of a chunked stream.
+    body: bytes | None = None
+
+    @classmethod
+    def whole(cls, status: int, headers: list[tuple[str, str]], body: bytes, *, replayed: bool = False) -> WireResponse:
+        return cls(status, headers, _once(body), replayed=replayed, body=body)
 
 
 #: The longest a live answer's record waits for the event loop to turn to it (``WireSeam._turn``).
@@ -317,7 +326,7 @@ class WireSeam:
         record = self.run.journal.replay_next("model", fp)
         if record is not None:
             self.run.model_step(record, replayed=True)
-            return WireResponse(record.response["status"], record.response["headers"], _once(record.body), replayed=True)
+            return WireResponse.whole(record.response["status"], record.response["headers"], record.body, replayed=True)
         self._check_written()  # an attempt that lost a write sends nothing more upstream
         if self.run.max_cost_usd is not None:
             await self.written()  # under a cost limit every earlier turn's cost counts first
@@ -391,14 +400,14 @@ class WireSeam:
             request.path,
             check,
         )
-        return WireResponse(200, [("content-type", content_type)], _once(answer))
+        return WireResponse.whole(200, [("content-type", content_type)], answer)
 
     def _refuse(self, message: str) -> WireResponse:
         """Answer for the provider with 402: every SDK raises it as a non-retryable status error,
         so the framework stops; the run notes why. Nothing is recorded or sent upstream."""
         self.run.limit_exceeded = message
         body = json.dumps({"error": {"message": message, "type": "tether_limit_exceeded", "code": "limit_exceeded"}}).encode()
-        return WireResponse(402, [("content-type", "application/json")], _once(body))
+        return WireResponse.whole(402, [("content-type", "application/json")], body)
 
     @staticmethod
     def _canonical(protocol: WireProtocol, request: WireRequest) -> dict[str, Any] | None:
@@ -507,7 +516,7 @@ class WireSeam:
                 await self.written(but=own)  # the answers handed back before this one are durable first
             else:
                 await asyncio.shield(asyncio.ensure_future(commit(body)))
-            return WireResponse(status, headers, _once(body))
+            return WireResponse.whole(status, headers, body)
         return WireResponse(status, headers, self._tee(response, commit))
 
     async def _tee(self, response: httpx.Response, commit: Callable[[bytes], Awaitable[None]]) -> AsyncIterator[bytes]:

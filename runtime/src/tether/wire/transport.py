@@ -26,7 +26,7 @@ import httpx
 from ..current import current_run
 from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
-from .seam import WireRequest
+from .seam import WireRequest, upstream_http
 
 if TYPE_CHECKING:
     from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
@@ -65,7 +65,7 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
     def translate(e: RecoverableStepError) -> Exception:
         # SDKs treat transport errors as retryable connection failures: exactly our meaning.
         # An upstream timeout stays a timeout (the SDK's own timeout, applied upstream).
-        if isinstance(e.__cause__, httpx.TimeoutException):
+        if isinstance(e.__cause__, (httpx.TimeoutException, upstream_http().TimeoutException)):
             error: Exception = http.ReadTimeout(str(e))
             return error
         error = http.ReadError(str(e))

@@ -306,8 +306,15 @@ class WireSeam:
     def _committing(self, commit: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
         """Write a record after its answer was handed back (see the module docstring)."""
 
+        earlier = set(self._commits)
+
         async def run() -> None:
             try:
+                # In answer order: a record starts once the one before it counted, so "killed
+                # after turn k was recorded" never finds turn k+1 recorded beside it.
+                waits = self._waits(earlier)
+                if waits:
+                    await asyncio.wait(waits)
                 await self._turn()
                 await commit()
             except Exception as e:  # noted; the next step raises it

@@ -116,16 +116,12 @@ async def test_a_retry_restores_the_files_and_replays_the_sub_agent(fake, store)
     reads the file back; its last turn fails. The retry replays all five earlier turns (the
     sub-agent's two included) and its tool from the journal: the file is there again, rebuilt
     from the replayed ``write_file`` turn, and the weather tool never runs twice."""
-    turns = 0
-
-    def fail_last_turn(event) -> None:
-        nonlocal turns
-        turns += event.kind == "model"
-        if event.kind == "model" and turns == 5:
-            fake.inject(Fault("status:500", times=3))  # ChatOpenAI retries twice
-
+    # The sixth call fails, and ChatOpenAI's two retries with it. Decided by the provider when the
+    # call arrives: a step event may come after the next request already left (a record waits for
+    # the loop to turn to it, tether.wire.seam).
+    fake.inject(Fault("status:500", times=3, after=5))
     with pytest.raises(Exception, match="500"):
-        await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip", on_step=fail_last_turn))
+        await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip"))
     assert fake.live_calls() == 5 and calls == ["get_weather:Paris"]
 
     result = await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip"))

@@ -139,16 +139,11 @@ async def test_an_append_that_never_reached_the_server_goes_live(fake, tmp_path)
     """The read-back finds nothing of the append (a 500 before the server took it): sent live, once."""
     from tether.testing.fake_provider import Fault
 
-    turns = 0
-
-    def fail_append(event) -> None:
-        nonlocal turns
-        turns += event.kind == "model"
-        if event.kind == "model" and turns == 1:
-            fake.inject(Fault("status:500", match_protocol="mistral-conversations"))  # the SDK retries nothing by default
-
+    # The append after the first turn fails (the SDK retries nothing by default); decided by the
+    # provider when the call arrives, not by a step event, which may come after it left.
+    fake.inject(Fault("status:500", match_protocol="mistral-conversations", after=1))
     with pytest.raises(Exception, match="500|Status"):
-        await run_agent(PROMPTS["multi"], tools=TOOLS, model=MODEL, **options(fake, tmp_path, "never", on_step=fail_append))
+        await run_agent(PROMPTS["multi"], tools=TOOLS, model=MODEL, **options(fake, tmp_path, "never"))
     retry = await run_agent(PROMPTS["multi"], tools=TOOLS, model=MODEL, **options(fake, tmp_path, "never"))
     assert retry.status == "succeeded" and retry.model_replayed == 1 and retry.model_live == 2
     assert not any(r.response.get("resolved") for r in records(tmp_path, "never"))

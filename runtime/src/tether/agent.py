@@ -405,6 +405,10 @@ async def run_agent(
     cost cannot be read does under it: ``"stop"`` (default, fail closed) or ``"ignore"`` ($0).
     A tool waiting for approval ends the call with ``status="suspended"``; call again (same
     ``run_id``) after ``tether approve`` to continue.
+    ``on_step`` is called with each step once it is durable: a live model turn's answer is handed
+    to the framework first and recorded when the process turns to it (the next request sent, a
+    tool call, the end of the run, or 10 ms later; ``tether.wire.seam``), so its event can come
+    after the next request already left.
     """
     if model is None and agent is None:
         raise ConfigError("run_agent needs a model (declarative) or an agent (bring your own)")

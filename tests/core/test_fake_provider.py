@@ -610,6 +610,22 @@ def test_slow_first_byte_delays_but_answers(provider):
     assert provider.ledger[0].fault == "slow_first_byte:0.3" and provider.live_calls() == 1
 
 
+def test_a_held_back_answer_whose_caller_hung_up_is_not_answered(provider):
+    """A caller killed while its answer is held back (a test killing a process mid-turn) was not
+    answered: the call is in the ledger but not live; a fault never taken can be dropped."""
+    provider.inject(Fault("slow_first_byte:0.5"), Fault("status:500", after=5))
+    path, body = NO_KEY_REQUESTS["openai-chat"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(provider.url + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=0.1)
+    deadline = time.monotonic() + 5
+    while not provider.ledger and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [(e.status, e.fault, e.live) for e in provider.ledger] == [(0, "slow_first_byte:0.5", False)]
+    provider.clear_faults()
+    assert OpenAIChatDriver(provider).ask(WEATHER, stream=False).calls  # the 500 was dropped
+    assert provider.live_calls() == 1
+
+
 # --- credentials ----------------------------------------------------------------------------------
 
 NO_KEY_REQUESTS = {

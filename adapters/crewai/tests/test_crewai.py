@@ -96,7 +96,11 @@ def test_crew_killed_after_turn_k_resumes_without_repeating(zygote, fake, tmp_pa
         job = {**args, "kill_after_turn": kill_after_turn}
         return zygote.run(job, tmp_path, name, env={"TETHER_TOOL_LOG": str(log)}, timeout_s=180)
 
+    # Turn k+1's request may leave before turn k's record is durable (the record is written
+    # beside it), so its answer is held back: the kill after turn k's step comes before it.
+    fake.inject(Fault("slow_first_byte:120", after=k))
     killed = attempt("killed", k)
+    fake.clear_faults()  # not taken if turn k+1 had not been asked yet
     assert killed["signal"] == 9, killed["stderr"][-3000:]
     assert fake.live_calls() == k
     tools_before = [json.loads(line) for line in log.read_text().splitlines()]

@@ -303,6 +303,11 @@ class FakeProvider:
         with self._faults_lock:
             self._faults += [[f, f.times, f.after] for f in faults if f.times > 0]
 
+    def clear_faults(self) -> None:
+        """Drop the faults not yet taken (e.g. one held for a call a killed attempt never made)."""
+        with self._faults_lock:
+            self._faults.clear()
+
     def live_calls(self, protocol: str | None = None) -> int:
         """Calls the model answered in full, for one protocol or provider name, or all."""
         return sum(1 for e in self.ledger if e.live and protocol in (None, e.protocol, _provider_of(e.protocol)))
@@ -314,8 +319,7 @@ class FakeProvider:
     def reset(self) -> None:
         """Clear the ledger, pending faults and remembered conversations."""
         self.ledger.clear()
-        with self._faults_lock:
-            self._faults.clear()
+        self.clear_faults()
         for p in self._protocols.values():
             p.reset()
 
@@ -351,6 +355,7 @@ class FakeProvider:
             return
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        asyncio.run_coroutine_threadsafe(_cancel_others(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
@@ -416,6 +421,11 @@ class FakeProvider:
         delay = self.latency + (fault.delay if fault else 0.0)
         if delay:
             await asyncio.sleep(delay)
+            if request.transport is None or request.transport.is_closing():
+                # The caller hung up (a killed process) while the answer was held back: nothing
+                # is answered, so the call is not live (tests hold a turn back to kill before it).
+                record(view=view, status=0, fault=fault.kind if fault else "caller gone")
+                return web.Response(status=499)
         if fault and fault.status:
             record(view=view, status=fault.status, fault=fault.kind)
             # SDKs that retry honour retry-after-ms: keep their retries of injected faults quick.
@@ -550,6 +560,15 @@ class FakeProvider:
 
 
 # --- helpers --------------------------------------------------------------------------------------
+
+
+async def _cancel_others() -> None:
+    """Cancel what still runs on the server's loop: a held-back answer whose caller hung up is no
+    longer the server's connection, so its cleanup does not reach it."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 class _Recorder:

@@ -25,7 +25,6 @@ FRAMEWORKS = os.environ.get("TETHER_E2E_FRAMEWORKS", "").split() or sorted(
 )
 
 
-CLUSTER = os.environ.get("TETHER_E2E_CLUSTER", "tether-e2e")  # run.sh picks it
 PRELOADED = "openai"  # run.sh install loads its image onto both workers: the chart's runtime image
 
 
@@ -44,16 +43,33 @@ def framework_image(framework: str) -> Iterator[None]:
         "get", "nodes", "-l", "!node-role.kubernetes.io/control-plane,!cloud.google.com/gke-accelerator",
         "-o", "jsonpath={.items[0].metadata.name}",
     ).strip()  # fmt: skip
-    subprocess.run(
-        ["kind", "load", "docker-image", "--name", CLUSTER, "--nodes", worker, image(framework)],
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
+    loaded = subprocess.run([str(REPO / "tests/e2e/run.sh"), "load", worker, image(framework)], capture_output=True, text=True, timeout=900)
+    if loaded.returncode != 0:
+        raise AssertionError(f"loading {image(framework)} onto {worker} failed:\n{loaded.stderr[-3000:]}")
     try:
         yield
     finally:
-        subprocess.run(["docker", "exec", worker, "crictl", "rmi", image(framework)], capture_output=True, timeout=300)
+        drop_image(worker, image(framework))
+
+
+def drop_image(node: str, ref: str, timeout: float = 300) -> None:
+    """Remove an image from a node once no container uses it: containers of the runs just deleted
+    go after their pods, and an image they hold stays on the disk the next framework needs."""
+    image_id = crictl(node, "inspecti", "-o", "go-template", "--template", "{{.status.id}}", ref).strip()
+
+    def unused() -> bool:
+        containers = json.loads(crictl(node, "ps", "-a", "-o", "json"))["containers"]
+        return not any(image_id in (c.get("imageRef"), c.get("image", {}).get("image")) for c in containers)
+
+    poll(f"no container on {node} uses {ref}", unused, timeout=timeout, every=2)
+    crictl(node, "rmi", ref)
+
+
+def crictl(node: str, *args: str) -> str:
+    proc = subprocess.run(["docker", "exec", node, "crictl", *args], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"crictl {' '.join(args)} on {node} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:

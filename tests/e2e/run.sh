@@ -4,6 +4,7 @@
 #
 #   tests/e2e/run.sh            build + up + install + test (the cluster is kept; `down` deletes it)
 #   tests/e2e/run.sh build|up|install|test|down|status|ready
+#   tests/e2e/run.sh load "NODE..." IMAGE...   (streams Docker images into kind nodes)
 #   tests/e2e/run.sh test -k gpu     (extra args go to pytest)
 #
 # Needs root for apt/dockerd where Docker is missing (it installs Debian's docker.io and starts
@@ -89,17 +90,35 @@ cmd_install() {
   # other frameworks' images are loaded onto the CPU worker one at a time by the tests
   # (cluster.framework_image): ten ~1.3 GB images unpacked on every node would not fit on disk.
   images+=("tether-e2e/examples-openai:e2e")
-  load_images "${images[@]}"
+  load_images "$(workers)" "${images[@]}"  # onto the workers only: the control plane runs no Tether pod
   infra tether-e2e
   helm_install --set executor.runtimeImage.repository=tether-e2e/examples-openai --set executor.runtimeImage.tag=e2e
 }
 
+# load_images "NODE..." IMAGE...: each image streamed into each node's containerd
+# (`docker save | ctr import --discard-unpacked-layers`: no temporary archive, unlike `kind load`,
+# and the layer blobs left to the garbage collector once unpacked, as the node's containerd does
+# for pulled images; the snapshots are what containers run from): half the disk of `kind load`,
+# on a disk this machine shares with every build. An image a node already holds (same id) is
+# skipped. Largest first: the peak is one image's blobs. A failure says why and how full the disks are.
 load_images() {
-  # onto the workers only (the control plane runs no Tether pod); one archive, shared layers once
-  local workers; workers="$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[*].metadata.name}')"
-  log "kind load $* (nodes: $workers)"
-  kind load docker-image --name "$CLUSTER" --nodes "${workers// /,}" "$@" >/dev/null
+  local nodes="$1" node img id; shift
+  for img in $(for i in "$@"; do echo "$(docker image inspect -f '{{.Size}}' "$i") $i"; done | sort -rn | cut -d' ' -f2); do
+    id="$(docker image inspect -f '{{.Id}}' "$img")"
+    for node in $nodes; do
+      [[ "$(docker exec "$node" crictl inspecti -o go-template --template '{{.status.id}}' "$img" 2>/dev/null)" != "$id" ]] || continue
+      log "load $img onto $node"
+      if ! docker save "$img" | docker exec -i "$node" ctr -n k8s.io images import --local --digests \
+        --discard-unpacked-layers --snapshotter=overlayfs - >/dev/null; then
+        log "loading $img onto $node failed; disk: $(df -h --output=avail,pcent / | tail -n1) free on the host," \
+          "node $(docker exec "$node" df -h --output=avail,pcent /var | tail -n1)"
+        return 1
+      fi
+    done
+  done
 }
+
+workers() { kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[*].metadata.name}'; }
 
 infra() {  # S3 (with these buckets) and the fake provider, in $INFRA
   sed "s|image: tether-e2e/fake-provider:e2e|image: ${FAKE_PROVIDER_IMAGE:-tether-e2e/fake-provider:e2e}|" "$HERE/manifests/infra.yaml" |
@@ -172,6 +191,7 @@ case "${1:-all}" in
   down) cmd_down ;;
   status) cmd_status ;;
   ready) cmd_ready ;;
+  load) shift; load_images "$1" "${@:2}" ;;  # load "NODE..." IMAGE... (tests/e2e/cluster.py)
   all) shift || true; cmd_build; cmd_up; cmd_install; cmd_test "$@" ;;
   flyte*) source "$HERE/flyte/flyte.sh"
     case "$1" in

@@ -53,7 +53,7 @@ flyte_build() {
 
 # derived TAG BASE DOCKERFILE PATH...: an image FROM BASE with these repository paths (the
 # Dockerfile in flyte/images), rebuilt only when BASE or the sources changed (a label holds their
-# digest): an unchanged image keeps its id, so stream_images does not load it again.
+# digest): an unchanged image keeps its id, so load_images does not load it again.
 derived() {
   local tag="$1" base="$2" file="tests/e2e/flyte/images/$3" key; shift 3
   src() { tar -c -C "$REPO" --exclude=__pycache__ --sort=name --mtime=@0 --owner=0 --group=0 "$file" "$@"; }
@@ -67,27 +67,10 @@ flyte_env() { sed -n "s/^$1=//p" "$FLYTE_IMAGES_ENV"; }
 
 FLYTE_ENDPOINT=flyte-binary-http.flyte.svc.cluster.local:8090
 
-# Each image streamed into the worker's containerd (no temporary archive, unlike `kind load`) and
-# its layer blobs left to the garbage collector once unpacked (the snapshots are what containers
-# run from; the node's containerd does the same for pulled images): half the disk, which this
-# machine shares with every engineer's builds. Largest first: the peak is one image's blobs.
-stream_images() {
-  local node img id
-  node="$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[0].metadata.name}')"
-  for img in $(for i in "$@"; do echo "$(docker image inspect -f '{{.Size}}' "$i") $i"; done | sort -rn | cut -d' ' -f2); do
-    id="$(docker image inspect -f '{{.Id}}' "$img")"
-    if [[ "$(docker exec "$node" crictl inspecti -o go-template --template '{{.status.id}}' "$img" 2>/dev/null)" == "$id" ]]; then
-      continue
-    fi
-    log "load $img onto $node"
-    docker save "$img" | docker exec -i "$node" ctr -n k8s.io images import --local --digests --discard-unpacked-layers --snapshotter=overlayfs - >/dev/null
-  done
-}
-
 flyte_install() {
   bins
   flyte_build  # warm: seconds; the operator image follows this checkout
-  stream_images "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" tether-e2e/s3:e2e "$FAKE_PROVIDER_IMAGE" "$FLYTE_OPERATOR_IMAGE" "$FLYTE_RUNTIME_IMAGE"
+  load_images "$(workers)" "$(flyte_env BACKEND_IMAGE)" "$(flyte_env POSTGRES_IMAGE)" tether-e2e/s3:e2e "$FAKE_PROVIDER_IMAGE" "$FLYTE_OPERATOR_IMAGE" "$FLYTE_RUNTIME_IMAGE"
   infra tether-e2e flyte-data
   kubectl apply --server-side -f "$(flyte_env BACKEND_SRC)/executor/config/crd/bases/flyte.org_taskactions.yaml" >/dev/null
   sed -e "s|@BACKEND_IMAGE@|$(flyte_env BACKEND_IMAGE)|" -e "s|@POSTGRES_IMAGE@|$(flyte_env POSTGRES_IMAGE)|" \

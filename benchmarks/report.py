@@ -73,8 +73,11 @@ itself. So `ratio` measured on whole processes cannot reach 1/400 with a Python 
 and `tether exec` (a Flyte local execution), twice: the retry as a new process (cold), and the retry
 in a **warm worker** as `tether run` does it by default (`tether exec --warm` started beside the
 first attempt: imports, Flyte's first local run and the adapter's `warm_up` done, waiting on a
-pipe; timed from `go`, sent when the first attempt has died, to the worker's exit). Keys under
-`warm`: the same figures for that run, `worker_ready_before_go_s`, and `cpu_ms_after_go` (the
+pipe; timed from `go`, sent when the first attempt has died, to its outcome in the caller's hands:
+the end of its output, which the worker closes once the outcome is printed and `tether run` reads,
+as it no longer waits for the exit). Keys under `warm`: the same figures for that run,
+`retry_to_exit_s` (to the worker's exit, which adds the kernel's teardown of its memory),
+`worker_ready_before_go_s`, and `cpu_ms_after_go` (the
 worker's CPU time from `go` to its outcome: the retry's cost apart from waiting for a core).
 Goal: `warm.ratio` ≤ 1/400.
 
@@ -208,7 +211,7 @@ def crash_rows(results: dict) -> list[str]:
         if w := f.get("warm"):
             rows.append(
                 f"| the same, retry in a warm worker (`tether run`'s default), scale {f['scale']} | {w['live_model_calls_on_retry']} / {w['tool_reexecutions']} "
-                f"| {w['first_attempt_s']:.2f} s | {w['retry_s'] * 1000:.0f} ms from `go` (1/{1 / w['ratio']:.0f}; cold 1/{1 / f['ratio']:.0f}) | ready {w['worker_ready_before_go_s']:.1f} s before | {w['replay_ms']:.1f} ms | "
+                f"| {w['first_attempt_s']:.2f} s | {w['retry_s'] * 1000:.0f} ms from `go`{exit_note(w)} (1/{1 / w['ratio']:.0f}; cold 1/{1 / f['ratio']:.0f}) | ready {w['worker_ready_before_go_s']:.1f} s before | {w['replay_ms']:.1f} ms | "
                 + (f"CPU after `go`: {w['cpu_ms_after_go']:.0f} ms" if "cpu_ms_after_go" in w else "")
                 + f" | {provenance(r)} |"
             )
@@ -274,8 +277,8 @@ def overhead_rows(results: dict) -> list[str]:
     out = [
         f"**record_overhead** — {provenance(r)}; provider latency {f['latency_s'] * 1000:.0f} ms, medians",
         "",
-        "| store | variant | record write | durability off | transport | ratio | proxy | ratio | end of run wait |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| store | variant | record write | durability off | transport | ratio | recording alone | proxy | ratio | recording alone | end of run wait |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backend in ("local", "s3"):
         if backend not in f:
@@ -289,9 +292,21 @@ def overhead_rows(results: dict) -> list[str]:
             v = f[backend][variant]
             out.append(
                 f"| {label} | {variant} | {f[backend]['record_write_ms']:.2f} ms | {v['direct_ms']:.2f} ms | {v['transport_ms']:.2f} ms "
-                f"| ×{v['transport_ratio']:.3f} | {v['proxy_ms']:.2f} ms | ×{v['proxy_ratio']:.3f} | {end_wait(v)} |"
+                f"| ×{v['transport_ratio']:.3f} | {recording(v, 'transport')} | {v['proxy_ms']:.2f} ms | ×{v['proxy_ratio']:.3f} "
+                f"| {recording(v, 'proxy')} | {end_wait(v)} |"
             )
     return [*out, ""]
+
+
+def exit_note(warm: dict) -> str:
+    """The time to the worker's exit beside the time to its outcome (older results lack it)."""
+    return f" ({warm['retry_to_exit_s'] * 1000:.0f} ms to its exit)" if "retry_to_exit_s" in warm else ""
+
+
+def recording(v: dict, way: str) -> str:
+    """A recorded call against the same way's bare hop (older results lack it)."""
+    ratio = v.get(f"{way}_recording_ratio")
+    return "—" if ratio is None else f"×{ratio:.3f}"
 
 
 def parallel_rows(results: dict) -> list[str]:
@@ -403,7 +418,7 @@ def summary(results: dict) -> list[str]:
         if w := f.get("warm"):
             out.append(
                 f"| crash-resume, OpenAI Agents adapter, retry in a warm worker (`tether run`'s default; tools × {f['scale']}) | **{w['live_model_calls_on_retry']} live model calls, "
-                f"{w['tool_reexecutions']} tool re-executions**; first attempt {w['first_attempt_s']:.2f} s, retry {w['retry_s'] * 1000:.0f} ms from `go` to exit: "
+                f"{w['tool_reexecutions']} tool re-executions**; first attempt {w['first_attempt_s']:.2f} s, retry {w['retry_s'] * 1000:.0f} ms from `go` to its outcome{exit_note(w)}: "
                 f"1/{1 / w['ratio']:.0f} (a new process: 1/{1 / f['ratio']:.0f}) | {provenance(r)} |"
             )
     if r := results.get("replay_cost"):

@@ -10,6 +10,7 @@ framework adapter and returns an outcome whose ``exit_code`` executors understan
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
@@ -268,8 +269,13 @@ async def tool_call(implementation: str, tool: str, arguments: str) -> str:
 
 @env.task
 async def warm_up() -> None:
-    """Nothing: run once by a warm worker (``tether exec --warm``) so that Flyte's first local
-    run, which sets up what later runs reuse (hundreds of milliseconds), is not the attempt's."""
+    """Run once by a warm worker (``tether exec --warm``) so that Flyte's first local run, which
+    sets up what later runs reuse (hundreds of milliseconds), is not the attempt's; it also
+    imports the wire seam (imported when a run starts) and starts the worker thread of the loop
+    that store reads and writes use (an attempt's first ones would start it)."""
+    from .wire import seam, transport  # noqa: F401
+
+    await asyncio.to_thread(int)
 
 
 @env.task

@@ -219,15 +219,19 @@ def _attempts(
         )
 
     spare: subprocess.Popen[str] | None = None
+    ended: list[subprocess.Popen[str]] = []
     try:
         for attempt in range(1, last + 1):
             print(f"attempt {attempt}:", flush=True)
             proc, spare = spare or start(attempt), None
             if warm and attempt < last:
                 spare = start(attempt + 1)  # imports beside this attempt, ready before it ends
-            out, _ = proc.communicate(GO + "\n" if warm else None)
-            lines = out.splitlines()
-            outcome = _outcome(lines[-1]) if lines and proc.returncode >= 0 else {}
+            lines = _output(proc, GO + "\n" if warm else None).splitlines()
+            ended.append(proc)
+            outcome = _outcome(lines[-1]) if lines else {}
+            # Once its outcome is printed the attempt is over (it closes its output, then exits with
+            # that code): waiting for the exit would add the kernel's teardown of its memory.
+            code = int(outcome["exit_code"]) if outcome else proc.wait()
             for line in lines[:-1] if outcome else lines:
                 print(line)
             worker = outcome.get("warm_worker") if attempt > 1 else None
@@ -235,7 +239,6 @@ def _attempts(
                 print(
                     f"  (ran in the worker started beside attempt {attempt - 1}, ready {worker['ready_before_go_ms'] / 1000:.1f} s before it was needed)"
                 )
-            code = proc.returncode
             if code < 0:
                 print(f"  the agent process died (signal {-code}); starting it again — finished steps will replay\n")
                 continue
@@ -249,6 +252,21 @@ def _attempts(
         if spare is not None:  # not needed; it ran no agent or tool code, only imports
             spare.kill()
             spare.communicate()
+        for proc in ended:
+            proc.wait()
+
+
+def _output(proc: subprocess.Popen[str], go: str | None) -> str:
+    """Tell a warm worker to go, and read the attempt's output to its end."""
+    assert proc.stdout is not None
+    if go is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(go)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it died before its turn: its exit status says how
+    with proc.stdout:
+        return proc.stdout.read()
 
 
 def _outcome(line: str) -> dict[str, Any]:

@@ -126,10 +126,14 @@ Each way makes `--turns` calls back to back (as an agent's turns follow each oth
 next call does not hide shows in that call), blocks interleaved, medians per call compared. Also
 printed: one record write on the store (the local store fsyncs each record: a record must survive
 a node crash; `--no-fsync` shows its share), and the wait at a block's end for its last record
-(what the end of a run waits for, once). Goal: ratio ≤ 1.02. Met through the transport, plain
+(what the end of a run waits for, once). `recording alone` compares a recorded call with the same
+way's bare hop (a provider name no wire protocol claims: forwarded, nothing recorded), which is
+what recording costs apart from the way in. Goal: ratio ≤ 1.02. Met through the transport, plain
 and streamed, on both stores (providers called with `httpx2` where installed: in an A/B in one
-session streamed turns went from ×1.04–1.05 with httpx to ×1.01–1.02); not through the proxy, an
-extra loopback HTTP hop served on the wire loop's thread.
+session streamed turns went from ×1.04–1.05 with httpx to ×1.01–1.02). Not through the proxy
+(Claude's CLI and Hermes, which build their own HTTP clients): its bare hop, a second HTTP exchange
+served on the wire loop's thread, already costs ×1.02–1.04, and recording a streamed turn on it
+adds up to ×1.03 more (parsing the stream on that thread as it is relayed).
 
 ## parallel_tools.py — issue 14
 

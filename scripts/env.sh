@@ -17,6 +17,14 @@ mkdir -p "$cache/venvs"
 exec 9>"$venv.lock"
 flock 9  # one builder at a time; the others wait and reuse its result
 if [ ! -f "$venv/.complete" ]; then
+  # Before building, drop the venvs of checkouts that are gone (deleted clones: ~1 GB each, and a
+  # CI machine makes a clone per run). A venv names its checkout in .checkout; one in use by a
+  # live checkout is never touched.
+  for mark in "$cache"/venvs/*/.checkout; do
+    [ -f "$mark" ] && [ ! -d "$(cat "$mark")" ] || continue
+    old=$(dirname "$mark")
+    (flock -n 8 && rm -rf "$old" && rm -f "$old.lock") 8>"$old.lock" || true
+  done
   rm -rf "$venv"
   uv venv -q -p 3.11 "$venv" >&2
   # Editable installs point at this checkout; paths in the lock are relative to the repo root.
@@ -24,6 +32,7 @@ if [ ! -f "$venv/.complete" ]; then
   # when PYTHONDONTWRITEBYTECODE is set (as on CI runners and here): measured 28 of 77 s of one
   # conformance attempt's CPU, under load.
   (cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q --compile-bytecode -r "$lock" >&2)
+  echo "$root" >"$venv/.checkout"
   touch "$venv/.complete"
 fi
 echo "$venv"

@@ -119,8 +119,8 @@ def main() -> None:
 
         # The same scenario with a warm worker for the retry, started beside the first attempt.
         warm_cmd = [*cmd[:4], str(work / "request-warm.json"), *cmd[5:]]
-        spare_err = (work / "warm.err").open("w+")  # a file: the worker's log never blocks it
-        spare = subprocess.Popen([*warm_cmd, "--warm"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=spare_err, text=True)
+        with (work / "warm.err").open("w") as log:  # a file: the worker's log never blocks it
+            spare = subprocess.Popen([*warm_cmd, "--warm"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         started = time.perf_counter()
         warm_first = subprocess.run(warm_cmd, env={**env, "TETHER_KILL_AFTER_STEP": "4"}, capture_output=True, text=True)
         warm_first_s = time.perf_counter() - started
@@ -134,8 +134,7 @@ def main() -> None:
         warm_retry_s = time.perf_counter() - started
         spare.wait()
         warm_exit_s = time.perf_counter() - started
-        spare_err.seek(0)
-        assert spare.returncode == 0, spare_err.read()[-2000:]
+        assert spare.returncode == 0, (work / "warm.err").read_text()[-2000:]
         warm = json.loads(out.strip().splitlines()[-1])
         warm_live = fake.live_calls() - warm_calls_before
         warm_tools = len(tool_log.read_text().splitlines()) - warm_tools_before

@@ -36,9 +36,9 @@ record, and the run's four tool steps all have one.
 Model turns. Each process makes its model calls one at a time (``max_retries=0``), and a live
 answer is written to the journal before the SDK sees it. So the live calls of a process (the ledger
 of the fake provider that attempt alone talks to: a request a killed attempt left in flight reaches
-the ledger after it died, answered or marked "caller gone", so time windows would not do) are, in order, the calls whose records it
-wrote, plus at most one in flight when it was killed: ``live(Pj) == written(Pj) + {0, or 1 if
-killed}``. Summed: total live calls ≤ model records + killed attempts. Pairing the k-th live call
+the ledger after it died, answered or marked "caller gone", so time windows would not do) are, in
+order, the calls whose records it wrote, plus at most one in flight when it was killed:
+``live(Pj) == written(Pj) + {0, or 1 if killed}``. Summed: total live calls ≤ model records + killed attempts. Pairing the k-th live call
 of Pj with the k-th record it wrote (checked by time: the call lies inside the record's timing)
 gives each model record the exact request body hash it answered; no process after the writer
 sends that body live again — a recorded model turn never reaches the provider twice.

@@ -8,7 +8,9 @@ the provider, no run), through Tether's in-process transport, and through the lo
 each of the two Tether ways once more as a bare hop (a provider name no wire protocol claims, so
 the seam forwards the call and records nothing): ``rec`` compares a recorded call with that hop,
 which is what recording itself costs apart from the way in (the proxy's loopback HTTP hop is the
-price of reaching an SDK Tether cannot hand a client, with or without a journal).
+price of reaching an SDK Tether cannot hand a client, with or without a journal). One more way is
+the floor of any such hop written in Python: a minimal forwarder on the proxy's thread (an aiohttp
+server relaying to an aiohttp client, the bytes untouched; no seam, no run, nothing recorded).
 Every call through Tether is live (a new question each time) and recorded: the answer is handed
 back while its record is written, and the next answer is handed back only once that write is
 durable (tether.wire.seam). So each way makes ``--turns`` calls back to back, like an agent's
@@ -45,12 +47,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
+from aiohttp import ClientSession, web  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 from benchmarks.results import save  # noqa: E402
 from tether.run import Run  # noqa: E402
 from tether.stores import LocalStore, open_store  # noqa: E402
 from tether.testing import FakeProvider, Script  # noqa: E402
+from tether.wire.loop import run_on_wire_loop  # noqa: E402
 from tether.wire.proxy import shared_proxy  # noqa: E402
 from tether.wire.transport import transports_for  # noqa: E402
 
@@ -79,7 +83,35 @@ async def call(client: AsyncOpenAI, tag: str, i: int, stream: bool) -> float:
     return elapsed
 
 
-async def measure(provider_url: str, store, calls: int, turns: int, stream: bool) -> dict:
+async def serve_forwarder(upstream: str) -> tuple[str, web.AppRunner]:
+    """The minimal forwarder (see the module docstring), on the loop that runs this; its base URL."""
+    session = ClientSession()
+    skipped = {"host", "content-length", "transfer-encoding", "connection"}
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in skipped]
+        body = await request.read()
+        async with session.request(request.method, upstream + request.path_qs, headers=headers, data=body) as answer:
+            kept = {"content-type": answer.headers.get("content-type", "application/json")}
+            if not kept["content-type"].startswith("text/event-stream"):
+                return web.Response(status=answer.status, headers=kept, body=await answer.read())
+            out = web.StreamResponse(status=answer.status, headers=kept)
+            await out.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            return out
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", relay)
+    app.on_cleanup.append(lambda _: session.close())
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return f"http://127.0.0.1:{runner.addresses[0][1]}", runner
+
+
+async def measure(provider_url: str, forwarder_url: str, store, calls: int, turns: int, stream: bool) -> dict:
     upstream = provider_url + "/openai"
     # "unrecorded": a provider name no wire protocol claims, so the seam forwards its calls as it
     # forwards any request that is not a model turn: the same hop, nothing recorded.
@@ -99,6 +131,7 @@ async def measure(provider_url: str, store, calls: int, turns: int, stream: bool
         "transport_hop": through("unrecorded", "transport"),
         "proxy": through("openai", "proxy"),
         "proxy_hop": through("unrecorded", "proxy"),
+        "forwarder": AsyncOpenAI(base_url=forwarder_url + "/v1", api_key="sk-bench", max_retries=0),
     }
     for way, client in clients.items():  # warm: connections, the SDK's lazy imports
         for i in range(3):
@@ -123,7 +156,12 @@ async def measure(provider_url: str, store, calls: int, turns: int, stream: bool
         await client.close()
     await run.aclose()
     direct = statistics.median(times["direct"])
-    out = {"direct_ms": round(direct * 1000, 3)}
+    forwarder = statistics.median(times["forwarder"])
+    out = {
+        "direct_ms": round(direct * 1000, 3),
+        "forwarder_ms": round(forwarder * 1000, 3),
+        "forwarder_ratio": round(forwarder / direct, 4),
+    }
     for way in ("transport", "proxy"):
         med, hop = statistics.median(times[way]), statistics.median(times[f"{way}_hop"])
         out[f"{way}_ms"] = round(med * 1000, 3)
@@ -203,6 +241,8 @@ def main() -> int:
             stores["s3"] = s3_with_latency(stack, args.s3_latency)
         shared_proxy()
         provider = stack.enter_context(provider_process(args.latency, args.in_process_provider))
+        forwarder, runner = run_on_wire_loop(serve_forwarder(provider + "/openai"))
+        stack.callback(run_on_wire_loop, runner.cleanup())
         figures: dict = {
             "latency_s": args.latency,
             "fsync": not args.no_fsync,
@@ -213,16 +253,16 @@ def main() -> int:
         for name, store in stores.items():
             figures[name] = {
                 "record_write_ms": write_probe(store),
-                "plain": asyncio.run(measure(provider, store, args.calls, args.turns, False)),
-                "stream": asyncio.run(measure(provider, store, args.calls, args.turns, True)),
+                "plain": asyncio.run(measure(provider, forwarder, store, args.calls, args.turns, False)),
+                "stream": asyncio.run(measure(provider, forwarder, store, args.calls, args.turns, True)),
             }
     print(
         f"live turn with {args.latency * 1000:.0f} ms provider latency; medians of {args.calls} calls per way, {args.turns} back to back per block"
     )
-    print("  ratio: against durability off; rec: against the same hop with nothing recorded")
+    print("  ratio: against durability off; rec: against the same hop with nothing recorded; floor: a minimal Python forwarder")
     print(
         f"  {'store':<36}{'':<8}{'off ms':>9}{'transport ms':>14}{'ratio':>8}{'rec':>7}"
-        f"{'proxy ms':>10}{'ratio':>8}{'rec':>7}{'end wait ms':>13}"
+        f"{'proxy ms':>10}{'ratio':>8}{'rec':>7}{'floor':>7}{'end wait ms':>13}"
     )
     for name in stores:
         label = f"local{'' if args.no_fsync else ' (fsync)'}" if name == "local" else f"s3 (+{args.s3_latency * 1000:.0f} ms/request)"
@@ -232,7 +272,7 @@ def main() -> int:
             print(
                 f"  {label:<36}{variant:<8}{f['direct_ms']:>9.2f}{f['transport_ms']:>14.2f}{f['transport_ratio']:>8.3f}"
                 f"{f['transport_recording_ratio']:>7.3f}{f['proxy_ms']:>10.2f}{f['proxy_ratio']:>8.3f}"
-                f"{f['proxy_recording_ratio']:>7.3f}{f['transport_end_wait_ms']:>13.2f}"
+                f"{f['proxy_recording_ratio']:>7.3f}{f['forwarder_ratio']:>7.3f}{f['transport_end_wait_ms']:>13.2f}"
             )
             label = ""
     met = {

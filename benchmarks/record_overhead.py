@@ -242,7 +242,7 @@ def main() -> int:
         shared_proxy()
         provider = stack.enter_context(provider_process(args.latency, args.in_process_provider))
         forwarder, runner = run_on_wire_loop(serve_forwarder(provider + "/openai"))
-        stack.callback(run_on_wire_loop, runner.cleanup())
+        stack.callback(lambda: run_on_wire_loop(runner.cleanup()))
         figures: dict = {
             "latency_s": args.latency,
             "fsync": not args.no_fsync,

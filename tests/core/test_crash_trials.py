@@ -38,10 +38,11 @@ answer is written to the journal before the SDK sees it. So the live calls of a 
 of the fake provider that attempt alone talks to: a request a killed attempt left in flight reaches
 the ledger after it died, answered or marked "caller gone", so time windows would not do) are, in
 order, the calls whose records it wrote, plus at most one in flight when it was killed:
-``live(Pj) == written(Pj) + {0, or 1 if killed}``. Summed: total live calls ≤ model records + killed attempts. Pairing the k-th live call
-of Pj with the k-th record it wrote (checked by time: the call lies inside the record's timing)
-gives each model record the exact request body hash it answered; no process after the writer
-sends that body live again — a recorded model turn never reaches the provider twice.
+``live(Pj) == written(Pj) + {0, or 1 if killed}``. Summed: total live calls ≤ model records +
+killed attempts. Pairing the k-th live call of Pj with the k-th record it wrote (checked by time:
+the call lies inside the record's timing) gives each model record the exact request body hash it
+answered; no process after the writer sends that body live again — a recorded model turn never
+reaches the provider twice.
 
 Finally every object in the journal decodes (``Record.decode`` is not ``None``), the journal holds
 exactly the 3 model and 4 tool records of the uninterrupted path, and the completing attempt's

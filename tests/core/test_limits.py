@@ -8,8 +8,10 @@ import httpx
 import openai
 import pytest
 
+from tether.commands import status
 from tether.entrypoint import EXIT_TERMINAL, classify_exception
 from tether.errors import LimitExceeded
+from tether.progress import snapshot, write_progress
 from tether.run import Run
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
@@ -50,3 +52,50 @@ def test_limit_anywhere_in_the_chain_is_terminal():
             raise ConnectionError("wrapped by an SDK") from inner
     except ConnectionError as outer:
         assert classify_exception(outer) == EXIT_TERMINAL
+
+
+def test_cost_limit_counts_every_attempt_of_the_run(tmp_path, capsys):
+    """A run retried N times must not spend N times its budget: the limit holds for the run's live
+    spend over all attempts (a replayed turn is free, and was paid once, by the attempt that ran it)."""
+    script = {"conversations": [{"match": q, "turns": [{"text": f"answer {q}"}]} for q in ("one", "two", "three")]}
+    with FakeProvider(script) as fake:
+        upstreams = {"openai": fake.url + "/openai"}
+
+        async def ask(run: Run, question: str) -> str:
+            client = openai.AsyncOpenAI(
+                base_url=run.upstreams["openai"] + "/v1",
+                api_key="k",
+                http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
+                max_retries=0,
+            )
+            with run.activate():
+                r = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": question}])
+                return r.choices[0].message.content
+
+        first = Run("budget", str(tmp_path), upstreams=upstreams)
+        assert asyncio.run(ask(first, "one")) == "answer one"
+        per_turn = first.accounting.live_cost_usd
+        assert per_turn > 0
+        asyncio.run(first.aclose())
+
+        limit = per_turn * 1.5  # room for two turns to start, not three
+        retry = Run("budget", str(tmp_path), upstreams=upstreams, max_cost_usd=limit)
+        assert asyncio.run(ask(retry, "one")) == "answer one"  # replayed: $0 now, paid by attempt 1
+        assert asyncio.run(ask(retry, "two")) == "answer two"  # the run has spent 1 turn: below the limit
+        with pytest.raises(openai.APIStatusError) as refused:
+            asyncio.run(ask(retry, "three"))  # the run has spent 2 turns (this attempt only 1): refused
+        assert refused.value.status_code == 402
+        message = str(refused.value)
+        assert "maxCostUSD" in message and "over 2 attempt(s)" in message
+        assert fake.live_calls() == 2 and retry.counters.model_replayed == 1
+        assert retry.accounting.run_live_cost_usd == pytest.approx(2 * per_turn)
+        assert retry.accounting.live_cost_usd == pytest.approx(per_turn)
+        # Status and `tether status` show the run's total beside the last attempt's.
+        write_progress(retry.store, "budget", snapshot(retry, "Failed"))
+        usage = snapshot(retry, "Failed").usage.wire()
+        assert usage["runLiveCostUSD"] == pytest.approx(2 * per_turn, abs=1e-6)
+        assert usage["liveCostUSD"] == pytest.approx(per_turn, abs=1e-6)
+        assert status.main(["budget", "--store", str(tmp_path)]) == 0
+        shown = capsys.readouterr().out
+        assert f"run total over all attempts: ${2 * per_turn:.6f} live" in shown
+        assert "last attempt: tokens" in shown and f"cost ${per_turn:.6f} live" in shown

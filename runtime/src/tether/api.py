@@ -356,7 +356,7 @@ class Limits(_Wire):
         ge=0,
         le=100_000,
         strict=True,
-        description="Maximum live model spend of the run in US dollars.",
+        description="Maximum live model spend of the run in US dollars, over all its attempts (a replayed turn is free; status.usage.runLiveCostUSD).",
     )
     unknown_cost: Literal["stop", "ignore"] = Field(
         default="stop",
@@ -685,6 +685,17 @@ class Usage(_Wire):
         default=None,
         alias="frameworkCostUSD",
         description="The framework's own cost figure for this attempt, where it reports one (the Claude Agent SDK's total_cost_usd; replayed turns included).",
+    )
+    run_live_cost_usd: float = Field(
+        default=0.0,
+        alias="runLiveCostUSD",
+        description="Live spend of the whole run, every attempt so far (what limits.maxCostUSD counts); the other figures are the last attempt's.",
+    )
+    run_unknown_cost_turns: int = Field(
+        default=0,
+        ge=0,
+        alias="runUnknownCostTurns",
+        description="Live turns of unknown cost over every attempt so far: runLiveCostUSD is a lower bound.",
     )
     live_tokens: int = Field(default=0, ge=0, description="Tokens of the turns called live.")
     replayed_tokens: int = Field(default=0, ge=0, description="Tokens of the turns replayed from the journal.")

@@ -57,6 +57,8 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
                 "cost_usd": round(a.live_cost_usd + a.saved_usd, 6),
                 "live_cost_usd": round(a.live_cost_usd, 6),
                 "saved_usd": round(a.saved_usd, 6),
+                "run_live_cost_usd": round(a.run_live_cost_usd, 6),
+                "run_unknown_cost_turns": a.run_unknown_cost,
                 "framework_cost_usd": None if run.framework_cost_usd is None else round(run.framework_cost_usd, 6),
                 "unpriced_models": sorted(a.unpriced_models),
                 "unknown_cost_turns": a.unknown_cost_live,
@@ -96,6 +98,14 @@ def unknown_cost_note(usage: dict[str, Any]) -> str:
     live, saved = usage.get("unknownCostTurns", 0), usage.get("unknownSavedTurns", 0)
     parts = [f"{n} {what} turn(s) of unknown cost" for n, what in ((live, "live"), (saved, "replayed")) if n]
     return f" (at least: {', '.join(parts)})" if parts else ""
+
+
+def run_spend_note(usage: dict[str, Any]) -> str:
+    """The run's live spend over all its attempts (what limits.maxCostUSD counts), beside the
+    last attempt's figures."""
+    unknown = usage.get("runUnknownCostTurns", 0)
+    more = f" (at least: {unknown} live turn(s) of unknown cost)" if unknown else ""
+    return f"run total over all attempts: ${usage.get('runLiveCostUSD', 0):.6f} live{more}"
 
 
 def advisory(store: Store) -> Store:

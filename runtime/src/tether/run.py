@@ -51,6 +51,18 @@ class Accounting:
     #: table): counted, never taken as $0. ``live_cost_usd``/``saved_usd`` are then lower bounds.
     unknown_cost_live: int = 0
     unknown_cost_replayed: int = 0
+    #: Live spend of the run's earlier attempts (what their recorded turns cost when they ran), and
+    #: their live turns of unknown cost: with this attempt's, what ``max_cost_usd`` counts.
+    earlier_live_cost_usd: float = 0.0
+    earlier_unknown_cost: int = 0
+
+    @property
+    def run_live_cost_usd(self) -> float:
+        return self.earlier_live_cost_usd + self.live_cost_usd
+
+    @property
+    def run_unknown_cost(self) -> int:
+        return self.earlier_unknown_cost + self.unknown_cost_live
 
     @property
     def total(self) -> Usage:
@@ -92,14 +104,14 @@ class Run:
         self.prices = prices or PriceTable.default()
         self._journal = Journal(self.store, scope)
         self._journal.loose_later = overlap_writes  # the tail is what counts; see tether.journal
+        self.accounting = Accounting()
         self._loading: Future[Journal] | None = None
         if background_load:
             loader = ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load")
-            self._loading = loader.submit(self._journal.load)
+            self._loading = loader.submit(self._load)
             loader.shutdown(wait=False)
         else:
-            self._journal.load()
-        self.accounting = Accounting()
+            self._load()
         self.events: list[StepEvent] = []
         self._events_lock = threading.Lock()
         #: One future per live tool call running now (done when it is recorded): see tether.tools.
@@ -130,6 +142,23 @@ class Run:
         """The loaded journal: a step that asks before a background load has finished waits."""
         if self._loading is not None:
             self._loading.result()
+        return self._journal
+
+    def _load(self) -> Journal:
+        """Load the journal and count what the earlier attempts paid: every model record in it was
+        a live turn once (a replay is never recorded again), so a budget holds for the run, not per
+        attempt. A turn killed before its record was written is not there (its cost is known
+        nowhere)."""
+        self._journal.load()
+        a = self.accounting
+        for record in self._journal.records.values():
+            if record.kind != "model":
+                continue
+            dollars = self.prices.dollars(record.model, Usage(**record.usage)) if record.usage else None
+            if dollars is not None:
+                a.earlier_live_cost_usd += dollars
+            elif record.outcome == "ok":
+                a.earlier_unknown_cost += 1
         return self._journal
 
     @property
@@ -178,17 +207,21 @@ class Run:
             self.accounting.unknown_cost_live += 1
 
     def cost_refusal(self) -> str | None:
-        """Why the next live turn may not run under ``max_cost_usd``, or ``None``."""
-        limit, a = self.max_cost_usd, self.accounting
+        """Why the next live turn may not run under ``max_cost_usd`` (the run's live spend over all
+        its attempts), or ``None``."""
+        limit = self.max_cost_usd
         if limit is None:
             return None
-        if a.live_cost_usd >= limit:
-            return f"tether: run {self.scope} reached its cost limit of ${limit:.2f} (spent ${a.live_cost_usd:.4f} live)"
-        if a.unknown_cost_live and self.unknown_cost == "stop":
+        self.journal  # noqa: B018 (loaded: the earlier attempts' spend is counted)
+        a = self.accounting
+        spent = f"${a.run_live_cost_usd:.4f} live over {max(self.attempt, 1)} attempt(s), ${a.live_cost_usd:.4f} in this one"
+        if a.run_live_cost_usd >= limit:
+            return f"tether: run {self.scope} reached its cost limit of ${limit:.2f} (limits.maxCostUSD; spent {spent})"
+        if a.run_unknown_cost and self.unknown_cost == "stop":
             return (
-                f"tether: run {self.scope} cannot keep to its cost limit of ${limit:.2f}: the cost of {a.unknown_cost_live} live "
-                f"turn(s) is unknown (usage unreadable or model not in the price table; known spend ${a.live_cost_usd:.4f}). "
-                "Set limits.unknownCost: ignore to count such turns as $0, or add the model to $TETHER_PRICES"
+                f"tether: run {self.scope} cannot keep to its cost limit of ${limit:.2f} (limits.maxCostUSD): the cost of "
+                f"{a.run_unknown_cost} live turn(s) is unknown (usage unreadable or model not in the price table; known spend "
+                f"{spent}). Set limits.unknownCost: ignore to count such turns as $0, or add the model to $TETHER_PRICES"
             )
         return None
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
 from ..contract import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
-from ..progress import read_progress, unknown_cost_note
+from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
@@ -304,6 +304,7 @@ def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], starte
             f"tokens {usage.get('liveTokens', 0)} live / {usage.get('replayedTokens', 0)} replayed; "
             f"cost ${usage.get('liveCostUSD', 0):.6f}, saved by replay ${usage.get('savedUSD', 0):.6f}{unknown_cost_note(usage)}"
         )
+        print(f"  {run_spend_note(usage)}")
         if usage.get("frameworkCostUSD") is not None:
             print(f"  the framework's own cost figure (replayed turns included): ${usage['frameworkCostUSD']:.6f}")
         if steps.get("normalisedParts"):

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from ..approvals import list_approvals
-from ..progress import approval_progress, read_progress, unknown_cost_note
+from ..progress import approval_progress, read_progress, run_spend_note, unknown_cost_note
 from ..stores import open_store
 from . import command_name
 
@@ -36,7 +36,11 @@ def main(argv: list[str]) -> int:
         f"tools {s.get('toolLive', 0)} live / {s.get('toolReplayed', 0)} replayed"
     )
     tokens = sum(u.get(k, 0) for k in ("inputTokens", "outputTokens", "cachedInputTokens", "cacheWriteTokens"))
-    print(f"  tokens {tokens}; cost ${u.get('liveCostUSD', 0):.6f} live, ${u.get('savedUSD', 0):.6f} saved by replay{unknown_cost_note(u)}")
+    print(
+        f"  last attempt: tokens {tokens}; cost ${u.get('liveCostUSD', 0):.6f} live, "
+        f"${u.get('savedUSD', 0):.6f} saved by replay{unknown_cost_note(u)}"
+    )
+    print(f"  {run_spend_note(u)}")
     for a in progress["approvals"]:
         by = f" by {a['by']}" if a.get("by") else ""
         print(f"  approval {a['id']} {a.get('decision') or 'pending'}{by}: {a.get('prompt')}")

@@ -20,6 +20,7 @@ from tests.support.s3 import new_bucket, s3_server, set_aws_env
 from tether.agent import AgentSession
 from tether.errors import ConfigError
 from tether.memory import Memory
+from tether.run import Run
 from tether.stores import open_store
 from tether_langgraph import TetherCheckpointer
 
@@ -140,7 +141,12 @@ async def test_one_graph_two_users_bob_never_sees_alices_messages(store_url):
     graph.invoke({"messages": [HumanMessage("bob: what do you know about me?")]}, _thread("bob"))
     assert not any("4242" in m for m in seen["bob:"])
     bob = graph.get_state(_thread("bob")).values["messages"]
-    assert [m.content for m in bob] == ["bob: hello", "re: bob: hello", "bob: what do you know about me?", "re: bob: what do you know about me?"]
+    assert [m.content for m in bob] == [
+        "bob: hello",
+        "re: bob: hello",
+        "bob: what do you know about me?",
+        "re: bob: what do you know about me?",
+    ]
     assert graph.get_state(_thread("bob")).config["configurable"]["thread_id"] == "bob"
     assert len(list(graph.get_state_history(_thread("bob")))) == len(list(saver.list(_thread("bob")))) > 0
     assert all(s.config["configurable"]["thread_id"] == "bob" for s in graph.get_state_history(_thread("bob")))
@@ -194,6 +200,37 @@ async def test_delete_thread_is_committed_and_a_later_run_starts_empty(store_url
     assert third.get_state(_thread("dave")).values == {}
     # Append-only memory: the first run's segment is still in the store, unread (README).
     assert "secret one" in json.dumps(Memory(store, "default", "carol").load())
+
+
+async def test_another_threads_commit_is_made_once_across_a_retry(store_url):
+    """A run whose graph also served bob (not its own key) commits bob's thread at flush; the
+    attempt then dies before the run's own commit. The retry reads bob's key as the first
+    attempt did (its own segment left out) and commits the same segment: bob's turn is stored
+    once, and a later reader sees it once."""
+    store = open_store(store_url)
+
+    async def attempt() -> tuple[TetherCheckpointer, dict[str, list[str]]]:
+        run = Run("run-bob", store)
+        memory = Memory(store, "default", "alice")
+        saver = TetherCheckpointer(AgentSession(run, "openai", memory, history=memory.load(writer=run.scope)))
+        seen: dict[str, list[str]] = {}
+        graph = _chat_graph(saver, seen)
+        await graph.ainvoke({"messages": [HumanMessage("alice: hi")]}, _thread("alice"))
+        await graph.ainvoke({"messages": [HumanMessage("bob: hello")]}, _thread("bob"))
+        await saver.aflush()
+        await run.aclose()
+        return saver, seen
+
+    await attempt()  # killed before run_agent commits alice's items: nothing of alice's is stored
+    assert Memory(store, "default", "alice").load() == []
+    retry, seen = await attempt()
+    assert seen["bob:"] == ["bob: hello"]  # bob's thread as the first attempt found it
+    Memory(store, "default", "alice").commit(retry.session.new_items, writer="run-bob")
+    bob_items = Memory(store, "default", "bob").load()
+    assert len(bob_items) == 1 and json.dumps(bob_items).count('"bob: hello"') == 1
+    later = _chat_graph(_saver(store_url, "alice"), {})
+    assert [m.content for m in later.get_state(_thread("bob")).values["messages"]] == ["bob: hello", "re: bob: hello"]
+    assert [m.content for m in later.get_state(_thread("alice")).values["messages"]] == ["alice: hi", "re: alice: hi"]
 
 
 def test_a_thread_id_that_is_no_memory_key_is_refused_with_its_name(tmp_path):

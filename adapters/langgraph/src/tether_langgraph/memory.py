@@ -275,15 +275,15 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
         """Commit this run's final checkpoints (called once the graph finished): the session's
         thread's go to ``session.new_items`` (``run_agent`` commits them once the run succeeded),
         every other thread's are committed to its own memory key now, under the run's scope."""
-        own = self.session.memory if self.session is not None else None
-        if own is None:
+        session = self.session
+        if session is None or session.memory is None:
             return
         for thread_id, thread in list(self._threads.items()):
             items = self.new_items(thread_id)
             if not items:
                 continue
-            if thread_id == own.key:
-                self.session.new_items.extend(items)  # type: ignore[union-attr]
+            if thread_id == session.memory.key:
+                session.new_items.extend(items)
             else:
                 memory = self._memory(thread_id)
                 assert memory is not None

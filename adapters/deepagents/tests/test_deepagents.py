@@ -92,8 +92,8 @@ def records(store, run_id, kind="model"):
 
 def thread(store, key):
     """The memory key's thread as the graph sees it: the last checkpoint's channel values."""
-    items = Memory(open_store(store), "default", key).load()
-    saver = TetherCheckpointer(AgentSession(None, "openai", history=items))
+    memory = Memory(open_store(store), "default", key)
+    saver = TetherCheckpointer(AgentSession(None, "openai", memory, history=memory.load()))
     return saver.get_tuple({"configurable": {"thread_id": key}}).checkpoint["channel_values"]
 
 

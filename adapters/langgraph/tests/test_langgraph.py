@@ -157,7 +157,7 @@ async def test_tool_error_becomes_an_error_tool_message(fake, store):
     result = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, memory_key="err", **common(fake, store, "broken"))
     assert result.status == "succeeded"
     assert result.output == "The tool said: Error: tool broken failed: RuntimeError: the backend is down (test)"
-    state = TetherCheckpointer(AgentSession(None, "openai", history=_memory(store, "err")))
+    state = _reader(store, "err")
     messages = state.get_tuple({"configurable": {"thread_id": "err"}}).checkpoint["channel_values"]["messages"]
     [tool_message] = [m for m in messages if isinstance(m, ToolMessage)]
     assert tool_message.status == "error" and "the backend is down" in tool_message.content
@@ -168,6 +168,12 @@ async def test_tool_error_becomes_an_error_tool_message(fake, store):
 def _memory(store, key):
     """The committed items under a memory key, in commit order."""
     return Memory(open_store(store), "default", key).load()
+
+
+def _reader(store, key):
+    """A checkpointer over a memory key's committed thread (``thread_id`` = the key)."""
+    memory = Memory(open_store(store), "default", key)
+    return TetherCheckpointer(AgentSession(None, "openai", memory, history=memory.load()))
 
 
 async def test_memory_is_a_checkpointer_thread_stored_as_deltas(fake, store):
@@ -186,7 +192,7 @@ async def test_memory_is_a_checkpointer_thread_stored_as_deltas(fake, store):
     assert "set" in items[0]["channels"]["messages"] or "extend" in items[0]["channels"]["messages"]
     assert list(items[1]["channels"]["messages"]) == ["extend"]
     # The thread rebuilt from memory is the graph's state: 6 messages, in order.
-    saver = TetherCheckpointer(AgentSession(None, "openai", history=items))
+    saver = _reader(store, "ada")
     found = saver.get_tuple({"configurable": {"thread_id": "ada"}})
     messages = found.checkpoint["channel_values"]["messages"]
     assert [type(m) for m in messages] == [HumanMessage, AIMessage, ToolMessage, AIMessage, HumanMessage, AIMessage]

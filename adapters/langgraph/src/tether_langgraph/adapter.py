@@ -192,7 +192,7 @@ class LangGraphAdapter(Adapter):
             config["recursion_limit"] = 2 * session.max_turns + 1  # a model step and a tool step per turn
         state = await _invoke(graph, {"messages": [HumanMessage(prompt)]}, config, stream=session.stream)
         if saver is not None:
-            saver.flush()
+            await saver.aflush()  # other threads commit to their own keys: store writes off the loop
         messages = state.get("messages", []) if isinstance(state, dict) else []
         return answer_text(messages)
 

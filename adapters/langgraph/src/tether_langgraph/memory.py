@@ -1,12 +1,14 @@
 """A LangGraph checkpointer over a Tether memory key.
 
 LangGraph keeps a conversation in a *thread* of checkpoints. :class:`TetherCheckpointer` is a
-``BaseCheckpointSaver`` whose thread (``thread_id`` = the memory key) is rebuilt from the items
-committed by earlier runs (``AgentSession.history``) and whose checkpoints of this run stay in
-memory until the run succeeds. Then, for each namespace that outlives a run (the root graph,
-``checkpointer=True`` subgraphs), the run's last checkpoint goes to ``AgentSession.new_items`` —
-as a *delta* against the checkpoint the run started from — and ``run_agent`` commits it as one
-segment:
+``BaseCheckpointSaver`` whose threads are memory keys (``thread_id`` = the key, in the run's
+namespace; ``run_agent`` names the run's ``memory_key``). A thread is rebuilt from the items
+committed by earlier runs (``AgentSession.history`` for the run's own key, the store for any
+other) and this run's checkpoints stay in memory until the run succeeds. Then, for each
+namespace that outlives a run (the root graph, ``checkpointer=True`` subgraphs), the run's last
+checkpoint goes to ``AgentSession.new_items`` — as a *delta* against the checkpoint the run
+started from — and ``run_agent`` commits it as one segment (another thread's items are committed
+to its own key by :meth:`TetherCheckpointer.flush`, under the same writer):
 
     memory/<namespace>/<key>/segments/<run>
         [{"ns": "", "id": ..., "parent": ..., "checkpoint": [type, b64],   # versions, no values
@@ -27,6 +29,10 @@ a list (trimmed, summarised) sets its list and keeps the items other runs append
 starting point (each item records the checkpoint it started from as ``base``). Scalar channels
 take the value of the last commit.
 
+``delete_thread`` empties a thread at once and commits ``{"deleted": true}`` before the run's
+items: folding it drops everything committed before it (memory is append-only, so the earlier
+segments stay in the store, unread).
+
 Not supported: the beta ``DeltaChannel`` (its values live in the ancestor chain's writes, which
 are not kept), and time travel to checkpoints inside an earlier run (only each run's last
 checkpoint is kept).
@@ -34,8 +40,10 @@ checkpoint is kept).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +63,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from tether.agent import AgentSession
+from tether.errors import ConfigError
+from tether.memory import Memory
 
 #: LangGraph's separator between a node name and its task id in a checkpoint namespace. A
 #: namespace with a task id in it belongs to one subgraph call and never outlives the run.
@@ -89,35 +99,90 @@ def _unb64(pair: Sequence[str]) -> Typed:
     return pair[0], base64.b64decode(pair[1])
 
 
-class TetherCheckpointer(BaseCheckpointSaver[int]):
-    """A checkpointer whose thread lives in Tether memory (one thread: the memory key).
+@dataclass
+class _Thread:
+    """One thread's checkpoints: committed (folded from memory) and this run's (in memory)."""
 
-    Give it the run's :class:`~tether.agent.AgentSession`: it starts from ``session.history``
-    and :meth:`flush` (called by the adapter once the graph finished) appends this run's final
-    checkpoints, as deltas, to ``session.new_items``. Without a session it is an empty thread
-    kept for one attempt — what a graph that needs a checkpointer gets when no ``memory_key``
-    is given.
+    # Both mutated in place, never rebound: LangGraph hands the graph a shallow copy of the saver
+    # (``with_allowlist``) and both copies must see the same entries.
+    committed: dict[str, list[_Entry]] = field(default_factory=dict)
+    pending: dict[str, dict[str, _Entry]] = field(default_factory=dict)
+    #: ``delete_thread`` was called since the last flush: the next commit starts with a tombstone.
+    deleted: bool = False
+
+
+#: The memory item ``delete_thread`` commits: folding it drops everything committed before it.
+TOMBSTONE = {"deleted": True}
+
+
+class TetherCheckpointer(BaseCheckpointSaver[int]):
+    """A checkpointer whose threads live in Tether memory: ``thread_id`` is a memory key.
+
+    Give it the run's :class:`~tether.agent.AgentSession`: the session's own thread (its memory
+    key) starts from ``session.history``; any other ``thread_id`` is the memory key of that name
+    in the same namespace, read from the store when first used. :meth:`flush` (called by the
+    adapter once the graph finished) turns this run's final checkpoints into delta items: the
+    session's thread's go to ``session.new_items`` (``run_agent`` commits them), another
+    thread's are committed to its own key, under the same writer (the run scope), so a retry
+    commits nothing twice. Without a session (or memory) every thread is kept in this instance
+    only — what a graph that needs a checkpointer gets when no ``memory_key`` is given.
     """
 
     def __init__(self, session: AgentSession | None = None, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
         self.session = session
-        # Mutated in place, never rebound: LangGraph hands the graph a shallow copy of the saver
-        # (``with_allowlist``) and both must see the same entries.
-        self._committed: dict[str, list[_Entry]] = {}
-        self._pending: dict[str, dict[str, _Entry]] = {}
-        for item in session.history if session is not None else ():
-            self._fold(item)
+        memory = session.memory if session is not None else None
+        if session is not None and session.history and memory is None:
+            raise ConfigError("TetherCheckpointer: a session with history needs its memory (the key names the thread)")
+        self._threads: dict[str, _Thread] = {}
+        if memory is not None:
+            self._threads[memory.key] = self._rebuilt(session.history if session is not None else [])
+
+    # -- threads -----------------------------------------------------------------------------------
+    def _memory(self, thread_id: str) -> Memory | None:
+        """The memory key holding ``thread_id`` (``None``: this instance keeps it in memory only)."""
+        own = self.session.memory if self.session is not None else None
+        if own is None or thread_id == own.key:
+            return own
+        return Memory(own.store, own.namespace, thread_id)  # a bad key name is a ConfigError naming it
+
+    def _scope(self) -> str | None:
+        run = self.session.run if self.session is not None else None
+        return run.scope if run is not None else None
+
+    def _thread(self, thread_id: str) -> _Thread:
+        """The thread, read from its memory key the first time it is used."""
+        found = self._threads.get(thread_id)
+        if found is None:
+            memory = self._memory(thread_id)
+            # A retry reads what its first attempt read (``writer``): not its own earlier commit.
+            items = memory.load(writer=self._scope()) if memory is not None else []
+            found = self._threads.setdefault(thread_id, self._rebuilt(items))
+        return found
+
+    async def _athread(self, thread_id: str) -> _Thread:
+        if thread_id in self._threads:
+            return self._threads[thread_id]
+        return await asyncio.to_thread(self._thread, thread_id)  # store reads off the event loop
+
+    def _rebuilt(self, items: Sequence[dict[str, Any]]) -> _Thread:
+        thread = _Thread()
+        for item in items:
+            self._fold(thread, item)
+        return thread
 
     # -- memory items ------------------------------------------------------------------------------
-    def _fold(self, item: dict[str, Any]) -> _Entry:
+    def _fold(self, thread: _Thread, item: dict[str, Any]) -> None:
         """Apply one committed item on top of its namespace's latest checkpoint."""
+        if item.get("deleted"):
+            thread.committed.clear()  # delete_thread: what was committed before it is gone
+            return
         ns = item["ns"]
-        entries = self._committed.setdefault(ns, [])
+        entries = thread.committed.setdefault(ns, [])
         values = dict(entries[-1].values or {}) if entries else {}
         for name in item.get("removed", []):
             values.pop(name, None)
-        base = self._base_values(ns, item)
+        base = _base_values(entries, item)
         for name, change in item.get("channels", {}).items():
             if "extend" in change:
                 values[name] = [*values.get(name, []), *self._decode(change["extend"])]
@@ -134,25 +199,17 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
                 # after this run's starting point: a commit never drops another run's turn.
                 value = [*value, *current[len(started) :]]
             values[name] = value
-        entry = _Entry(
-            ns=ns,
-            id=item["id"],
-            parent=item.get("parent"),
-            metadata=_unb64(item["metadata"]),
-            writes=[(t, c, _unb64([vt, vb]), p, i) for t, c, vt, vb, p, i in item.get("writes", [])],
-            head=_unb64(item["checkpoint"]),
-            values=values,
+        entries.append(
+            _Entry(
+                ns=ns,
+                id=item["id"],
+                parent=item.get("parent"),
+                metadata=_unb64(item["metadata"]),
+                writes=[(t, c, _unb64([vt, vb]), p, i) for t, c, vt, vb, p, i in item.get("writes", [])],
+                head=_unb64(item["checkpoint"]),
+                values=values,
+            )
         )
-        entries.append(entry)
-        return entry
-
-    def _base_values(self, ns: str, item: dict[str, Any]) -> dict[str, Any]:
-        """The channel values the committing run started from (``{}``: an empty thread)."""
-        base_id = item.get("base")
-        if base_id is None:
-            return {}
-        found = next((e for e in reversed(self._committed.get(ns, [])) if e.id == base_id), None)
-        return (found.values or {}) if found is not None else {}
 
     def _encode(self, value: Any) -> dict[str, Any]:
         """LangChain's JSON when it revives to an equal value (readable, greppable), else typed bytes."""
@@ -169,12 +226,12 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             return self.serde.loads_typed(("json", json.dumps(encoded["json"]).encode()))
         return self.serde.loads_typed(_unb64(encoded["typed"]))
 
-    def _item(self, entry: _Entry) -> dict[str, Any]:
+    def _item(self, thread: _Thread, entry: _Entry) -> dict[str, Any]:
         """This run's checkpoint as a delta against the thread's committed state."""
         assert entry.typed is not None
         checkpoint = dict(self.serde.loads_typed(entry.typed))
         values: dict[str, Any] = checkpoint.pop("channel_values", {}) or {}
-        base_entries = self._committed.get(entry.ns) or []
+        base_entries = thread.committed.get(entry.ns) or []
         base = (base_entries[-1].values or {}) if base_entries else {}
         channels: dict[str, Any] = {}
         for name, value in values.items():
@@ -199,24 +256,48 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             "writes": [[t, c, *_b64(v), p, i] for t, c, v, p, i in entry.writes],
         }
 
-    def new_items(self) -> list[dict[str, Any]]:
-        """This run's last checkpoint in each namespace that outlives a run, as memory items."""
-        return [self._item(list(entries.values())[-1]) for ns, entries in self._pending.items() if entries and NS_END not in ns]
+    def new_items(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """A thread's memory items for this run (default: the session's own thread): a tombstone
+        if it was deleted, then its last checkpoint in each namespace that outlives a run."""
+        if thread_id is None:
+            memory = self.session.memory if self.session is not None else None
+            if memory is None:
+                return []
+            thread_id = memory.key
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        items = [dict(TOMBSTONE)] if thread.deleted else []
+        items += [self._item(thread, list(entries.values())[-1]) for ns, entries in thread.pending.items() if entries and NS_END not in ns]
+        return items
 
     def flush(self) -> None:
-        """Move this run's final checkpoints into ``session.new_items`` (committed on success)."""
-        if self.session is None:
+        """Commit this run's final checkpoints (called once the graph finished): the session's
+        thread's go to ``session.new_items`` (``run_agent`` commits them once the run succeeded),
+        every other thread's are committed to its own memory key now, under the run's scope."""
+        session = self.session
+        if session is None or session.memory is None:
             return
-        items = self.new_items()
-        self.session.new_items.extend(items)
-        for item in items:
-            self._fold(item)
-        self._pending.clear()
+        for thread_id, thread in list(self._threads.items()):
+            items = self.new_items(thread_id)
+            if not items:
+                continue
+            if thread_id == session.memory.key:
+                session.new_items.extend(items)
+            else:
+                memory = self._memory(thread_id)
+                assert memory is not None
+                memory.commit(items, writer=self._scope() or f"tether-langgraph-{uuid.uuid4().hex}")
+            for item in items:
+                self._fold(thread, item)
+            thread.pending.clear()
+            thread.deleted = False
 
     # -- lookups ---------------------------------------------------------------------------------
-    def _find(self, ns: str, checkpoint_id: str | None) -> _Entry | None:
-        pending = self._pending.get(ns, {})
-        committed = self._committed.get(ns, [])
+    @staticmethod
+    def _find(thread: _Thread, ns: str, checkpoint_id: str | None) -> _Entry | None:
+        pending = thread.pending.get(ns, {})
+        committed = thread.committed.get(ns, [])
         if checkpoint_id is None:
             if pending:
                 return list(pending.values())[-1]
@@ -246,20 +327,22 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             pending_writes=[(t, c, self.serde.loads_typed(v)) for t, c, v, _, _ in writes],
         )
 
-    def _entries(self, ns: str | None) -> list[_Entry]:
-        """Every entry (of one namespace, or all), newest first."""
-        spaces = [ns] if ns is not None else list(dict.fromkeys([*self._committed, *self._pending]))
+    @staticmethod
+    def _entries(thread: _Thread, ns: str | None) -> list[_Entry]:
+        """A thread's entries (of one namespace, or all), newest first: commit order, then this run's."""
+        spaces = [ns] if ns is not None else list(dict.fromkeys([*thread.committed, *thread.pending]))
         out: list[_Entry] = []
         for space in spaces:
-            entries = [*self._committed.get(space, []), *self._pending.get(space, {}).values()]
+            entries = [*thread.committed.get(space, []), *thread.pending.get(space, {}).values()]
             out.extend(reversed(entries))
         return out
 
     # -- BaseCheckpointSaver ---------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        entry = self._find(conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
-        return self._tuple(conf["thread_id"], entry) if entry is not None else None
+        thread_id = str(conf["thread_id"])
+        entry = self._find(self._thread(thread_id), conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
+        return self._tuple(thread_id, entry) if entry is not None else None
 
     def list(
         self,
@@ -269,29 +352,36 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        """The thread's checkpoints, newest first (``config=None``: every thread this instance
+        has opened); ``filter`` matches metadata keys, ``before`` is a checkpoint id cursor."""
         conf = (config or {}).get("configurable", {})
-        thread_id = conf.get("thread_id", "")
+        if "thread_id" in conf:
+            threads = [str(conf["thread_id"])]
+            self._thread(threads[0])
+        else:
+            threads = list(self._threads)
         wanted = get_checkpoint_id(config) if config else None
         before_id = get_checkpoint_id(before) if before else None
-        for entry in self._entries(conf.get("checkpoint_ns")):
-            if wanted is not None and entry.id != wanted:
-                continue
-            if before_id is not None and entry.id >= before_id:
-                continue
-            found = self._tuple(thread_id, entry)
-            if filter and not all(found.metadata.get(k) == v for k, v in filter.items()):
-                continue
-            if limit is not None:
-                if limit <= 0:
-                    return
-                limit -= 1
-            yield found
+        for thread_id in threads:
+            for entry in self._entries(self._threads[thread_id], conf.get("checkpoint_ns")):
+                if wanted is not None and entry.id != wanted:
+                    continue
+                if before_id is not None and entry.id >= before_id:
+                    continue
+                found = self._tuple(thread_id, entry)
+                if filter and not all(found.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                if limit is not None:
+                    if limit <= 0:
+                        return
+                    limit -= 1
+                yield found
 
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         conf = config["configurable"]
-        ns = conf.get("checkpoint_ns", "")
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         entry = _Entry(
             ns=ns,
             id=checkpoint["id"],
@@ -299,12 +389,12 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             metadata=self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             typed=self.serde.dumps_typed(checkpoint),  # now: the loop may reuse what it handed us
         )
-        self._pending.setdefault(ns, {})[entry.id] = entry
-        return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns, "checkpoint_id": entry.id}}
+        self._thread(thread_id).pending.setdefault(ns, {})[entry.id] = entry
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": entry.id}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         conf = config["configurable"]
-        entry = self._find(conf.get("checkpoint_ns", ""), conf.get("checkpoint_id"))
+        entry = self._find(self._thread(str(conf["thread_id"])), conf.get("checkpoint_ns", ""), conf.get("checkpoint_id"))
         if entry is None:
             return
         for i, (channel, value) in enumerate(writes):
@@ -315,10 +405,17 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
             entry.writes.append((task_id, channel, self.serde.dumps_typed(value), task_path, idx))
 
     def delete_thread(self, thread_id: str) -> None:
-        raise NotImplementedError("Tether memory is append-only: use a new memory_key to start over")
+        """Forget the thread (every namespace, its writes): it reads as empty from now on. A
+        thread with committed checkpoints gets a tombstone in the next commit (memory is
+        append-only: the earlier segments stay in the store, hidden)."""
+        thread = self._thread(str(thread_id))
+        thread.deleted = thread.deleted or any(thread.committed.values())
+        thread.committed.clear()
+        thread.pending.clear()
 
-    # In memory and cheap: the async API calls the sync one.
+    # The async API: a thread's first use reads the store in a worker thread, the rest is in memory.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self._athread(str(config["configurable"]["thread_id"]))
         return self.get_tuple(config)
 
     async def alist(
@@ -329,24 +426,43 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        conf = (config or {}).get("configurable", {})
+        if "thread_id" in conf:
+            await self._athread(str(conf["thread_id"]))
         for found in self.list(config, filter=filter, before=before, limit=limit):
             yield found
 
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
+        await self._athread(str(config["configurable"]["thread_id"]))
         return self.put(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        await self._athread(str(config["configurable"]["thread_id"]))
         self.put_writes(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        await self._athread(str(thread_id))
         self.delete_thread(thread_id)
 
+    async def aflush(self) -> None:
+        """:meth:`flush` with its store writes off the event loop."""
+        await asyncio.to_thread(self.flush)
+
     def __repr__(self) -> str:
-        committed = sum(len(v) for v in self._committed.values())
-        pending = sum(len(v) for v in self._pending.values())
-        return f"TetherCheckpointer({committed} committed, {pending} pending)"
+        committed = sum(len(v) for t in self._threads.values() for v in t.committed.values())
+        pending = sum(len(v) for t in self._threads.values() for v in t.pending.values())
+        return f"TetherCheckpointer({len(self._threads)} threads, {committed} committed, {pending} pending)"
+
+
+def _base_values(entries: Sequence[_Entry], item: dict[str, Any]) -> dict[str, Any]:
+    """The channel values the committing run started from (``{}``: an empty thread)."""
+    base_id = item.get("base")
+    if base_id is None:
+        return {}
+    found = next((e for e in reversed(entries) if e.id == base_id), None)
+    return (found.values or {}) if found is not None else {}
 
 
 _MISSING = object()

@@ -31,10 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-from .errors import ConfigError, LimitExceeded, Suspended, ToolError
+from .errors import ConfigError, Interrupted, LimitExceeded, Suspended, ToolError
 from .memory import Memory
 from .progress import ProgressWriter
 from .run import Run, StepEvent, current_run
+from .stopping import until_stopped
 from .stores import Store, open_store
 from .tools import ToolSpec, call_tool, call_tool_sync, in_tool_thread
 from .wire.providers import API_KEY_ENV
@@ -458,7 +459,8 @@ async def run_agent(
                 the_agent = adapter.load(agent) if isinstance(agent, str) else agent
             if run is not None:
                 await run.loaded()  # loading beside the build above
-            result.output = await adapter.run(the_agent, prompt, session)
+            # A stop (SIGINT/SIGTERM under `tether exec`) lets running tool calls be recorded first.
+            result.output = await until_stopped(asyncio.ensure_future(adapter.run(the_agent, prompt, session)), run)
             if run is not None:  # the last answers' records (written while the framework went on) are durable first
                 await run.seam.recorded()
         result.status = "succeeded"
@@ -468,6 +470,12 @@ async def run_agent(
             await asyncio.to_thread(memory.commit, session.new_items, writer=f"{scope}-{uuid.uuid4().hex}")
     except Suspended as s:
         result.status, result.pending_approval = "suspended", s.approval_id
+    except Interrupted as i:
+        result.status, result.error = "interrupted", str(i)
+        if progress:
+            await progress.apublish("Interrupted", error=result.error)
+            progress.close()
+        raise
     except Exception as e:
         limit = run.limit_exceeded if run is not None else None
         result.error = limit or f"{type(e).__name__}: {e}"

@@ -14,6 +14,10 @@ EXIT_RECOVERABLE = 1
 EXIT_TERMINAL = 2
 #: Waiting for a human decision on an approval-required tool; no compute is held.
 EXIT_SUSPENDED = 3
+#: Stopped cleanly by SIGINT/SIGTERM (``tether.stopping``): what finished is recorded; run the
+#: same command again to resume. 128 + SIGINT, what a shell reports for Ctrl-C. Executors treat
+#: it as recoverable.
+EXIT_INTERRUPTED = 130
 
 
 # -- store layout read by the operator ------------------------------------------------------------
@@ -48,4 +52,6 @@ EXIT_CODES_HELP = """exit codes:
   1  recoverable failure, or the agent process died and retries ran out: run the same command
      again (finished steps replay)
   2  terminal failure or bad input (the cause is printed), or the run id belongs to another manifest
-  3  suspended: waiting for a human approval (approve, then run the same command again)"""
+  3  suspended: waiting for a human approval (approve, then run the same command again)
+  130  interrupted (Ctrl-C, SIGTERM): tool calls already running finished and were recorded;
+     run the same command again to resume"""

@@ -6,6 +6,7 @@ framework adapter and returns an outcome whose ``exit_code`` executors understan
 
     0  succeeded          3  suspended: waiting for a human approval (nothing is held)
     2  terminal failure   1  recoverable failure: start the attempt again (it replays)
+    130  interrupted (SIGINT/SIGTERM, tether.stopping): running tool calls were recorded first
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import flyte
 
 from .agent import Tool, load_adapter, run_agent
 from .api import AgentToolSpec, ExecRequest
-from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE  # the exit codes, importable from here too
+from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
+from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
 from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from .contract import EXIT_TERMINAL as EXIT_TERMINAL
-from .errors import ConfigError, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
+from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
 from .tools import TOOL_MODULES_ENV, allowed_tool_modules, implementation_refusal
@@ -178,6 +180,9 @@ async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent
             unknown_cost=spec.limits.unknown_cost if spec.limits else "stop",
             on_step=on_step,
         )
+    except Interrupted as e:  # a clean stop: what finished is recorded; the next attempt replays it
+        outcome.update(status="interrupted", error=str(e), exit_code=EXIT_INTERRUPTED)
+        return outcome
     except Exception as e:
         outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
         return outcome
@@ -290,6 +295,6 @@ async def agent_run(request: str, store: str) -> str:
         tether_secrets.use(tether_secrets.load(), PROVIDER_KEY_ENV.get(parsed.spec.model.provider))
     show = os.environ.get("TETHER_PROGRESS") == "1"
     outcome = await execute(parsed, store, step_printer(sys.stdout if show else None))
-    if remote and outcome["exit_code"] == EXIT_RECOVERABLE:
+    if remote and outcome["exit_code"] in (EXIT_RECOVERABLE, EXIT_INTERRUPTED):
         raise RecoverableAttempt(outcome.get("error") or "recoverable failure")
     return json.dumps(outcome)

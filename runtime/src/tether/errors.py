@@ -59,6 +59,12 @@ class ToolError(TetherError):
         self.message = message
 
 
+class Interrupted(BaseException):
+    """The attempt was asked to stop (SIGINT, SIGTERM: ``tether.stopping``): it starts no new step
+    and exits as interrupted once what runs is recorded. A BaseException, like ``Suspended``: a
+    framework that turns a tool's exceptions into messages for the model must not swallow it."""
+
+
 class Suspended(BaseException):
     """The run is waiting for a human approval; the process should exit as suspended."""
 

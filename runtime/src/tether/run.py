@@ -99,6 +99,8 @@ class Run:
         self.unknown_cost = unknown_cost
         #: Set when a limit refused a live turn: the reason the run failed.
         self.limit_exceeded: str | None = None
+        #: Set when the attempt was asked to stop (``tether.stopping``): no new live step starts.
+        self.stopping: str | None = None
         self.store = open_store(store)
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()

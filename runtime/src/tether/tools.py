@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
-from .errors import ConfigError, StoreError, Suspended, ToolError
+from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError
 from .journal import Record, StepKey
 from .run import Run, current_run
 from .secrets import tool_scope
@@ -151,6 +151,8 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
         await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))
         run.tool_step(spec.name, replayed=True, outcome=cached.outcome)
         return _from_record(spec, cached)
+    if run.stopping:
+        raise Interrupted(run.stopping)  # a stopping attempt starts no new live call
     if spec.approval is not None:
         from .approvals import require_approval
 

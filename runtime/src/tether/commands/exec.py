@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import secrets as tether_secrets
-from ..contract import EXIT_SUCCEEDED, EXIT_TERMINAL
+from .. import stopping
+from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL
 from . import EXIT_CODES_HELP, command_name
 
 #: What a warm worker waits for on stdin before it runs its attempt.
@@ -35,6 +36,7 @@ GO = "go"
 
 def main(argv: list[str]) -> int:
     started = time.time()
+    stopping.install()  # SIGINT/SIGTERM: a clean stop, not a traceback (tether.stopping)
     try:
         secrets = tether_secrets.load()
     except (tether_secrets.SecretsError, OSError) as e:
@@ -84,6 +86,8 @@ def main(argv: list[str]) -> int:
         ready = time.time()
         if sys.stdin.readline().strip() != GO:
             return EXIT_SUCCEEDED  # not needed: the run ended without this attempt
+        if stopping.requested():
+            return EXIT_INTERRUPTED
         go, go_cpu = time.time(), time.process_time()
         # What the parent and tests read: this process was started (and ready) before its turn.
         worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}

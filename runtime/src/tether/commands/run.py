@@ -15,6 +15,11 @@ steps complete (live or replayed, tokens, cost); the answer and a summary at the
   is refused, saying what differs (``--allow-manifest-change`` resumes it anyway).
 - ``--kill-after N`` kills the agent process after N steps and starts it again, to watch a
   resume replay the finished steps.
+- Ctrl-C (or SIGTERM) stops cleanly: the running attempt starts no new step, lets tool calls
+  already running finish and be recorded (``tether.stopping``), and ``tether run`` exits 130 with
+  "run the same command again to resume". A second Ctrl-C stops at once. Attempts run in a
+  process group of their own, so the terminal's signal reaches ``tether run`` only, which passes
+  exactly one on.
 - A retry runs in a warm worker: beside each attempt the next one's process is started
   (``tether exec --warm``: imports, Flyte set up, waiting on a pipe), so a retry pays only for
   its replay. ``--no-warm`` starts each attempt afresh instead (one process at a time, less
@@ -26,15 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
-from ..contract import EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
+from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
 from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
@@ -194,8 +201,9 @@ def main(argv: list[str]) -> int:
         os.unlink(f.name)
         if fake is not None:
             fake.stop()
-    _summary(store, run_id, code, outcome, started)
-    return code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
+    final = code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
+    _summary(store, run_id, code, final, outcome, started)
+    return final
 
 
 def _attempts(
@@ -205,7 +213,7 @@ def _attempts(
 
     With ``warm``, while an attempt runs the next one's process is already started and waiting
     (``tether exec --warm``), so a retry does not pay for Python, Flyte and the framework again."""
-    code, outcome = EXIT_RECOVERABLE, {}
+    code, outcome = EXIT_RECOVERABLE, cast(dict[str, Any], {})
     last = retries + 1
     command = [sys.executable, "-m", "tether", "exec", request_file, "--store", store]
 
@@ -215,15 +223,38 @@ def _attempts(
             attempt_env["TETHER_KILL_AFTER_STEP"] = str(kill_after)
         extra = ["--warm"] if warm else []
         return subprocess.Popen(
-            command + extra, env=attempt_env, stdin=subprocess.PIPE if warm else None, stdout=subprocess.PIPE, text=True
+            command + extra,
+            env=attempt_env,
+            stdin=subprocess.PIPE if warm else None,
+            stdout=subprocess.PIPE,
+            text=True,
+            process_group=0,  # the terminal's Ctrl-C reaches tether run only, which passes one on
         )
 
     spare: subprocess.Popen[str] | None = None
     ended: list[subprocess.Popen[str]] = []
+    running: list[subprocess.Popen[str]] = []
+    signals: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: pass one signal to the running attempt (which stops cleanly; a
+        second one stops it at once) and start no further attempt."""
+        signals.append(signum)
+        for proc in running:
+            try:
+                proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    handled = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    previous = {sig: signal.signal(sig, forward) for sig in handled}
     try:
         for attempt in range(1, last + 1):
+            if signals:
+                return EXIT_INTERRUPTED, outcome  # stopped between two attempts
             print(f"attempt {attempt}:", flush=True)
             proc, spare = spare or start(attempt), None
+            running[:] = [proc]
             if warm and attempt < last:
                 spare = start(attempt + 1)  # imports beside this attempt, ready before it ends
             lines = _output(proc, GO + "\n" if warm else None).splitlines()
@@ -239,16 +270,22 @@ def _attempts(
                 print(
                     f"  (ran in the worker started beside attempt {attempt - 1}, ready {worker['ready_before_go_ms'] / 1000:.1f} s before it was needed)"
                 )
+            running.clear()
+            if signals and code != EXIT_SUCCEEDED:
+                return EXIT_INTERRUPTED, outcome  # stopped by the user: no further attempt
+            again = "starting it again — finished steps will replay" if attempt < last else f"no retries left ({retries})"
             if code < 0:
-                print(f"  the agent process died (signal {-code}); starting it again — finished steps will replay\n")
+                print(f"  the agent process died (signal {-code}); {again}\n")
                 continue
             if code == EXIT_RECOVERABLE:
                 why = f": {outcome['error']}" if outcome.get("error") else ""
-                print(f"  recoverable failure{why}; starting again\n")
+                print(f"  recoverable failure{why}; {again}\n")
                 continue
             return code, outcome
         return code, outcome
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if spare is not None:  # not needed; it ran no agent or tool code, only imports
             spare.kill()
             spare.communicate()
@@ -278,7 +315,13 @@ def _outcome(line: str) -> dict[str, Any]:
     return value if isinstance(value, dict) and "exit_code" in value else {}
 
 
-def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], started: float) -> None:
+#: The phase the run is in after ``tether run`` exits with each code.
+PHASE_OF_EXIT = {EXIT_SUCCEEDED: "Succeeded", EXIT_SUSPENDED: "AwaitingApproval", EXIT_INTERRUPTED: "Interrupted"}
+
+
+def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, Any], started: float) -> None:
+    """What the run did; ``code`` is the last attempt's (negative: killed by that signal),
+    ``final`` the exit code of ``tether run``."""
     progress = read_progress(open_store(store), run_id) or {}
     if not isinstance(progress.get("updatedAt"), (int, float)) or progress["updatedAt"] < started:
         progress = {}  # written by an earlier invocation: its figures are not this run's
@@ -294,6 +337,9 @@ def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], starte
                 print(f"  approve:  {cli} approve {run_id} {a['id']} --yes")
                 print(f"  decline:  {cli} approve {run_id} {a['id']} --no --reason '...'")
                 print("  then run the same command again to continue (finished steps replay).")
+    elif code == EXIT_INTERRUPTED:
+        print(f"Interrupted ({outcome.get('error') or 'stopped'}): tool calls that were running finished and were recorded.")
+        print("  Run the same command again to resume (finished steps replay).")
     else:
         died = f"the agent process died (signal {-code})" if code < 0 else f"exit code {code}"
         print(f"Failed: {outcome.get('error') or progress.get('error') or died}")
@@ -309,4 +355,7 @@ def _summary(store: str, run_id: str, code: int, outcome: dict[str, Any], starte
             print(f"  the framework's own cost figure (replayed turns included): ${usage['frameworkCostUSD']:.6f}")
         if steps.get("normalisedParts"):
             print(f"  normalised {steps['normalisedParts']} volatile parts of model requests (left out of fingerprints)")
-    print(json.dumps({"run_id": run_id, "exit_code": code, "phase": progress.get("phase")}))
+    last = {"run_id": run_id, "exit_code": final, "phase": PHASE_OF_EXIT.get(final, "Failed")}
+    if code < 0:
+        last["signal"] = -code  # the last attempt was killed; tether run exits 1
+    print(json.dumps(last))

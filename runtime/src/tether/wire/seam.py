@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl
 import httpx
 
 from ..canonical import canonical_json, fingerprint_json
-from ..errors import RecoverableStepError, StoreAccessDenied, StoreError
+from ..errors import Interrupted, RecoverableStepError, StoreAccessDenied, StoreError
 from ..journal import Record
 from . import protocols
 from .protocols.base import NORMALISED, WireProtocol, sse_data
@@ -349,6 +349,8 @@ class WireSeam:
             self.run.model_step(record, replayed=True)
             return WireResponse.whole(record.response["status"], record.response["headers"], record.body, replayed=True)
         self._check_written()  # an attempt that lost a write sends nothing more upstream
+        if self.run.stopping:
+            raise Interrupted(self.run.stopping)  # a stopping attempt starts no new live turn
         if self.run.max_cost_usd is not None:
             await self.written()  # under a cost limit every earlier turn's cost counts first
         if refusal := self.run.cost_refusal():

@@ -159,9 +159,11 @@ def test_400_is_recorded_and_replayed_as_the_same_error(attempt, provider, tmp_p
     assert record.outcome == "error" and record.response["status"] == 400 and record.attempt == 1
 
 
-@pytest.mark.parametrize("status", [401, 403])
-def test_credential_refusals_are_not_recorded(attempt, provider, tmp_path, status):
-    """A refused key says nothing about the request: the retry (key fixed) calls the model."""
+@pytest.mark.parametrize("status", [401, 403, 404, 405])
+def test_refusals_of_the_key_or_endpoint_are_not_recorded(attempt, provider, tmp_path, status):
+    """A refused key (401/403) or a wrong endpoint (404/405: a mistyped base URL) says nothing about
+    the request, which the fingerprint keeps apart from both: the retry (key or URL fixed) calls
+    the model instead of replaying the refusal."""
     provider.inject(Fault(f"status:{status}"))
     run, client = attempt("t", "transport")
     with pytest.raises(openai.APIStatusError) as failed:
@@ -173,7 +175,7 @@ def test_credential_refusals_are_not_recorded(attempt, provider, tmp_path, statu
     assert len(provider.ledger) == 2 and run.counters.model_live == 1
 
 
-@pytest.mark.parametrize("status", [404, 422])
+@pytest.mark.parametrize("status", [400, 422])
 def test_other_4xx_are_terminal(attempt, provider, tmp_path, status):
     provider.inject(Fault(f"status:{status}"))
     for _ in range(2):

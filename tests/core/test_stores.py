@@ -87,3 +87,35 @@ def test_local_key_never_escapes_the_store(tmp_path, key):
     with pytest.raises(ConfigError):
         store.put(key, b"x")
     assert not (tmp_path / "outside").exists()
+
+
+def test_a_writer_killed_mid_write_leaves_no_temp_file_behind(tmp_path):
+    """A process killed between creating its temp file and renaming it leaves a `.tmp-*` (0 bytes
+    if the kill came before the write): the next attempt of the run removes it, in the journal's
+    folder and in `attempts/`, once its writer is gone and it is stale; a live writer's is kept."""
+    import subprocess
+    import sys
+    import time
+
+    from tether.journal import Record
+    from tether.run import Run
+
+    store = tmp_path / "store"
+    Run("killed", str(store))  # attempt 1 made the folders
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    old = time.time() - 3600
+    left = []
+    for folder in (store / "journal" / "killed", store / "journal" / "killed" / "attempts"):
+        for name in (f".tmp-{dead}-0123456789abcdef", ".tmp-00112233445566778899aabbccddeeff"):  # this format and the older one
+            (folder / name).write_bytes(b"")
+            os.utime(folder / name, (old, old))
+            left.append(folder / name)
+        fresh = folder / f".tmp-{os.getppid()}-fedcba9876543210"  # a writer still alive
+        fresh.write_bytes(b"")
+        os.utime(fresh, (old, old))
+    retry = Run("killed", str(store))  # claims attempt 2 (a write into attempts/) ...
+    assert retry.attempt == 2
+    key = retry.journal.next_key("tool", "f" * 64)
+    retry.journal.append(Record("tool", key[1], key[2], "ok", {"tool": "t"}, body=b"1"))  # ... and records a step
+    assert [p for p in left if p.exists()] == [], "a dead writer's temp file was left behind"
+    assert (store / "journal" / "killed" / "attempts" / f".tmp-{os.getppid()}-fedcba9876543210").exists()

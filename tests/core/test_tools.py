@@ -158,8 +158,12 @@ async def test_cache_auto_reuses_results_across_runs_and_forgets_them_when_the_c
     assert await call_tool(v1, {"amount": 10}, run=run_b) == {"eur": 9.0}
     assert executions == [("v1", 10)], "cache=auto ran the tool again in another run"
     assert run_b.events[-1].replayed is True
+    assert run_b.events[-1].mode == "cached", "a result from another run's cache is shown as cached, not replayed"
     [record] = tool_records(store_url, "run-b")  # the cached result is part of run-b's journal now
     assert record.outcome == "ok"
+    retry_b = Run("run-b", store_url)  # run-b's own journal now: a replay
+    assert await call_tool(v1, {"amount": 10}, run=retry_b) == {"eur": 9.0}
+    assert retry_b.events[-1].mode == "replayed"
     await call_tool(v1, {"amount": 20}, run=Run("run-c", store_url))  # other arguments: a miss
     assert executions[-1] == ("v1", 20)
 

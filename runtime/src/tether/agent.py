@@ -536,7 +536,7 @@ async def render_report(result: AgentResult) -> None:
     import flyte.report
 
     rows = "".join(
-        f"<tr><td>{e.index}</td><td>{e.kind}</td><td>{html.escape(e.name)}</td><td>{'replayed' if e.replayed else 'live'}</td>"
+        f"<tr><td>{e.index}</td><td>{e.kind}</td><td>{html.escape(e.name)}</td><td>{e.mode}</td>"
         f"<td>{e.outcome}</td><td>{e.usage.total}</td><td>${e.cost_usd:.6f}</td><td>{e.duration_ms:.0f} ms</td></tr>"
         for e in result.events
     )

@@ -220,7 +220,7 @@ def step_printer(stream: TextIO | None = sys.stdout) -> Callable[[StepEvent], No
 
 
 def _print_step(e: StepEvent, stream: TextIO) -> None:
-    mode = "replayed" if e.replayed else "live    "
+    mode = f"{e.mode:<8}"
     what = f"turn  {e.name}" if e.kind == "model" else f"tool  {e.name}"
     tokens = f"{e.usage.total:>6} tok" if e.kind == "model" else " " * 10
     cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""

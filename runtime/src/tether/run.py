@@ -37,6 +37,12 @@ class StepEvent:
     cost_usd: float = 0.0
     duration_ms: float = 0.0
     attempt: int = 0
+    #: A tool result reused from an earlier run's cache (``cache="auto"``), not this run's journal.
+    cached: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "cached" if self.cached else "replayed" if self.replayed else "live"
 
 
 @dataclass
@@ -227,8 +233,8 @@ class Run:
             )
         return None
 
-    def tool_step(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0) -> None:
-        self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms))
+    def tool_step(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False) -> None:
+        self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms, cached=cached))
 
     def _emit(self, event: StepEvent) -> None:
         with self._events_lock:  # parallel tool calls may report from several threads

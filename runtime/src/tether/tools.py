@@ -149,7 +149,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
         await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))
-        run.tool_step(spec.name, replayed=True, outcome=cached.outcome)
+        run.tool_step(spec.name, replayed=True, outcome=cached.outcome, cached=True)
         return _from_record(spec, cached)
     if run.stopping:
         raise Interrupted(run.stopping)  # a stopping attempt starts no new live call

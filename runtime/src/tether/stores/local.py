@@ -3,6 +3,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import BinaryIO
@@ -11,6 +12,23 @@ from ..errors import ConfigError, StoreError, StoreUnavailable
 from .base import Store
 
 _TMP = ".tmp-"
+#: A temp file this old whose writer is gone was left by a kill mid-write: removed.
+_STALE_TMP_SECONDS = 60.0
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process that wrote temp file ``name`` (``.tmp-<pid>-<hex>``) is gone. Older
+    names carry no pid: their writer is taken as gone (they are removed only once stale)."""
+    pid = name[len(_TMP) :].partition("-")[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return not pid.isdigit()
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, someone else's
+    return False
 
 
 class LocalStore(Store):
@@ -51,6 +69,25 @@ class LocalStore(Store):
         if path.parent not in self._dirs:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._dirs.add(path.parent)
+            self._sweep(path.parent)
+
+    @staticmethod
+    def _sweep(folder: Path) -> None:
+        """Remove the temp files of writers killed mid-write (a 0-byte ``.tmp-*`` otherwise stays
+        forever), the first time this process writes into ``folder``: one listing per folder."""
+        now = time.time()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if not entry.name.startswith(_TMP) or not _writer_gone(entry.name):
+                        continue
+                    try:  # a writer on another machine sharing the folder: only once it is stale
+                        if now - entry.stat().st_mtime >= _STALE_TMP_SECONDS:
+                            os.unlink(entry.path)
+                    except FileNotFoundError:
+                        pass
+        except OSError:
+            pass  # housekeeping only: the write itself reports what is wrong
 
     def _open_new(self, tmp: Path) -> BinaryIO:
         try:
@@ -62,7 +99,7 @@ class LocalStore(Store):
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
         self._folder(path)
-        tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
+        tmp = path.parent / f"{_TMP}{os.getpid()}-{uuid.uuid4().hex}"
         try:
             with self._open_new(tmp) as f:
                 f.write(data)

@@ -66,18 +66,21 @@ HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connect
 
 def classify(status: int) -> str:
     """``success``, ``terminal`` (recorded, replayed as the same error), ``recoverable`` or
-    ``credentials``.
+    ``refused``.
 
-    401/403 say nothing about the request, only about the key it carried: they are passed
-    through unrecorded (like a recoverable failure, though the SDK will not retry them), so a run
-    retried after its key was fixed calls the model instead of replaying the refusal.
+    ``refused`` (401, 403, 404, 405) says nothing about the request's content, only about what the
+    fingerprint leaves out: the key it carried (401/403) or where it was sent (404, 405: a wrong
+    base URL or path). Such answers are passed through unrecorded (like a recoverable failure,
+    though the SDK will not retry them), so a run retried after its key or URL was fixed calls
+    the model instead of replaying the refusal. (An unknown model is a 404 too; not recording it
+    costs nothing: refusals are not billed.)
     """
     if 200 <= status < 300:
         return "success"
     if status in (408, 409, 429) or status >= 500:
         return "recoverable"
-    if status in (401, 403):
-        return "credentials"
+    if status in (401, 403, 404, 405):
+        return "refused"
     return "terminal"
 
 
@@ -484,7 +487,7 @@ class WireSeam:
         response = await self._send(request)
         headers = self._response_headers(response)
         status = response.status_code
-        if classify(status) in ("recoverable", "credentials"):
+        if classify(status) in ("recoverable", "refused"):
             return WireResponse(status, self._passthrough_headers(response), self._drain(response))
         streamed = any(v.startswith("text/event-stream") for k, v in headers if k == "content-type")
         model = protocol.model(request.path, request.json)

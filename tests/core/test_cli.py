@@ -145,3 +145,50 @@ def test_help_documents_exit_codes(tmp_path: Path) -> None:
         for line in ("0  succeeded", "2  terminal failure", "3  suspended: waiting for a human approval"):
             assert line in proc.stdout, proc.stdout
     assert "usage: ./tether" in proc.stdout
+
+
+def test_the_cli_behaves_like_kubectl(tmp_path: Path) -> None:
+    """--version, an unknown command named as such, `list`, and no traceback when the reader of a
+    pipe stops early (`tether status --json | head -n 1`)."""
+    import json
+    import time
+
+    from tether.api import Progress, Steps, Usage
+    from tether.progress import write_progress
+    from tether.stores import open_store
+
+    version = subprocess.run(["./tether", "--version"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and re.fullmatch(r"tether \d+\.\d+\.\d+\S*\n", version.stdout)
+    unknown = subprocess.run(["./tether", "stauts"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 2 and "unknown command 'stauts'" in unknown.stderr and "commands:" in unknown.stderr
+
+    store = open_store(str(tmp_path / "store"))
+    empty = tether("list", store=tmp_path / "store")
+    assert empty.returncode == 0 and "no runs in" in empty.stdout
+    for n, (run, phase) in enumerate((("older-run", "Succeeded"), ("newer-run", "AwaitingApproval"))):
+        progress = Progress(
+            phase=phase,
+            attempt=2,
+            steps=Steps(model_live=1, model_replayed=3),
+            usage=Usage(live_cost_usd=0.25, run_live_cost_usd=0.5),
+            result="x" * 20_000,
+            updated_at=time.time() + n,
+        )
+        write_progress(store, run, progress)
+    listed = tether("list", store=tmp_path / "store")
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()
+    assert rows[0].split()[:3] == ["RUN", "PHASE", "ATTEMPT"]
+    assert rows[1].split()[:5] == ["newer-run", "AwaitingApproval", "2", "1/3", "$0.500000"]  # newest first, the run's total cost
+    assert rows[2].split()[:2] == ["older-run", "Succeeded"]
+    assert [r["run"] for r in json.loads(tether("list", "--json", store=tmp_path / "store").stdout)] == ["newer-run", "older-run"]
+
+    piped = subprocess.run(
+        f"./tether status newer-run --json --store {tmp_path / 'store'} | head -n 1",
+        shell=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.stdout == "{\n" and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr

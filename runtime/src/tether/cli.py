@@ -4,6 +4,7 @@ so ``tether approve`` does not pay for importing an agent framework."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS = {
@@ -11,21 +12,42 @@ COMMANDS = {
     "exec": ("tether.commands.exec", "Run one attempt of an AgentRun request (what executors start)."),
     "approve": ("tether.commands.approve", "Approve or decline a pending tool call of a run."),
     "status": ("tether.commands.status", "Show a run's progress, steps, usage and approvals."),
+    "list": ("tether.commands.list", "List the runs in a store: phase, attempt, turns, cost."),
     "crds": ("tether.crds", "Write crds/*.yaml from tether.api (--check: fail on drift)."),
     "fake-provider": ("tether.testing.fake_provider", "Serve scripted fake model providers on loopback."),
 }
 
 
+def _usage() -> str:
+    from .commands import EXIT_CODES_HELP, command_name
+
+    lines = [f"usage: {command_name()} COMMAND [ARGS...]   ({command_name()} COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<14} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += [
+        "",
+        "options:",
+        "  --version      print the version and exit",
+        "",
+        EXIT_CODES_HELP.replace("exit codes:", "exit codes of run and exec:"),
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        from .commands import EXIT_CODES_HELP, command_name
+    if argv and argv[0] == "--version":
+        from importlib.metadata import version
 
-        print(f"usage: {command_name()} COMMAND [ARGS...]   ({command_name()} COMMAND --help for its options)\n\ncommands:")
-        for name, (_, help_text) in COMMANDS.items():
-            print(f"  {name:<14} {help_text}")
-        print(f"\n{EXIT_CODES_HELP.replace('exit codes:', 'exit codes of run and exec:')}")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        print(f"tether {version('tether')}")
+        return 0
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        from .commands import command_name
+
+        print(f"{command_name()}: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
     except ModuleNotFoundError as e:
@@ -38,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(module.main(argv[1:]) or 0)
+    except BrokenPipeError:  # `tether status --json | head`: the reader had enough, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except StoreError as e:  # the cause in one line (e.g. access denied to that prefix), not a traceback
         print(f"tether {argv[0]}: {e}", file=sys.stderr)
         return EXIT_RECOVERABLE if isinstance(e, StoreUnavailable) else EXIT_TERMINAL

@@ -162,6 +162,7 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_reads_no_secrets(helm: 
     assert env["TETHER_EXECUTOR"] == "kubernetes"
     assert env["TETHER_RUNTIME_IMAGE"] == "ghcr.io/tether-dev/tether-runtime:0.1.0"
     assert (env["TETHER_RUNNER_SERVICE_ACCOUNT"], env["TETHER_RUNNER_STORE_SECRET"]) == ("tether-runner", "tether-store")
+    assert env["TETHER_POD_START_GRACE_SECONDS"] == "600"
     for role in of_kind(docs, "Role"):
         assert _rules(role) == sorted(
             [
@@ -169,7 +170,7 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_reads_no_secrets(helm: 
                 *(("tether.dev", r, v) for r in ("agentruns/status", "agenttools/status") for v in ("get", "patch")),
                 *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
                 *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
-                *(("", "configmaps", v) for v in ("create", "delete")),
+                *(("", "configmaps", v) for v in ("get", "create", "delete")),
                 *(("", "serviceaccounts", v) for v in ("get", "create")),
             ]
         )

@@ -11,6 +11,7 @@ and the RBAC of both modes by impersonation.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,10 @@ def pods_of(kube: ControlPlane, run: dict[str, Any], ns: str = NS) -> dict[str, 
     return {p["metadata"]["name"]: p for p in items}
 
 
+def request_configmap(pod: dict[str, Any]) -> str:
+    return next(v["configMap"]["name"] for v in pod["spec"]["volumes"] if v["name"] == "request")
+
+
 def wait_pod(kube: ControlPlane, run: dict[str, Any], attempt: int, ns: str = NS) -> dict[str, Any]:
     name = f"{execution_name(run['metadata']['uid'])}-{attempt}"
     return wait_for(lambda: pods_of(kube, run, ns).get(name), timeout=30, what=f"pod {name}")
@@ -137,13 +142,14 @@ A100_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoS
 
 
 def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, resources: dict | None = None, node_selector: dict | None = None,
-                 tolerations: list | None = None, secrets: list | None = None, timeout: int = 3600) -> dict[str, Any]:  # fmt: skip
+                 tolerations: list | None = None, secrets: list | None = None, timeout: int = 3600, request_sha256: str = "") -> dict[str, Any]:  # fmt: skip
     mounts = [
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "work", "mountPath": "/work"},
         {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
     ]
-    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": {"name": execution}}]
+    request = {"name": f"{execution}-{request_sha256[:10]}"}  # the ConfigMap named after the request's hash
+    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": request}]
     if secrets:
         mounts.append({"name": "secrets", "mountPath": "/var/run/tether/secrets", "readOnly": True})
         volumes.append({"name": "secrets", "projected": {"defaultMode": 0o440, "sources": secrets}})
@@ -155,6 +161,7 @@ def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, reso
         "env": [
             {"name": "HOME", "value": "/tmp"},
             {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"},
+            {"name": "TETHER_REQUEST_SHA256", "value": request_sha256},
             {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_ACCESS_KEY_ID"}}},
             {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_SECRET_ACCESS_KEY"}}},
         ],
@@ -235,7 +242,10 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
     run = apply_run(kube, f"spec-{case}", **spec)
     execution = execution_name(run["metadata"]["uid"])
     pod = wait_pod(kube, run, 1)
-    expected = expected_pod(f"{execution}-1", NS, execution, **want)
+    configmap = json.loads(kube.kubectl("get", "configmap", request_configmap(pod), "-n", NS, "-o", "json").stdout)
+    # the runtime refuses a request file whose hash is not the one in the pod spec
+    sha256 = hashlib.sha256(configmap["data"]["request.json"].encode()).hexdigest()
+    expected = expected_pod(f"{execution}-1", NS, execution, request_sha256=sha256, **want)
     command = expected["spec"]["containers"][0]["command"]
     command[-1] = command[-1].replace("{store}", k8s_operator.store_url)
     # the DefaultTolerationSeconds admission plugin adds its own not-ready/unreachable tolerations
@@ -252,7 +262,6 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
         {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "name": f"spec-{case}", "uid": run["metadata"]["uid"], "controller": True}
     ]
     assert meta["labels"]["tether.dev/execution"] == execution and meta["labels"]["tether.dev/attempt"] == "1"
-    configmap = json.loads(kube.kubectl("get", "configmap", execution, "-n", NS, "-o", "json").stdout)
     assert configmap["metadata"]["ownerReferences"][0]["uid"] == run["metadata"]["uid"] and configmap["immutable"] is True
     request = json.loads(configmap["data"]["request.json"])
     assert request["runId"] == run["metadata"]["uid"]
@@ -333,12 +342,12 @@ def test_suspended_run_holds_no_pod_and_approval_starts_the_next(kube: ControlPl
 
 def test_deleting_a_running_run_deletes_its_pods(kube: ControlPlane, k8s_operator: Operator) -> None:
     run = apply_run(kube, "doomed")
-    kubelet(kube, wait_pod(kube, run, 1), "Running")
+    pod = wait_pod(kube, run, 1)
+    kubelet(kube, pod, "Running")
     wait_for(lambda: FINALIZER in finalizers(kube, "doomed"), what="finalizer")
     kube.kubectl("delete", "agentrun", "doomed", "-n", NS, "--timeout=30s")
     assert not pods_of(kube, run)
-    execution = execution_name(run["metadata"]["uid"])
-    assert kube.kubectl("get", "configmap", execution, "-n", NS, check=False).returncode != 0
+    assert kube.kubectl("get", "configmap", request_configmap(pod), "-n", NS, check=False).returncode != 0
 
 
 def test_a_tool_with_its_own_image_or_resources_is_refused(kube: ControlPlane, k8s_operator: Operator) -> None:
@@ -377,7 +386,8 @@ def test_rbac_namespaced_mode(kube: ControlPlane, releases: tuple[Release, Relea
         assert can(kube, release, "create", "configmaps", ns) and can(kube, release, "create", "serviceaccounts", ns)
         for verb in ("get", "list", "watch"):
             assert not can(kube, release, verb, "secrets", ns), "pods mount the Secrets; the operator reads none"
-        assert not can(kube, release, "get", "configmaps", ns)
+        assert can(kube, release, "get", "configmaps", ns), "an existing request ConfigMap is checked before use"
+        assert not can(kube, release, "update", "configmaps", ns) and not can(kube, release, "list", "configmaps", ns)
         assert not can(kube, release, "create", "pods", ns, sub="exec")
         assert not can(kube, release, "create", "serviceaccounts", ns, sub="token")
         assert not can(kube, release, "create", "rolebindings.rbac.authorization.k8s.io", ns)

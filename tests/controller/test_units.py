@@ -131,3 +131,34 @@ def test_kopf_daemon_finalizer_is_switched_off_for_agentruns() -> None:
     registry = build_registry(Settings.from_env({}))
     daemons = {h.id: h.requires_finalizer for h in registry._spawning.get_all_handlers()}
     assert daemons["agentrun"] is False, "kopf's daemon registry changed: see handlers.build_registry"
+
+
+def test_an_object_is_ours_only_if_every_field_we_set_is_equal() -> None:
+    from tether_operator.executors.kubernetes import differences, start_problem
+
+    ours = {
+        "spec": {"containers": [{"name": "runtime", "command": ["a", "b"], "resources": {"requests": {"cpu": "0.5", "memory": "1024Mi"}}}]}
+    }
+    defaulted = {"spec": {"dnsPolicy": "ClusterFirst", "containers": [
+        {"name": "runtime", "command": ["a", "b"], "terminationMessagePath": "/dev/termination-log",
+         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}  # fmt: skip
+    assert differences(defaulted, ours) == [], "apiserver defaults and canonical quantities are ours"
+    extra_arg = {
+        "spec": {
+            "containers": [{"name": "runtime", "command": ["a", "b", "--evil"], "resources": ours["spec"]["containers"][0]["resources"]}]
+        }
+    }
+    assert differences(extra_arg, ours) == [".spec.containers[0].command"]
+    sidecar = {"spec": {"containers": [*ours["spec"]["containers"], {"name": "spy"}]}}
+    assert differences(sidecar, ours) == [".spec.containers"]
+    assert differences({"spec": {}}, ours) == [".spec.containers"]
+    assert differences({"a": "1Gi"}, {"a": "1024Mi"}) == [".a"], "quantities are compared by value only under resources"
+
+    assert start_problem({"status": {"phase": "Pending"}}) is None
+    creating = {"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    assert start_problem(creating) is None, "a pull in progress is not a failure"
+    config = {"status": {"containerStatuses": [{"state": {"waiting": {"reason": "CreateContainerConfigError", "message": "container has runAsNonRoot and image will run as root"}}}]}}  # fmt: skip
+    assert start_problem(config) == (
+        "CreateContainerConfigError",
+        "CreateContainerConfigError: container has runAsNonRoot and image will run as root",
+    )

@@ -69,9 +69,10 @@ for the configured executor. */}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# `get`: a request ConfigMap that already exists is checked to be the operator's before use.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "delete"]
+  verbs: ["get", "create", "delete"]
 # The runner ServiceAccount (no token, no role), created when missing.
 - apiGroups: [""]
   resources: ["serviceaccounts"]

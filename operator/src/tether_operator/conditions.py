@@ -51,6 +51,14 @@ class Reason:
     FAILED = "Failed"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     ABORTED = "Aborted"
+    #: An object the operator creates for a run (request ConfigMap, runner pod, runner
+    #: ServiceAccount) exists under its name and is not what the operator would create.
+    OWNED_OBJECT_CONFLICT = "OwnedObjectConflict"
+    # A runner pod that cannot start, past the executor's start grace (the kubelet's or the
+    # scheduler's message in the condition).
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     PROGRESS_UNREADABLE = "ProgressUnreadable"
     PROGRESS_READ = "ProgressRead"
     # AgentTool

@@ -8,8 +8,8 @@ agentrun-events    every AgentRun event: a deleted run's execution is aborted (i
 runner-pods        (kubernetes executor) watch events of runner pods wake their execution
 agenttool-status   timer per AgentTool: Ready/Reconciling/Stalled
 
-kopf ties a finalizer to every daemon for as long as the daemon exists; Tether's finalizer
-(`runs.FINALIZER`) is held only while something runs, so the daemon is registered without one.
+kopf ties a finalizer to every daemon and timer for as long as it exists; Tether's finalizer
+(`runs.FINALIZER`) is held only while something runs, so both are registered without one.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def make_executor(settings: Settings) -> Executor:
             pull_policy=ex.image_pull_policy,
             resync_seconds=ex.resync_seconds,
             tool_modules=settings.tool_modules,
+            start_grace_seconds=ex.pod_start_grace_seconds,
         )
     if ex.kind == "flyte":
         if not ex.flyte.endpoint:
@@ -163,9 +164,6 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
                 memo.gone.discard(uid)
                 await memo.executor.abort(execution_name(uid), namespace)
 
-    # kopf requires a finalizer for daemons; ours is held by the RunLoop only while something runs.
-    registry._spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in registry._spawning._handlers]
-
     @kopf.on.event(GROUP, VERSION, "agentruns", id="agentrun-events", registry=registry)
     async def agentrun_events(
         type: str, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
@@ -212,4 +210,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             reason, message = change
             kopf.event(body, type="Normal" if reason == "Valid" else "Warning", reason=reason, message=message[:1024])
 
+    # kopf ties a finalizer to every daemon and timer. The run's own (`runs.FINALIZER`) is held by
+    # the RunLoop only while something runs; a tool's timer only writes status, so an AgentTool
+    # never has one (deleting it or its namespace needs no operator). Last: it covers both.
+    registry._spawning._handlers[:] = [dataclasses.replace(h, requires_finalizer=False) for h in registry._spawning._handlers]
     return registry

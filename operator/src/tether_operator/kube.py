@@ -145,14 +145,21 @@ def core_path(namespace: str, plural: str, name: str = "") -> str:
     return f"/api/v1/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
 
 
-async def create(path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """POST an object; None if it already exists (creation is idempotent by name)."""
-    try:
-        return await request("POST", path, body)  # type: ignore[no-any-return]
-    except KubeError as exc:
-        if exc.status == 409:
-            return None
-        raise
+async def create(path: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """POST an object: (the object, True) when this call created it; (the object that exists
+    under that name, False) on 409. A name that exists may be someone else's: the caller checks
+    that it is what it would have created before using it."""
+    name = body["metadata"]["name"]
+    for _ in range(3):
+        try:
+            return await request("POST", path, body), True
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        existing = await request("GET", f"{path}/{name}")
+        if existing is not None:
+            return existing, False
+    raise KubeError(409, "POST", path, f"{name} exists and vanishes each time it is read")
 
 
 async def delete(path: str) -> None:

@@ -430,6 +430,8 @@ class RunLoop:
             error = progress.error if progress else None
             if isinstance(error, dict):
                 error = error.get("message") or json.dumps(error, default=str)
+            if ex.reason:  # the executor knows why (an owned-object conflict, a pod that cannot start)
+                return self._failed(ex.reason, ex.message)
             reason = Reason.RETRIES_EXHAUSTED if ex.failures > 0 and "exhausted" in ex.message else Reason.FAILED
             return self._failed(reason, str(error or ex.message or "the run failed"))
         if state is ExecutionState.SUSPENDED and pending:

@@ -51,6 +51,10 @@ class ExecutorSettings:
     created by the operator when missing (env TETHER_RUNNER_SERVICE_ACCOUNT)."""
     resync_seconds: float = 10.0
     """Kubernetes executor: look at a runner pod at least this often even without watch events."""
+    pod_start_grace_seconds: float = 600.0
+    """Kubernetes executor: how long a runner pod may stay unable to start (unschedulable, image
+    not pullable, a Secret or key missing) before the run fails with that reason (env
+    TETHER_POD_START_GRACE_SECONDS). Long enough for a cluster autoscaler to add a GPU node."""
     flyte: FlyteSettings = field(default_factory=lambda: FlyteSettings())
 
 
@@ -131,6 +135,7 @@ class Settings:
                 image_pull_policy=env.get("TETHER_RUNTIME_IMAGE_PULL_POLICY") or "IfNotPresent",
                 runner_service_account=env.get("TETHER_RUNNER_SERVICE_ACCOUNT") or "tether-runner",
                 resync_seconds=num("TETHER_RESYNC_SECONDS", 10.0),
+                pod_start_grace_seconds=num("TETHER_POD_START_GRACE_SECONDS", 600.0),
                 flyte=FlyteSettings(
                     endpoint=env.get("TETHER_FLYTE_ENDPOINT", ""),
                     project=env.get("TETHER_FLYTE_PROJECT") or "tether",

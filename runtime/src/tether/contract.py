@@ -46,6 +46,12 @@ PROVIDER_KEY_ENV = {
     "mistral": "MISTRAL_API_KEY",
 }
 
+#: The sha256 (hex) of the exec request file, set by the executor that wrote the file where the
+#: runtime cannot be given anything else (the Kubernetes executor: in the pod spec, which only the
+#: operator writes and which cannot change once the pod exists). `tether exec` refuses a request
+#: file whose hash differs (exit 2): a request swapped on the way never runs.
+REQUEST_SHA256_ENV = "TETHER_REQUEST_SHA256"
+
 #: The exit codes of ``tether run`` and ``tether exec`` (the values above), for ``--help``.
 EXIT_CODES_HELP = """exit codes:
   0  succeeded

@@ -130,6 +130,8 @@ class ExecutionStatus:
     exit_code: int | None = None
     message: str = ""
     url: str | None = None
+    reason: str = ""
+    """The condition reason of a failure the executor can name (conditions.Reason), else empty."""
 
 
 class Executor(ABC):

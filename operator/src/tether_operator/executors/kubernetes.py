@@ -3,7 +3,8 @@
     pod <execution>-<attempt>   owned by the AgentRun (garbage-collected with it), restartPolicy
                                 Never, the run's image (or the chart's runtime image) running
                                 `python -m tether exec /etc/tether/request/request.json --store URL`
-    ConfigMap <execution>       the exec request (the spec and its AgentTools; no secret values)
+    ConfigMap <execution>-<h>   the exec request (the spec and its AgentTools; no secret values),
+                                h: 10 hex digits of its sha256
 
 A pod carries `resources` as requests/limits (`gpu.count` as `nvidia.com/gpu`), the placement
 (spec + GPU node pool), `timeout` as activeDeadlineSeconds, the namespace's runner
@@ -15,25 +16,40 @@ that namespace's store prefix.
 
 The pod's end is the runtime's exit code: 0 succeeded, 2 terminal, 3 suspended (the pod is
 deleted: nothing is held while a human decides; `resume` starts the next attempt), anything else
-— a crash, OOMKilled, eviction, the deadline, the pod deleted — is recoverable: the next attempt
-(a new pod, attempt + 1) replays the journal, while failures <= retries.
+— a crash, OOMKilled, eviction, the timeout (counted from the pod's creation), the pod deleted —
+is recoverable: the next attempt (a new pod, attempt + 1) replays the journal, while failures <=
+retries. A pod that cannot start (unschedulable, image not pullable, a Secret missing) for
+`start_grace_seconds` fails the run with that reason (terminal).
+
+Every name here is predictable, so nothing is used because it exists: an object found under one
+of them (HTTP 409, or a pod carrying the execution label) must be what the operator would create
+— the run as controller owner and every field set equal — else the run fails with
+OwnedObjectConflict (a stranger's labelled pod is ignored). The pod spec carries the request's
+sha256, which the runtime checks against the file it reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import math
+import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tether.api import API_VERSION, Resources
+from tether.contract import REQUEST_SHA256_ENV
 from tether.tools import TOOL_MODULES_ENV
 
 from .. import kube
+from ..conditions import Reason
 from .base import (
     EXIT_SUCCEEDED,
     EXIT_SUSPENDED,
@@ -43,6 +59,7 @@ from .base import (
     ExecutionStatus,
     FollowingExecutor,
     Submission,
+    execution_name,
 )
 
 log = logging.getLogger(__name__)
@@ -84,18 +101,34 @@ def container_resources(resources: Resources | None) -> dict[str, dict[str, Any]
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
+def request_json(sub: Submission) -> str:
+    return json.dumps(sub.request.wire())
+
+
+def request_sha256(sub: Submission) -> str:
+    """What the pod's runtime checks its request file against ($TETHER_REQUEST_SHA256)."""
+    return hashlib.sha256(request_json(sub).encode()).hexdigest()
+
+
+def request_configmap_name(sub: Submission) -> str:
+    """`<execution>-<10 hex of the request's sha256>`: a request that changed (an AgentTool edited
+    while the run waited for approval, then an operator restart) gets its own ConfigMap instead
+    of colliding with the first, and each pod names the one it was made for."""
+    return f"{sub.name}-{request_sha256(sub)[:10]}"
+
+
 def request_configmap(sub: Submission) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": sub.name,
+            "name": request_configmap_name(sub),
             "namespace": sub.request.namespace,
             "labels": {**sub.labels, EXECUTION_LABEL: sub.name},
             "ownerReferences": [_owner(sub)],
         },
         "immutable": True,
-        "data": {"request.json": json.dumps(sub.request.wire())},
+        "data": {"request.json": request_json(sub)},
     }
 
 
@@ -114,6 +147,7 @@ def runner_pod(
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": "/tmp"},  # the root filesystem is read-only
         {"name": "TETHER_SECRETS_DIR", "value": SECRETS_DIR},
+        {"name": REQUEST_SHA256_ENV, "value": request_sha256(sub)},  # the request file must match
     ]
     if tool_modules is not None:  # the chart's tools.allowedModules; else the image's own tools
         env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
@@ -125,7 +159,7 @@ def runner_pod(
     volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {}},
         {"name": "work", "emptyDir": {}},
-        {"name": "request", "configMap": {"name": sub.name}},
+        {"name": "request", "configMap": {"name": request_configmap_name(sub)}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "tmp", "mountPath": "/tmp"},
@@ -209,6 +243,130 @@ def pod_outcome(pod: Mapping[str, Any], timeout_seconds: float) -> tuple[int, st
     return code, f"exit code {code}" + (f" ({reason})" if reason and reason not in ("Error", "Completed") else "")
 
 
+class RunFailure(Exception):
+    """The run cannot go on, for a reason the condition names (terminal: not an attempt)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_MISSING = object()
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
+_SUFFIX = {"n": "1e-9", "u": "1e-6", "m": "1e-3", "k": "1e3", "M": "1e6", "G": "1e9", "T": "1e12", "P": "1e15", "E": "1e18"}
+_SUFFIX |= {f"{p}i": str(1024 ** (i + 1)) for i, p in enumerate("KMGTPE")}
+
+
+def _quantity(text: Any) -> Decimal | None:
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    try:
+        if suffix and suffix[0] in "eE":
+            return Decimal(number + suffix)
+        return Decimal(number) * Decimal(_SUFFIX[suffix] if suffix else 1)
+    except InvalidOperation:
+        return None
+
+
+def differences(actual: Any, expected: Any, path: str = "") -> list[str]:
+    """The fields `expected` sets that `actual` does not have equal: dicts key by key (keys only
+    in `actual` are the apiserver's defaults), lists element by element and of equal length,
+    resource quantities by value (the apiserver rewrites `0.5` as `500m`)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [path or "."]
+        return [d for k, v in expected.items() for d in differences(actual.get(k, _MISSING), v, f"{path}.{k}")]
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [path]
+        return [d for i, (a, e) in enumerate(zip(actual, expected, strict=True)) for d in differences(a, e, f"{path}[{i}]")]
+    if actual == expected:
+        return []
+    if ".resources." in path and _quantity(expected) is not None and _quantity(actual) == _quantity(expected):
+        return []
+    return [path]
+
+
+def _not_ours(obj: Mapping[str, Any], expected: dict[str, Any]) -> str | None:
+    """Why `obj` is not the object the operator creates as `expected`, or None if it is: the
+    owner (the run's uid, controller) and every field set are equal. Anyone who may create the
+    kind may set an ownerReference, hence the content."""
+    seen = json.loads(json.dumps(obj))
+    if expected.get("kind") == "Pod":
+        # the DefaultTolerationSeconds admission plugin adds its own not-ready/unreachable ones
+        ours = {t.get("key") for t in expected["spec"].get("tolerations") or []}
+        spec = seen.get("spec") or {}
+        kept = [
+            t for t in spec.get("tolerations") or [] if t.get("key") in ours or not str(t.get("key", "")).startswith("node.kubernetes.io/")
+        ]
+        spec.pop("tolerations", None)
+        if kept:
+            spec["tolerations"] = kept
+    problems = differences(seen, {k: v for k, v in expected.items() if k not in ("apiVersion", "kind")})  # lists' items lack them
+    if not problems:
+        return None
+    owner = "metadata.ownerReferences" if any(p.startswith(".metadata.ownerReferences") for p in problems) else ""
+    fields = ", ".join(p.lstrip(".") for p in problems[:5]) + (", ..." if len(problems) > 5 else "")
+    return "it is not owned by this AgentRun" if owner else f"its {fields} differ from what the operator creates"
+
+
+def _conflict(kind: str, namespace: str, name: str, why: str) -> RunFailure:
+    return RunFailure(
+        Reason.OWNED_OBJECT_CONFLICT,
+        f"{kind} {namespace}/{name} exists and is not the operator's ({why}): it was not used; delete it and create the AgentRun again",
+    )
+
+
+def _attempt(pod: Mapping[str, Any]) -> int | None:
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(ATTEMPT_LABEL, "")
+    return int(label) if label.isdigit() and int(label) > 0 else None
+
+
+def runner_account(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "tether"}},
+        "automountServiceAccountToken": False,
+    }
+
+
+# Container waiting reasons after which a pod will not start by itself (a wrong image, a missing
+# Secret); ContainerCreating and a pull in progress are not among them.
+_WAITING = {
+    "ImagePullBackOff": Reason.IMAGE_PULL_BACK_OFF,
+    "ErrImagePull": Reason.IMAGE_PULL_BACK_OFF,
+    "InvalidImageName": Reason.IMAGE_PULL_BACK_OFF,
+    "ErrImageNeverPull": Reason.IMAGE_PULL_BACK_OFF,
+    "CreateContainerConfigError": Reason.CREATE_CONTAINER_CONFIG_ERROR,
+}
+
+
+def start_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(condition reason, the kubelet's or scheduler's message) of a pending pod that cannot
+    start as it is, or None."""
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        reason = _WAITING.get(waiting.get("reason", ""))
+        if reason is not None:
+            message = waiting.get("message") or ""
+            if reason == Reason.CREATE_CONTAINER_CONFIG_ERROR and "secret" in message.lower():
+                reason = Reason.MISSING_SECRET  # e.g. the store Secret or one of its keys
+            return reason, f"{waiting['reason']}: {message}".rstrip(": ")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            return Reason.UNSCHEDULABLE, f"Unschedulable: {cond.get('message') or ''}".rstrip(": ")
+    return None
+
+
+def _created(pod: Mapping[str, Any]) -> float:
+    stamp = (pod.get("metadata") or {}).get("creationTimestamp")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else time.time()
+
+
 @dataclass
 class _Execution:
     sub: Submission
@@ -217,15 +375,16 @@ class _Execution:
     failures: int = 0
     exit_code: int | None = None
     message: str = ""
+    reason: str = ""
     task: asyncio.Task[None] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     pod_changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def status(self) -> ExecutionStatus:
-        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message)
+        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message, reason=self.reason)
 
-    def set(self, state: ExecutionState, message: str = "") -> None:
-        self.state, self.message = state, message
+    def set(self, state: ExecutionState, message: str = "", reason: str = "") -> None:
+        self.state, self.message, self.reason = state, message, reason
         self.changed.set()
 
 
@@ -245,8 +404,10 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         resync_seconds: float = 10.0,
         retry_backoff: float = 0.5,
         tool_modules: tuple[str, ...] | None = None,
+        start_grace_seconds: float = 600.0,
     ) -> None:
         self.runtime_image = runtime_image
+        self.start_grace_seconds = start_grace_seconds
         self.tool_modules = tool_modules
         self.service_account = service_account
         self.store_secret = store_secret
@@ -288,9 +449,16 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
                     await run.task
             run.set(ExecutionState.ABORTED, "aborted")
         if namespace:
+            requests = {request_configmap_name(run.sub)} if run is not None else set()
             for pod in await self._pods(namespace, name):
-                await kube.delete(kube.core_path(namespace, "pods", pod["metadata"]["name"]))
-            await kube.delete(kube.core_path(namespace, "configmaps", name))
+                owners = pod["metadata"].get("ownerReferences") or []
+                if any(o.get("controller") and execution_name(o.get("uid", "")) == name for o in owners):  # a run's, not a stranger's
+                    volumes = pod.get("spec", {}).get("volumes") or []
+                    requests |= {v["configMap"].get("name", "") for v in volumes if v.get("name") == "request" and v.get("configMap")}
+                    await kube.delete(kube.core_path(namespace, "pods", pod["metadata"]["name"]))
+            for configmap in requests:
+                if configmap.startswith(f"{name}-"):  # a pod names it: delete only what could be ours
+                    await kube.delete(kube.core_path(namespace, "configmaps", configmap))
 
     async def wait(self, name: str, timeout: float) -> None:
         run = self._runs.get(name)
@@ -325,21 +493,51 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         listed = await kube.request("GET", kube.core_path(namespace, "pods") + f"?labelSelector={EXECUTION_LABEL}%3D{name}")
         return list((listed or {}).get("items") or [])
 
+    def _pod(self, sub: Submission, attempt: int) -> dict[str, Any]:
+        return runner_pod(
+            sub,
+            attempt,
+            image=self.runtime_image,
+            service_account=self.service_account,
+            store_secret=self.store_secret,
+            pull_policy=self.pull_policy,
+            tool_modules=self.tool_modules,
+        )
+
     async def _prepare(self, sub: Submission) -> None:
-        """The namespace's runner ServiceAccount (no token, no RBAC) and the request ConfigMap."""
+        """The namespace's runner ServiceAccount (no token, no RBAC) and the request ConfigMap,
+        each checked to be what the operator would create before a pod uses it (RunFailure)."""
         namespace = sub.request.namespace
         if namespace not in self._accounts:
-            path = kube.core_path(namespace, "serviceaccounts", self.service_account)
-            if await kube.request("GET", path) is None:
-                account = {
-                    "apiVersion": "v1",
-                    "kind": "ServiceAccount",
-                    "metadata": {"name": self.service_account, "labels": {"app.kubernetes.io/part-of": "tether"}},
-                    "automountServiceAccountToken": False,
-                }
-                await kube.create(kube.core_path(namespace, "serviceaccounts"), account)
+            account = await kube.request("GET", kube.core_path(namespace, "serviceaccounts", self.service_account))
+            if account is None:
+                account, _ = await kube.create(kube.core_path(namespace, "serviceaccounts"), runner_account(self.service_account))
+            # Shared by the namespace's runs and made by the chart, so no owner; what matters is
+            # that it gives a pod no token (the pod refuses one too): rights bound to it never
+            # reach a runner.
+            if account.get("automountServiceAccountToken") is not False:
+                raise _conflict("ServiceAccount", namespace, self.service_account, "it does not set automountServiceAccountToken: false")
             self._accounts.add(namespace)
-        await kube.create(kube.core_path(namespace, "configmaps"), request_configmap(sub))
+        expected = request_configmap(sub)
+        configmap, created = await kube.create(kube.core_path(namespace, "configmaps"), expected)
+        if not created and (why := _not_ours(configmap, expected)):
+            raise _conflict("ConfigMap", namespace, expected["metadata"]["name"], why)
+
+    async def _ours(self, sub: Submission) -> dict[int, dict[str, Any]]:
+        """The execution's pods by attempt: only those the operator made. Anyone who may create
+        pods can label one as this execution (and give it an ownerReference): such a pod is
+        neither followed nor counted."""
+        pods: dict[int, dict[str, Any]] = {}
+        for pod in await self._pods(sub.request.namespace, sub.name):
+            attempt = _attempt(pod)
+            why = "no attempt number" if attempt is None else _not_ours(pod, self._pod(sub, attempt))
+            if why is None and attempt is not None:
+                pods[attempt] = pod
+            else:
+                log.warning(
+                    "execution %s: pod %s carries its label but is not the operator's (%s): ignored", sub.name, pod["metadata"]["name"], why
+                )
+        return pods
 
     async def _drive(self, run: _Execution, adopt: bool) -> None:
         """Attempts until success, terminal failure, suspension or retries exhausted."""
@@ -347,7 +545,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         namespace = sub.request.namespace
         try:
             await self._prepare(sub)
-            pods = {int(p["metadata"]["labels"].get(ATTEMPT_LABEL, 0)): p for p in await self._pods(namespace, sub.name)}
+            pods = await self._ours(sub)
             latest = max(pods, default=0)
             # After an operator restart the newest pod is the current attempt, whatever status says.
             current = latest if adopt and latest and latest >= run.attempts else 0
@@ -358,16 +556,10 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             while True:
                 if not current:
                     current = run.attempts + 1
-                    pod = runner_pod(
-                        sub,
-                        current,
-                        image=self.runtime_image,
-                        service_account=self.service_account,
-                        store_secret=self.store_secret,
-                        pull_policy=self.pull_policy,
-                        tool_modules=self.tool_modules,
-                    )
-                    await kube.create(kube.core_path(namespace, "pods"), pod)
+                    expected = self._pod(sub, current)
+                    pod, created = await kube.create(kube.core_path(namespace, "pods"), expected)
+                    if not created and (why := _not_ours(pod, expected)):
+                        raise _conflict("Pod", namespace, pod_name(sub.name, current), why)
                     run.attempts = current
                 code, died = await self._follow(run, pod_name(sub.name, current))
                 current = 0
@@ -387,6 +579,9 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
                 await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
         except asyncio.CancelledError:
             raise
+        except RunFailure as exc:  # terminal: a conflict or a pod that cannot start stays so
+            log.warning("execution %s: %s", sub.name, exc)
+            return run.set(ExecutionState.FAILED, str(exc), exc.reason)
         except Exception as exc:
             if isinstance(exc, kube.KubeError) and exc.status in (400, 422):  # an invalid pod stays invalid
                 return run.set(ExecutionState.FAILED, f"the runner pod was refused: {exc}")
@@ -397,21 +592,36 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             self._start(run, adopt=True)
 
     async def _follow(self, run: _Execution, name: str) -> tuple[int, str]:
-        """Wait for the attempt's pod to end; (exit code, what happened)."""
+        """Wait for the attempt's pod to end; (exit code, what happened). The attempt's timeout
+        counts from the pod's creation (activeDeadlineSeconds only from its start on a node, so
+        never for a pod that is not scheduled); a pod that cannot start (unschedulable, its image
+        not pullable, a Secret missing) for `start_grace_seconds` fails the run (RunFailure). Either
+        way the pod is deleted first: it must not start later with nobody following it."""
         path = kube.core_path(run.sub.request.namespace, "pods", name)
         attempt = f"attempt {run.attempts}"
+        timeout = run.sub.timeout_seconds
         while True:
             run.pod_changed.clear()
             pod = await kube.request("GET", path)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 return _NO_EXIT_CODE, f"pod {name} was deleted"
-            outcome = pod_outcome(pod, run.sub.timeout_seconds)
+            outcome = pod_outcome(pod, timeout)
             if outcome is not None:
                 return outcome
             phase = (pod.get("status") or {}).get("phase") or "Pending"
+            age = time.time() - _created(pod)
+            problem = start_problem(pod) if phase == "Pending" else None
+            if problem is not None and age >= self.start_grace_seconds:
+                await kube.delete(path)
+                reason, why = problem
+                raise RunFailure(reason, f"{attempt}: pod {name} did not start within {self.start_grace_seconds:g}s: {why}")
+            if age >= timeout:
+                await kube.delete(path)
+                return _NO_EXIT_CODE, f"timed out after {timeout:g}s" + (" without starting" if phase == "Pending" else "")
             state = ExecutionState.RUNNING if phase == "Running" else ExecutionState.QUEUED
-            message = f"{attempt}: pod {name} {phase}"
+            message = f"{attempt}: pod {name} {phase}" + (f" ({problem[1]})" if problem else "")
             if (state, message) != (run.state, run.message):
                 run.set(state, message)
+            wait = min(self.resync_seconds, timeout - age, (self.start_grace_seconds - age) if problem else math.inf)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(run.pod_changed.wait(), self.resync_seconds)
+                await asyncio.wait_for(run.pod_changed.wait(), max(wait, 0.05))

@@ -3,7 +3,8 @@ execution. Executors (the operator's local executor, ``tether run``) start it an
 code: 0 succeeded, 1 recoverable (start again), 2 terminal, 3 suspended awaiting approval.
 
 Secrets (``tether.secrets``) are read first, from ``$TETHER_SECRETS_DIR`` or ``$TETHER_SECRETS``
-(removed from the environment then), before any agent or tool module is imported.
+(removed from the environment then), before any agent or tool module is imported. With ``$TETHER_REQUEST_SHA256`` set (the Kubernetes
+executor sets it in the pod spec) a request file with another hash is refused, exit 2.
 
 ``--warm`` starts a worker for an attempt that may come later (``tether run`` starts one beside
 each attempt, for its retry): it reads its secrets and the request, imports Flyte, the runtime
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +29,7 @@ from typing import Any
 
 from .. import secrets as tether_secrets
 from .. import stopping
-from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL
+from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL, REQUEST_SHA256_ENV
 from . import EXIT_CODES_HELP, command_name
 
 #: What a warm worker waits for on stdin before it runs its attempt.
@@ -59,7 +61,17 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.warm and args.request == "-":
         p.error("--warm reads 'go' from stdin: give the request as a file")
-    text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
+    data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    expected = os.environ.get(REQUEST_SHA256_ENV)
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected.strip().lower():
+        # The executor said which request it wrote; this one is not it (swapped or squatted).
+        print(
+            f"tether exec: the request {args.request} is not the one the executor wrote "
+            f"(its sha256 {hashlib.sha256(data).hexdigest()} differs from ${REQUEST_SHA256_ENV}): refusing to run it",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINAL
+    text = data.decode()
     from ..api import PROVIDER_KEY_ENV, ExecRequest
 
     try:

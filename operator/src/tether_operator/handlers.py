@@ -46,6 +46,7 @@ def make_executor(settings: Settings) -> Executor:
             pull_policy=ex.image_pull_policy,
             resync_seconds=ex.resync_seconds,
             tool_modules=settings.tool_modules,
+            default_resources=ex.default_resources,
         )
     if ex.kind == "flyte":
         if not ex.flyte.endpoint:

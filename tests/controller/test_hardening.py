@@ -121,7 +121,7 @@ BOUNDS: list[tuple[dict[str, Any], str, Any, bool]] = [
 def _admitted(kube: ControlPlane, doc: dict[str, Any]) -> tuple[bool, str]:
     plural = {"AgentRun": "agentruns", "AgentTool": "agenttools"}[doc["kind"]]
     status, body = kube.request("POST", f"/apis/tether.dev/v1alpha1/namespaces/default/{plural}?dryRun=All&fieldValidation=Strict", doc)
-    return status == 201, body["message"] if isinstance(body, dict) and "message" in body else str(body)
+    return status == 201, body["message"] if isinstance(body, dict) and "message" in body else f"HTTP {status}"
 
 
 def _offline(doc: dict[str, Any]) -> tuple[bool, str]:

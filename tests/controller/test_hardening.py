@@ -244,6 +244,8 @@ def test_an_install_names_its_scope(helm: Path) -> None:
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert (env["TETHER_NAMESPACES"], env["TETHER_CLUSTER_WIDE"], env["TETHER_PROPAGATED_LABELS"]) == ("", "true", "team,example.com/")
     assert not of_kind(cluster, "Role") and len(of_kind(cluster, "ClusterRole")) == 2
+    # the operator's own keys are never copied: allowing one is refused, not ignored
+    assert "at '/executor/propagatedLabels/0'" in render(helm, "executor.propagatedLabels={tether.dev/run}", check=False)
 
 
 NETWORK = [

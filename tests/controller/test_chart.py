@@ -23,9 +23,10 @@ def helm() -> Path:
     return ensure_k8s_tools() / "helm"
 
 
-def render(helm: Path, *sets: str, check: bool = True) -> list[dict[str, Any]] | str:
+def render(helm: Path, *sets: str, check: bool = True, scope: str = "watchNamespaces={team-a}") -> list[dict[str, Any]] | str:
+    """`helm template` with `sets`; `scope` is the namespaces value every install must give."""
     argv = [str(helm), "template", "tether", str(CHART), "-n", "tether-system"]
-    for s in ("store.s3.bucket=test-runs", *sets):  # the kubernetes executor needs a store pods reach
+    for s in ("store.s3.bucket=test-runs", *([scope] if scope else []), *sets):  # the kubernetes executor needs a store pods reach
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if not check:
@@ -39,12 +40,13 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_helm_lint(helm: Path) -> None:
-    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), "--set", "store.s3.bucket=runs"], capture_output=True, text=True)
+    argv = [str(helm), "lint", "--strict", str(CHART), "--set", "store.s3.bucket=runs", "--set", "watchNamespaces={team-a}"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_kubernetes_executor_refuses_a_store_its_pods_cannot_reach(helm: Path) -> None:
-    argv = [str(helm), "template", "tether", str(CHART)]
+    argv = [str(helm), "template", "tether", str(CHART), "--set", "watchNamespaces={team-a}"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode != 0 and "runner pods need a store they can reach; set store.s3.bucket" in proc.stderr
     proc = subprocess.run([*argv, "--set", "executor.kind=local"], capture_output=True, text=True)
@@ -150,7 +152,7 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
     assert all(s["name"] == "tether" for b in bindings for s in b["subjects"])
     assert not of_kind(docs, "ServiceAccount")[1:], "the local executor needs no runner ServiceAccount"
     # Cluster-wide mode: one ClusterRole with the same namespaced rules.
-    cluster = render(helm, "executor.kind=local")
+    cluster = render(helm, "executor.kind=local", scope="clusterWide=true")
     assert not of_kind(cluster, "Role")
     assert len(of_kind(cluster, "ClusterRole")) == 2
 

@@ -67,9 +67,12 @@ MALFORMED = {
     "gpu count without type": (edit(RUN, "spec.resources.gpu", {"count": 2}), "gpu.type is required when gpu.count > 0"),
     "bad memory quantity": (
         edit(RUN, "spec.resources.memory", "2 GB"),
-        'spec.resources.memory: Invalid value: "2 GB": must be a non-negative Kubernetes quantity',
+        'spec.resources.memory: Invalid value: "2 GB": must be a Kubernetes quantity of memory',
     ),
-    "negative cpu": (edit(RUN, "spec.resources.cpu", "-1"), 'spec.resources.cpu: Invalid value: "-1": must be a non-negative'),
+    "negative cpu": (
+        edit(RUN, "spec.resources.cpu", "-1"),
+        'spec.resources.cpu: Invalid value: "-1": must be a Kubernetes quantity of CPUs',
+    ),
     "missing model": (edit(RUN, "spec.model", DELETE), "spec.model: Required value"),
     "missing input": (edit(RUN, "spec.input", DELETE), "spec.input: Required value"),
     "empty model name": (
@@ -114,8 +117,10 @@ MALFORMED = {
 }
 
 BLANK = "must not be blank"
-DURATION = "must be a duration longer than zero such as 90s, 30m or 1h30m"
-QUANTITY = "must be a non-negative Kubernetes quantity"
+DURATION = "must be a duration longer than zero and at most 8760h (a year) such as 90s, 30m or 1h30m"
+CPU = "must be a Kubernetes quantity of CPUs above 0 and at most 1024, such as 500m or 2"
+MEMORY = "must be a Kubernetes quantity of memory from 16Mi to 64Ti, such as 512Mi or 4Gi"
+IMAGE = "must be a container image reference such as ghcr.io/org/agent:1.2"
 URL = "must be an http:// or https:// URL with a host and no spaces"
 
 
@@ -131,10 +136,10 @@ MALFORMED_MORE = {
     "blank input": (edit(RUN, "spec.input", "  \n\t"), f'spec.input: Invalid value: "  \\n\\t": {BLANK}'),
     "blank instructions": (edit(RUN, "spec.instructions", " "), f'spec.instructions: Invalid value: " ": {BLANK}'),
     "blank model name": (edit(RUN, "spec.model.name", "   "), f'spec.model.name: Invalid value: "   ": {BLANK}'),
-    "blank image": (edit(RUN, "spec.image", " "), f'spec.image: Invalid value: " ": {BLANK}'),
+    "blank image": (edit(RUN, "spec.image", " "), f'spec.image: Invalid value: " ": {IMAGE}'),
     "blank tool description": (edit(TOOL, "spec.description", "   "), f'spec.description: Invalid value: "   ": {BLANK}'),
     "blank tool version": (edit(TOOL, "spec.version", " "), f'spec.version: Invalid value: " ": {BLANK}'),
-    "blank tool image": (edit(TOOL, "spec.image", "\t"), f'spec.image: Invalid value: "\\t": {BLANK}'),
+    "blank tool image": (edit(TOOL, "spec.image", "\t"), f'spec.image: Invalid value: "\\t": {IMAGE}'),
     # types
     "input not a string": (edit(RUN, "spec.input", 42), 'spec.input: Invalid value: "integer": spec.input in body must be of type string'),
     "durable not a boolean": (
@@ -169,12 +174,34 @@ MALFORMED_MORE = {
     "tool timeout in words": (edit(TOOL, "spec.timeout", "5 minutes"), f'spec.timeout: Invalid value: "5 minutes": {DURATION}'),
     "tool timeout zero": (edit(TOOL, "spec.timeout", "0ms"), f'spec.timeout: Invalid value: "0ms": {DURATION}'),
     # quantities
-    "cpu with a unit in words": (edit(RUN, "spec.resources.cpu", "2 cores"), f'spec.resources.cpu: Invalid value: "2 cores": {QUANTITY}'),
-    "negative memory": (edit(RUN, "spec.resources.memory", "-1Gi"), f'spec.resources.memory: Invalid value: "-1Gi": {QUANTITY}'),
+    "cpu with a unit in words": (edit(RUN, "spec.resources.cpu", "2 cores"), f'spec.resources.cpu: Invalid value: "2 cores": {CPU}'),
+    "negative memory": (edit(RUN, "spec.resources.memory", "-1Gi"), f'spec.resources.memory: Invalid value: "-1Gi": {MEMORY}'),
     "tool memory with lowercase suffix": (
         edit(TOOL, "spec.resources.memory", "5ki"),
-        f'spec.resources.memory: Invalid value: "5ki": {QUANTITY}',
+        f'spec.resources.memory: Invalid value: "5ki": {MEMORY}',
     ),
+    # Issue 22: accepted, then silently broken (a pod that never schedules, or refused after admission)
+    "a googol of CPUs": (edit(RUN, "spec.resources.cpu", "1e100"), f'spec.resources.cpu: Invalid value: "1e100": {CPU}'),
+    "tool with a googol of CPUs": (edit(TOOL, "spec.resources.cpu", "1e100"), f'spec.resources.cpu: Invalid value: "1e100": {CPU}'),
+    "zero CPUs": (edit(RUN, "spec.resources.cpu", "0"), f'spec.resources.cpu: Invalid value: "0": {CPU}'),
+    "999 exbibytes": (edit(RUN, "spec.resources.memory", "999Ei"), f'spec.resources.memory: Invalid value: "999Ei": {MEMORY}'),
+    "tool with 999 exbibytes": (edit(TOOL, "spec.resources.memory", "999Ei"), f'spec.resources.memory: Invalid value: "999Ei": {MEMORY}'),
+    "zero memory": (edit(RUN, "spec.resources.memory", "0"), f'spec.resources.memory: Invalid value: "0": {MEMORY}'),
+    "tool with zero memory": (edit(TOOL, "spec.resources.memory", "0"), f'spec.resources.memory: Invalid value: "0": {MEMORY}'),
+    "one byte of memory": (edit(RUN, "spec.resources.memory", "1"), f'spec.resources.memory: Invalid value: "1": {MEMORY}'),
+    "image that is not a reference": (
+        edit(RUN, "spec.image", "not an image ref !!"),
+        f'spec.image: Invalid value: "not an image ref !!": {IMAGE}',
+    ),
+    "tool image that is not a reference": (
+        edit(TOOL, "spec.image", "not an image ref !!"),
+        f'spec.image: Invalid value: "not an image ref !!": {IMAGE}',
+    ),
+    "image with two tags": (edit(RUN, "spec.image", "shop:1:2"), f'spec.image: Invalid value: "shop:1:2": {IMAGE}'),
+    # 1000000h is 3.6e9 s: over activeDeadlineSeconds' 2^31-1, refused after admission before
+    "timeout over a year": (edit(RUN, "spec.timeout", "1000000h"), f'spec.timeout: Invalid value: "1000000h": {DURATION}'),
+    "timeout of a year and a second": (edit(RUN, "spec.timeout", "8760h1s"), f'spec.timeout: Invalid value: "8760h1s": {DURATION}'),
+    "tool timeout over a year": (edit(TOOL, "spec.timeout", "9000h"), f'spec.timeout: Invalid value: "9000h": {DURATION}'),
     "tool gpu without type": (
         edit(TOOL, "spec.resources.gpu", {"count": 1}),
         "spec.resources.gpu: Invalid value: gpu.type is required",

@@ -46,7 +46,8 @@ def releases(kube: ControlPlane, tether_release: Release) -> tuple[Release, Rele
     common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--wait=false"]
     kube.helm("upgrade", "--install", "tether-k8s", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", *common)  # fmt: skip
-    kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace", *common)
+    kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace",
+              "--set", "clusterWide=true", *common)  # fmt: skip
     return RELEASE, CLUSTER_WIDE
 
 

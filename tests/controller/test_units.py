@@ -52,8 +52,10 @@ def test_gitops_tracking_metadata_is_not_propagated() -> None:
         "team": "payments",
         "app.kubernetes.io/name": "refunds",
     }
-    assert propagated(labels) == {"team": "payments", "app.kubernetes.io/name": "refunds"}
-    assert propagated({"argocd.argoproj.io/tracking-id": "x", "kubectl.kubernetes.io/last-applied-configuration": "{}"}) == {}
+    # even where the allowlist names them (every key here)
+    assert propagated(labels, tuple(labels)) == {"team": "payments", "app.kubernetes.io/name": "refunds"}
+    gitops = {"argocd.argoproj.io/tracking-id": "x", "kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    assert propagated(gitops, ("argocd.argoproj.io/", "kubectl.kubernetes.io/")) == {}
 
 
 def test_metrics_text_format() -> None:

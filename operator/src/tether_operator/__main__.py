@@ -1,6 +1,7 @@
 """`python -m tether_operator` / `tether-operator`: run the operator (settings from the environment).
 
-TETHER_NAMESPACES      comma-separated namespaces to serve (empty: the whole cluster)
+TETHER_NAMESPACES      comma-separated namespaces to serve
+TETHER_CLUSTER_WIDE    true: serve every namespace but kube-system, kube-public, kube-node-lease
 TETHER_STORE_URL       the store shared with the runtime (file:///dir or s3://bucket/prefix?...)
 TETHER_EXECUTOR        local (default)
 TETHER_CONCURRENCY     executions at once (local executor)
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     settings = Settings.from_env()
+    if error := settings.startup_error():
+        parser.error(error)
     kube.configure()
     port = int(os.environ.get("TETHER_HEALTH_PORT", "8080"))
     kopf.run(
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         memo=kopf.Memo(settings=settings),
         standalone=True,
         namespaces=list(settings.namespaces),
-        clusterwide=not settings.namespaces,
+        clusterwide=settings.cluster_wide,
         liveness_endpoint=f"http://0.0.0.0:{port}/healthz" if port else None,
     )
     return 0

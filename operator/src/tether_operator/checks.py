@@ -24,6 +24,7 @@ from tether.tools import implementation_refusal
 
 from . import kube
 from .conditions import Reason
+from .settings import RESERVED_NAMESPACES
 
 
 @dataclass
@@ -68,25 +69,64 @@ def check_resources(resources: Resources | None, gpu_node_pools: dict[str, objec
     return []
 
 
-# Names that reach a cloud's instance metadata service (and with it the node's credentials).
-METADATA_HOSTS = frozenset({"metadata.google.internal"})
+# Names that reach a cloud's instance metadata service (and with it the node's credentials), for
+# where they do not resolve in the operator's view but do in the pod's: GCE's, and EC2's short name.
+METADATA_HOSTS = frozenset({"metadata.google.internal", "instance-data"})
 _ADMIN_HINT = "; a cluster admin can allow it with the chart value providers.allowedBaseURLs"
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, Azure (IMDS), GCP, Oracle, OpenStack, DigitalOcean... (link-local anyway)
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+        "100.100.100.200",  # Alibaba Cloud ECS metadata (in 100.64/10, not link-local)
+        "168.63.129.16",  # Azure WireServer (a public address, reached from every VM)
+        "192.0.0.192",  # Oracle Cloud (Classic / Cloud@Customer) metadata
+    )
+)
+# IPv6 prefixes that carry an IPv4 address a gateway forwards to: NAT64 (RFC 6052 well-known
+# 64:ff9b::/96, RFC 8215 local-use 64:ff9b:1::/48 with the RFC 6052 layouts of a /48../96 prefix)
+# and 6to4 (2002::/16). 64:ff9b::a9fe:a9fe is 169.254.169.254 to a NAT64 gateway. (IPv4-mapped
+# ::ffff:a.b.c.d is the IPv4 address itself.)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# (prefix length, bit offsets of the IPv4 address's bytes) per RFC 6052 §2.2; bits 64-71 are zero.
+_RFC6052_LAYOUTS = ((48, (48, 56, 72, 80)), (56, (56, 72, 80, 88)), (64, (72, 80, 88, 96)), (96, (96, 104, 112, 120)))
 
 
-def _forbidden(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """Why the operator will not send a provider key to this address, or None."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+def _translated_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a NAT64 or 6to4 gateway would send this IPv6 address's packets to."""
+    if address.sixtofour is not None:
+        return [address.sixtofour]
+    bits = int(address)
+    if address in _NAT64:
+        return [ipaddress.IPv4Address(bits & 0xFFFFFFFF)]
+    if address in _NAT64_LOCAL:  # the network's NAT64 prefix length is unknown: every layout counts
+        return [ipaddress.IPv4Address(bytes((bits >> (120 - offset)) & 0xFF for offset in offsets)) for _, offsets in _RFC6052_LAYOUTS]
+    return []
+
+
+def _unsafe(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     if address in METADATA_ADDRESSES:
         return "a cloud metadata address"
     if address.is_loopback:
         return "a loopback address"
     if address.is_link_local:
         return "a link-local address"
+    return None
+
+
+def _forbidden(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why the operator will not send a provider key to this address, or None."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        for inner in _translated_ipv4(address):
+            why = _unsafe(inner)
+            if why:
+                return f"{why} ({inner}) behind a NAT64 or 6to4 prefix"
     if address.is_unspecified:
         return "an unspecified address"
-    return None
+    return _unsafe(address)
 
 
 def url_allowed(url: str, allowed: tuple[str, ...]) -> bool:
@@ -160,6 +200,21 @@ async def check_base_url(url: str | None, allowed: tuple[str, ...]) -> list[Prob
     return []
 
 
+def check_namespace(namespace: str) -> list[Problem]:
+    """The cluster's own namespaces are never served, cluster-wide included: a ClusterRole grants
+    the operator pods there too, so the refusal is the operator's."""
+    if namespace not in RESERVED_NAMESPACES:
+        return []
+    return [
+        Problem(
+            Reason.NAMESPACE_NOT_SERVED,
+            f"namespace {namespace}: Tether never serves {', '.join(RESERVED_NAMESPACES)} (the cluster's own namespaces), "
+            "even cluster-wide; use another namespace",
+            terminal=True,
+        )
+    ]
+
+
 async def _secret_value(namespace: str, name: str, key: str, what: str) -> str | Problem:
     secret = await kube.read_secret(namespace, name)
     if secret is None:
@@ -206,6 +261,8 @@ async def check_tool(
     allow_auto_approve: bool = False,
     read_secrets: bool = True,
 ) -> Resolved:
+    if refused := check_namespace(namespace):
+        return Resolved(problems=refused)
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
     out.problems += check_approval(spec, f"AgentTool {name}", allow_auto_approve)
     out.problems += check_implementation(name, spec, allowed)
@@ -233,6 +290,8 @@ async def check_run(
 ) -> Resolved:
     """`read_secrets=False` (executors whose pods mount the Secrets): Secrets are neither read
     nor checked by the operator; a missing one keeps the runner pod from starting."""
+    if refused := check_namespace(namespace):  # nothing there is looked at, Secrets and tools included
+        return Resolved(problems=refused)
     out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
     out.problems += await check_base_url(spec.model.base_url, allowed_base_urls)
     for name in spec.tools:

@@ -41,6 +41,7 @@ class Reason:
     BASE_URL_UNRESOLVED = "BaseURLUnresolved"
     AUTO_APPROVE_NOT_ALLOWED = "AutoApproveNotAllowed"
     UNSUPPORTED_BY_EXECUTOR = "UnsupportedByExecutor"
+    NAMESPACE_NOT_SERVED = "NamespaceNotServed"
     QUEUED = "Queued"
     SUBMITTED = "Submitted"
     RUNNING = "Running"

@@ -47,6 +47,7 @@ def make_executor(settings: Settings) -> Executor:
             resync_seconds=ex.resync_seconds,
             tool_modules=settings.tool_modules,
             start_grace_seconds=ex.pod_start_grace_seconds,
+            default_resources=ex.default_resources,
         )
     if ex.kind == "flyte":
         if not ex.flyte.endpoint:

@@ -1,9 +1,12 @@
 """What an executor needs to place a run or a tool: node selector, tolerations, labels.
 
 GPU node pools come from the chart (`gpuNodePools.<type>: {nodeSelector, tolerations}`) and are
-merged into whatever the spec itself asks for. Labels for objects an executor creates come from
-the AgentRun, minus GitOps tracking metadata: a copied `app.kubernetes.io/instance` or Argo CD /
-Flux label would make those tools adopt (and prune, or re-create) the executor's objects.
+merged into whatever the spec itself asks for. Labels for objects an executor creates are only
+the AgentRun's labels the admin allows (chart value executor.propagatedLabels): a label selects,
+so a copied `app: payments` would make a runner pod an endpoint of that Service or subject to
+that NetworkPolicy. GitOps tracking metadata and tether.dev/* keys are never copied, allowed or
+not: a copied `app.kubernetes.io/instance` or Argo CD / Flux label would make those tools adopt
+(and prune, or re-create) the executor's objects, and tether.dev/* labels are the operator's own.
 """
 
 from __future__ import annotations
@@ -32,9 +35,17 @@ def is_gitops_key(key: str) -> bool:
     return any(key == k or (k.endswith(("/", ".")) and key.startswith(k)) for k in GITOPS_KEYS)
 
 
-def propagated(metadata: dict[str, str] | None) -> dict[str, str]:
-    """Labels (or annotations) safe to copy onto objects the operator creates for a run."""
-    return {k: v for k, v in (metadata or {}).items() if not is_gitops_key(k)}
+OWN_PREFIX = "tether.dev/"
+
+
+def _allowed(key: str, allowed: tuple[str, ...]) -> bool:
+    return any(key == a or (a.endswith("/") and key.startswith(a)) for a in allowed)
+
+
+def propagated(metadata: dict[str, str] | None, allowed: tuple[str, ...]) -> dict[str, str]:
+    """Labels of a run to copy onto objects the operator creates for it: the keys in `allowed`
+    (a key ending in "/" allows that prefix), never GitOps or tether.dev/* keys."""
+    return {k: v for k, v in (metadata or {}).items() if _allowed(k, allowed) and not is_gitops_key(k) and not k.startswith(OWN_PREFIX)}
 
 
 @dataclass

@@ -249,7 +249,7 @@ class RunLoop:
         first_time = not (self.status.get("execution") or {}).get("name")
         request = ExecRequest(run_id=self.uid, namespace=self.namespace, name=self.name, spec=spec, tools=self.tools)
         where = placement(spec.resources, spec.node_selector, spec.tolerations, self.settings.gpu_node_pools)
-        labels = propagated(self.body.meta.get("labels"))
+        labels = propagated(self.body.meta.get("labels"), self.settings.propagated_labels)
         labels.update({RUN_LABEL: self.name, RUN_UID_LABEL: self.uid})
         started = time.monotonic()
         suspended = self.status.get("phase") == Phase.AWAITING_APPROVAL.value

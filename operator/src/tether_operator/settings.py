@@ -6,7 +6,14 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
+
+from tether.api import quantity_value
+
+# Namespaces Tether never serves, even cluster-wide: the cluster's own (a ClusterRole cannot leave
+# them out, so the operator refuses runs there itself and the chart refuses to list them).
+RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,10 @@ class ExecutorSettings:
     """Kubernetes executor: how long a runner pod may stay unable to start (unschedulable, image
     not pullable, a Secret or key missing) before the run fails with that reason (env
     TETHER_POD_START_GRACE_SECONDS). Long enough for a cluster autoscaler to add a GPU node."""
+    default_resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Kubernetes executor: `{requests: {cpu, memory}, limits: {memory}}` of runner pods for what
+    their spec's `resources` does not name (env TETHER_DEFAULT_RESOURCES, JSON; chart value
+    executor.defaultResources). Empty: none (a namespace's LimitRange, if any, applies)."""
     flyte: FlyteSettings = field(default_factory=lambda: FlyteSettings())
 
 
@@ -92,7 +103,14 @@ class TimingSettings:
 @dataclass(frozen=True)
 class Settings:
     namespaces: tuple[str, ...] = ()
-    """Namespaces served; empty means the whole cluster (env TETHER_NAMESPACES, comma-separated)."""
+    """Namespaces served (env TETHER_NAMESPACES, comma-separated; chart value watchNamespaces)."""
+    cluster_wide: bool = False
+    """Serve every namespace but RESERVED_NAMESPACES, with `namespaces` empty (env
+    TETHER_CLUSTER_WIDE; chart value clusterWide). One of the two must be set."""
+    propagated_labels: tuple[str, ...] = ()
+    """AgentRun label keys copied onto what an executor creates (pods, ConfigMaps, Flyte runs); a
+    key ending in "/" allows that prefix (env TETHER_PROPAGATED_LABELS, comma-separated; chart
+    value executor.propagatedLabels). Empty: none; the operator's own tether.dev/* labels always."""
     store: StoreSettings = field(default_factory=StoreSettings)
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     timing: TimingSettings = field(default_factory=TimingSettings)
@@ -111,6 +129,20 @@ class Settings:
     """Honour `approval.defaultAction: approve` (env TETHER_ALLOW_AUTO_APPROVE, chart value
     approvals.allowAutoApprove). Off: such a tool is not Ready and a timeout can only decline."""
 
+    def startup_error(self) -> str | None:
+        """Why the operator must not start with these settings, or None."""
+        return self._scope_error() or _resources_error(self.executor.default_resources)
+
+    def _scope_error(self) -> str | None:
+        if self.cluster_wide and self.namespaces:
+            return "TETHER_CLUSTER_WIDE and TETHER_NAMESPACES are both set: serve the whole cluster or the listed namespaces"
+        if not self.cluster_wide and not self.namespaces:
+            return "no namespace to serve: set TETHER_NAMESPACES (chart value watchNamespaces) or TETHER_CLUSTER_WIDE=true (clusterWide)"
+        reserved = sorted(set(self.namespaces) & set(RESERVED_NAMESPACES))
+        if reserved:
+            return f"TETHER_NAMESPACES lists {', '.join(reserved)}: Tether never serves {', '.join(RESERVED_NAMESPACES)}"
+        return None
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
@@ -121,6 +153,8 @@ class Settings:
 
         return cls(
             namespaces=tuple(n.strip() for n in env.get("TETHER_NAMESPACES", "").split(",") if n.strip()),
+            cluster_wide=_flag(env.get("TETHER_CLUSTER_WIDE", "")),
+            propagated_labels=_names(env.get("TETHER_PROPAGATED_LABELS", "")),
             store=StoreSettings(
                 url=env.get("TETHER_STORE_URL") or f"file://{tmp}/tether-store",
                 runner_secret=env.get("TETHER_RUNNER_STORE_SECRET", "tether-store"),
@@ -136,6 +170,7 @@ class Settings:
                 runner_service_account=env.get("TETHER_RUNNER_SERVICE_ACCOUNT") or "tether-runner",
                 resync_seconds=num("TETHER_RESYNC_SECONDS", 10.0),
                 pod_start_grace_seconds=num("TETHER_POD_START_GRACE_SECONDS", 600.0),
+                default_resources=json.loads(env.get("TETHER_DEFAULT_RESOURCES") or "{}"),
                 flyte=FlyteSettings(
                     endpoint=env.get("TETHER_FLYTE_ENDPOINT", ""),
                     project=env.get("TETHER_FLYTE_PROJECT") or "tether",
@@ -157,6 +192,33 @@ class Settings:
             tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
             allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
         )
+
+
+# What executor.defaultResources may set: the fields a run's spec.resources replaces.
+_DEFAULT_RESOURCE_KEYS = {"requests": {"cpu", "memory"}, "limits": {"memory"}}
+
+
+def _resources_error(defaults: dict[str, Any]) -> str | None:
+    what = "TETHER_DEFAULT_RESOURCES (chart value executor.defaultResources)"
+    if not isinstance(defaults, dict):
+        return f"{what}: expected an object such as {{requests: {{cpu: 250m, memory: 512Mi}}, limits: {{memory: 2Gi}}}}"
+    values: dict[str, Decimal] = {}
+    for part, fields in defaults.items():
+        allowed = _DEFAULT_RESOURCE_KEYS.get(part)
+        if allowed is None or not isinstance(fields, dict) or not set(fields) <= allowed:
+            return f"{what}: only requests.cpu, requests.memory and limits.memory may be set, not {part}: {fields}"
+        for name, text in fields.items():
+            try:
+                values[f"{part}.{name}"] = quantity_value(str(text))
+            except ValueError:
+                return f"{what}: {part}.{name} {text!r} is not a Kubernetes quantity"
+    if values.get("requests.memory", 0) > values.get("limits.memory", values.get("requests.memory", 0)):
+        return f"{what}: requests.memory is above limits.memory (the apiserver would refuse every runner pod)"
+    return None
+
+
+def _flag(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes")
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -41,7 +41,7 @@ async def reconcile_tool(
                 namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve, read_secrets=read_secrets
             )
         ).problems
-        if probe is not None and not any(p.reason == Reason.TOOL_NOT_ALLOWED for p in problems):
+        if probe is not None and not any(p.reason in (Reason.TOOL_NOT_ALLOWED, Reason.NAMESPACE_NOT_SERVED) for p in problems):
             # Importability is checked where the runtime runs, never in the operator's process.
             refusal = await probe(tool.implementation)
             if refusal:

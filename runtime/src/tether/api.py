@@ -71,26 +71,56 @@ def _rules(*rules: dict[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": list(rules)}
 
 
-_QUANTITY_MESSAGE = "must be a non-negative Kubernetes quantity such as 500m, 2, 512Mi or 4Gi"
+# Bounds of what a pod can be given: above them (1e100 CPUs, 999Ei) or at zero memory the pod is
+# accepted here and then never schedules, or is refused by the apiserver after admission. The
+# largest cloud machines have under 1,000 CPUs and 32 TiB of memory; no Python runtime starts in
+# less than 16Mi.
+MAX_CPU = "1024"
+MEMORY_RANGE = ("16Mi", "64Ti")
+_CPU_MESSAGE = f"must be a Kubernetes quantity of CPUs above 0 and at most {MAX_CPU}, such as 500m or 2"
+_MEMORY_MESSAGE = f"must be a Kubernetes quantity of memory from {MEMORY_RANGE[0]} to {MEMORY_RANGE[1]}, such as 512Mi or 4Gi"
+_SUFFIX = {
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{
+        s: Decimal(10) ** e
+        for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6), ("G", 9), ("T", 12), ("P", 15), ("E", 18))
+    },
+}
 
 
-def _quantity(value: str) -> str:
-    match = re.fullmatch(QUANTITY, value)
-    if not match or Decimal(match.group(1) + match.group(2)) < 0:
-        raise ValueError(_QUANTITY_MESSAGE)
-    return value
+def quantity_value(text: str) -> Decimal:
+    """The number a Kubernetes quantity stands for (`500m` is 0.5, `1Gi` 1073741824)."""
+    match = re.fullmatch(QUANTITY, text)
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    number, suffix = Decimal(match.group(1) + match.group(2)), match.group(4) or ""
+    if suffix in _SUFFIX:
+        return number * _SUFFIX[suffix]
+    return number.scaleb(int(suffix[1:]))  # an exponent: 1e3
 
 
-# Checked by pydantic with the regex and by the apiserver with its own quantity parser (CEL), so
-# that both say the same thing in words rather than quoting a regular expression.
-Quantity = Annotated[
-    str,
-    AfterValidator(_quantity),
-    Field(
-        max_length=32,
-        json_schema_extra=_rules(_cel("isQuantity(self) && !quantity(self).isLessThan(quantity('0'))", _QUANTITY_MESSAGE)),
-    ),
-]
+def _quantity_between(low: str | None, high: str, message: str) -> tuple[Any, dict[str, Any]]:
+    """A pydantic validator and a CEL rule for a quantity in (0, high] (low None) or [low, high]:
+    checked by pydantic and by the apiserver's own quantity parser, so both say it in words."""
+
+    def check(value: str) -> str:
+        try:
+            number = quantity_value(value)
+        except (ValueError, ArithmeticError):  # ArithmeticError: an exponent no Decimal holds
+            raise ValueError(message) from None
+        if not (number >= quantity_value(low) if low else number > 0) or number > quantity_value(high):
+            raise ValueError(message)
+        return value
+
+    above = f"!quantity(self).isLessThan(quantity('{low}'))" if low else "quantity(self).isGreaterThan(quantity('0'))"
+    rule = f"isQuantity(self) && {above} && !quantity(self).isGreaterThan(quantity('{high}'))"
+    return AfterValidator(check), _rules(_cel(rule, message))
+
+
+_CPU_CHECK, _CPU_RULE = _quantity_between(None, MAX_CPU, _CPU_MESSAGE)
+_MEMORY_CHECK, _MEMORY_RULE = _quantity_between(*MEMORY_RANGE, _MEMORY_MESSAGE)
+CPU = Annotated[str, _CPU_CHECK, Field(max_length=32, json_schema_extra=_CPU_RULE)]
+Memory = Annotated[str, _MEMORY_CHECK, Field(max_length=32, json_schema_extra=_MEMORY_RULE)]
 
 
 def _not_blank(value: str) -> str:
@@ -103,23 +133,55 @@ def _not_blank(value: str) -> str:
 Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra=_rules(_cel("self.trim() != ''", "must not be blank")))]
 
 
-_DURATION_MESSAGE = "must be a duration longer than zero such as 90s, 30m or 1h30m"
+# The longest timeout: a pod's activeDeadlineSeconds is at most 2^31-1 s (68 years) and is
+# refused by the apiserver after admission above that; no attempt or tool call should run a year,
+# so a longer one is a typo (1000000h), said at admission.
+MAX_DURATION = "8760h"
+_DURATION_MESSAGE = f"must be a duration longer than zero and at most {MAX_DURATION} (a year) such as 90s, 30m or 1h30m"
 
 
 def _positive_duration(value: str) -> str:
-    if not re.fullmatch(DURATION, value) or parse_duration(value) <= 0:
+    if not re.fullmatch(DURATION, value) or not 0 < parse_duration(value) <= parse_duration(MAX_DURATION):
         raise ValueError(_DURATION_MESSAGE)
     return value
 
 
-# A duration `parse_duration` reads and that is not zero; the CEL rule is the same regex.
+# A duration `parse_duration` reads, not zero, at most a year. CEL: the same regex, then the
+# apiserver's own duration parser (a number too large for it is refused as well).
 Duration = Annotated[
     str,
     AfterValidator(_positive_duration),
     Field(
         max_length=32,
-        json_schema_extra=_rules(_cel(f"self.matches('{DURATION}') && self.matches('[1-9]')", _DURATION_MESSAGE)),
+        json_schema_extra=_rules(
+            _cel(
+                f"self.matches('{DURATION}') && self.matches('[1-9]') && duration(self) <= duration('{MAX_DURATION}')",
+                _DURATION_MESSAGE,
+            )
+        ),
     ),
+]
+
+# A container image reference as the container runtime parses it (distribution/reference):
+# [registry[:port]/]path[:tag][@digest], lowercase path components.
+_PATH_PART = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_PART = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_REGISTRY = f"(?:{_HOST_PART}(?:\\.{_HOST_PART})*|\\[[a-fA-F0-9:]+\\])(?::[0-9]+)?"
+_DIGEST = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REF = f"^(?:{_REGISTRY}/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@{_DIGEST})?$"
+_IMAGE_MESSAGE = "must be a container image reference such as ghcr.io/org/agent:1.2 or registry:5000/agent@sha256:<digest>"
+
+
+def _image(value: str) -> str:
+    if not re.fullmatch(IMAGE_REF, value):
+        raise ValueError(_IMAGE_MESSAGE)
+    return value
+
+
+Image = Annotated[
+    str,
+    AfterValidator(_image),
+    Field(max_length=512, json_schema_extra=_rules(_cel("self.matches('{}')".format(IMAGE_REF.replace("\\", "\\\\")), _IMAGE_MESSAGE))),
 ]
 
 _BASE_URL_MESSAGE = "must be an http:// or https:// URL with a host and no spaces, e.g. https://api.example.com/v1"
@@ -275,8 +337,11 @@ class GPU(_Wire):
 class Resources(_Wire):
     """Compute requested for the process that runs the agent or the tool."""
 
-    cpu: Quantity | None = Field(default=None, description="CPU as a Kubernetes quantity, e.g. 500m or 2.")
-    memory: Quantity | None = Field(default=None, description="Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi.")
+    cpu: CPU | None = Field(default=None, description=f"CPU as a Kubernetes quantity, e.g. 500m or 2; above 0, at most {MAX_CPU}.")
+    memory: Memory | None = Field(
+        default=None,
+        description=f"Memory as a Kubernetes quantity, e.g. 512Mi or 4Gi; from {MEMORY_RANGE[0]} to {MEMORY_RANGE[1]}.",
+    )
     gpu: GPU | None = Field(default=None, description="GPUs, e.g. {type: A100, count: 1}.")
 
 
@@ -386,9 +451,8 @@ class AgentRunSpec(_Wire):
         description="Names of AgentTools in this namespace the agent may call.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
-    image: Text | None = Field(
+    image: Image | None = Field(
         default=None,
-        max_length=512,
         description="Container image with the framework adapter (and the agent, if `agent` is set).",
     )
     resources: Resources | None = Field(default=None, description="Compute for the agent process.")
@@ -415,7 +479,7 @@ class AgentRunSpec(_Wire):
     )
     timeout: Duration = Field(
         default="1h",
-        description="Wall-clock limit of one attempt, e.g. 30m or 2h; waiting for approval does not count.",
+        description=f"Wall-clock limit of one attempt, e.g. 30m or 2h, at most {MAX_DURATION}; waiting for approval does not count.",
     )
     durable: bool = Field(
         default=True,
@@ -555,12 +619,12 @@ class AgentToolSpec(_Wire):
         max_length=64,
         description="Part of the tool call's journal key: change it when the implementation changes so cached results are not reused.",
     )
-    image: Text | None = Field(default=None, max_length=512, description="Image to run the tool in (default: the run's).")
+    image: Image | None = Field(default=None, description="Image to run the tool in (default: the run's).")
     resources: Resources | None = Field(default=None, description="Compute for the tool.")
     retries: int = Field(default=0, ge=0, le=20, strict=True, description="Retries of a call that failed recoverably.")
     timeout: Duration | None = Field(
         default=None,
-        description="Limit of one call, e.g. 30s; a call over it fails recoverably.",
+        description=f"Limit of one call, e.g. 30s, at most {MAX_DURATION}; a call over it fails recoverably.",
     )
     cache: Literal["auto", "off"] | None = Field(
         default=None,

@@ -113,7 +113,7 @@ class Submission:
     """Where the runtime should run (spec + GPU node pool); used by executors that make pods."""
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
-    """Labels for objects the executor creates: the run's, without GitOps tracking keys."""
+    """Labels for objects the executor creates: the run's labels the chart allows (placement.propagated)."""
     store_url: str = ""
     """The run's store: the operator's store under the run's namespace prefix (empty: the executor's)."""
     secret_files: list[SecretFile] = field(default_factory=list)

@@ -84,14 +84,15 @@ def _owner(sub: Submission) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AgentRun", "name": sub.request.name, "uid": sub.request.run_id, "controller": True}
 
 
-def container_resources(resources: Resources | None) -> dict[str, dict[str, Any]]:
+def container_resources(resources: Resources | None, defaults: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, dict[str, Any]]:
     """Requests from `resources`; memory and GPUs are limits too (a GPU cannot be overcommitted,
     memory over the request is what gets a node's pods OOM-killed). CPU is not limited: it only
-    throttles."""
+    throttles. `defaults` (chart value executor.defaultResources) fill what `resources` leaves
+    out: its cpu replaces requests.cpu, its memory requests.memory and limits.memory."""
+    requests: dict[str, Any] = dict((defaults or {}).get("requests") or {})
+    limits: dict[str, Any] = dict((defaults or {}).get("limits") or {})
     if resources is None:
-        return {}
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
+        resources = Resources()
     if resources.cpu:
         requests["cpu"] = resources.cpu
     if resources.memory:
@@ -141,6 +142,7 @@ def runner_pod(
     store_secret: str,
     pull_policy: str = "IfNotPresent",
     tool_modules: tuple[str, ...] | None = None,
+    default_resources: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The pod of one attempt (a pure function of the submission: tests compare it exactly)."""
     spec = sub.request.spec
@@ -185,7 +187,7 @@ def runner_pod(
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if resources := container_resources(spec.resources):
+    if resources := container_resources(spec.resources, default_resources):
         container["resources"] = resources
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # a new attempt is a new pod, counted against retries
@@ -405,9 +407,11 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         retry_backoff: float = 0.5,
         tool_modules: tuple[str, ...] | None = None,
         start_grace_seconds: float = 600.0,
+        default_resources: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.runtime_image = runtime_image
         self.start_grace_seconds = start_grace_seconds
+        self.default_resources = default_resources
         self.tool_modules = tool_modules
         self.service_account = service_account
         self.store_secret = store_secret
@@ -502,6 +506,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             store_secret=self.store_secret,
             pull_policy=self.pull_policy,
             tool_modules=self.tool_modules,
+            default_resources=self.default_resources,
         )
 
     async def _prepare(self, sub: Submission) -> None:

@@ -115,7 +115,7 @@ def test_a_writer_killed_mid_write_leaves_no_temp_file_behind(tmp_path):
         os.utime(fresh, (old, old))
     retry = Run("killed", str(store))  # claims attempt 2 (a write into attempts/) ...
     assert retry.attempt == 2
-    key = retry.journal.next_key("tool", "f" * 64)
+    _, key = retry.journal.claim("tool", "f" * 64)
     retry.journal.append(Record("tool", key[1], key[2], "ok", {"tool": "t"}, body=b"1"))  # ... and records a step
     assert [p for p in left if p.exists()] == [], "a dead writer's temp file was left behind"
     assert (store / "journal" / "killed" / "attempts" / f".tmp-{os.getppid()}-fedcba9876543210").exists()

@@ -123,7 +123,7 @@ async def test_idempotency_key_is_stable_across_attempts_and_differs_between_occ
 
     async def attempt(scope: str) -> None:
         run = Run(scope, tmp_path)
-        for _ in range(2):  # the same call twice in one attempt: occurrences 1 and 2
+        for _ in range(2):  # a failed call and the framework's retry of it: the same step, the same key
             with pytest.raises(ConnectionError):
                 await call_tool(spec, {"order": "A-1"}, run=run)
         with pytest.raises(ConnectionError):
@@ -135,10 +135,38 @@ async def test_idempotency_key_is_stable_across_attempts_and_differs_between_occ
     second = tool.keys[3:]
     assert all(isinstance(k, str) and len(k) == 32 for k in first)
     assert second == first, "the same step got another idempotency key on the retry"
-    assert len(set(first)) == 3, "occurrences or arguments share a key"
+    assert first[0] == first[1], "the retry of a call that failed unrecorded got another key"
+    assert len(set(first)) == 2, "other arguments share a key"
     await attempt("other-scope")
     assert not set(tool.keys[6:]) & set(first), "another run scope reuses keys"
+
+    # Identical calls that both complete are two steps: occurrences 1 and 2, two keys.
+    tool.raises = None
+    run = Run("twice", tmp_path)
+    await call_tool(spec, {"order": "C-3"}, run=run)
+    await call_tool(spec, {"order": "C-3"}, run=run)
+    assert tool.keys[-1] != tool.keys[-2]
+    assert sorted(r.occurrence for r in tool_records(tmp_path, "twice")) == [1, 2]
     assert idempotency_key() is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_retried_tool_error_does_not_shift_keys(tmp_path, kind):
+    """A call fails with a retryable error (not recorded), the framework calls it again and it
+    succeeds: the next attempt must replay that success, not run the refund a second time."""
+    tool = Counted(kind, raises=ConnectionError("refund API busy"))
+    spec = ToolSpec("refund", tool.fn, retryable=(ConnectionError,))
+    run = Run("shift", tmp_path)
+    with pytest.raises(ConnectionError):
+        await call_tool(spec, {"order": "A-1"}, run=run)
+    tool.raises = None
+    done = await call_tool(spec, {"order": "A-1"}, run=run)  # the framework's retry
+    assert len(tool.calls) == 2
+
+    retry = Run("shift", tmp_path)
+    assert await call_tool(spec, {"order": "A-1"}, run=retry) == done
+    assert len(tool.calls) == 2, "the refund ran again after a retried error shifted its key"
+    assert (retry.counters.tool_live, retry.counters.tool_replayed) == (0, 1)
 
 
 async def test_cache_auto_reuses_results_across_runs_and_forgets_them_when_the_code_changes(store_url):

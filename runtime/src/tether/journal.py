@@ -177,7 +177,6 @@ class Journal:
         self.records: dict[StepKey, Record] = {}
         self.counters = Counters()
         self.attempt = 0
-        self._occurrences: dict[tuple[str, str], int] = {}
         #: Recorded occurrences per ``(kind, fingerprint)``; those this attempt replayed or wrote;
         #: those being written now. Guarded by ``_lock``: seams on several loops and threads share it.
         self._recorded: dict[tuple[str, str], set[int]] = {}
@@ -429,14 +428,40 @@ class Journal:
         return (kind, fp, int(occ or 0))
 
     # -- one step ----------------------------------------------------------------------------
-    def next_key(self, kind: str, fingerprint: str) -> StepKey:
-        """The key of the next tool step with this fingerprint: occurrence counts identical calls
-        on arrival (a tool needs its key before it runs). Identical calls running in parallel are
-        interchangeable, so whichever arrives first takes 1: completion order never matters."""
+    def claim(self, kind: str, fingerprint: str) -> tuple[Record | None, StepKey]:
+        """A tool step needs its key before it runs (its idempotency key comes from it): the
+        lowest recorded occurrence of this call not used yet by this attempt (counted as
+        replayed: the record is returned), else the lowest occurrence neither recorded nor held
+        by a call running now, held until the call is recorded or :meth:`release` d. Identical
+        calls running in parallel are interchangeable: whichever arrives first takes the lower
+        number, and completion order never matters. A call that fails without a record (a
+        retryable error, a cancellation) gives its number back, so the framework's retry of it
+        takes the same key and the same idempotency key, and the next attempt finds it there."""
+        ident = (kind, fingerprint)
         with self._lock:  # parallel calls may arrive from several threads (sync frameworks)
-            n = self._occurrences.get((kind, fingerprint), 0) + 1
-            self._occurrences[(kind, fingerprint)] = n
-        return (kind, fingerprint, n)
+            used = self._used.setdefault(ident, set())
+            recorded = self._recorded.get(ident, set())
+            free = [n for n in recorded if n not in used]
+            if free:
+                n = min(free)
+                used.add(n)
+                self.counters.count(kind, replayed=True)
+                self._unused[kind] -= 1
+                return self.records[(kind, fingerprint, n)], (kind, fingerprint, n)
+            if self._unused.get(kind, 0) > 0 and self.counters.first_divergence is None:
+                self.counters.first_divergence = {"kind": kind, "step": self._step(), "attempt": self.attempt, "fingerprint": fingerprint}
+            writing = self._writing.setdefault(ident, set())
+            n = 1
+            while n in recorded or n in writing:
+                n += 1
+            writing.add(n)
+            return None, (kind, fingerprint, n)
+
+    def release(self, key: StepKey) -> None:
+        """Give back a claimed occurrence whose call ended without a record (no-op once recorded)."""
+        with self._lock:
+            if key not in self.records:
+                self._writing.get((key[0], key[1]), set()).discard(key[2])
 
     def replay(self, key: StepKey) -> Record | None:
         """The recorded step, counted as replayed; or ``None`` (a miss: the step runs live and is
@@ -529,6 +554,7 @@ class Journal:
             self._entries.append(data)
             self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
+            self._writing.get((record.kind, record.fingerprint), set()).discard(record.occurrence)  # a claim, now recorded
             self.counters.count(record.kind, replayed=replayed)
             behind = len(self._entries) - self._pack_count >= PACK_EVERY
         if behind:

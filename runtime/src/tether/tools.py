@@ -7,7 +7,9 @@
     otherwise            → run the tool, record, return
 
 A completed call never runs twice within a run scope, whatever its cache setting. Exceptions a
-tool declares ``retryable`` are not recorded: the next attempt runs the call again. Live and
+tool declares ``retryable`` are not recorded: the next attempt runs the call again; a call that
+ends unrecorded gives its occurrence back (``Journal.claim``/``release``), so the framework's
+retry of it has the same key and idempotency key, and later calls' keys never shift. Live and
 replayed calls return the same value: the result as it went through JSON, so what the framework
 sees — and so every later fingerprint — is identical across attempts.
 
@@ -137,8 +139,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
         with tool_scope(spec.secrets):
             return await _invoke(spec, args)
     canonical, fp = _step(spec, args)
-    key = run.journal.next_key("tool", fp)
-    record = run.journal.replay(key)
+    record, key = run.journal.claim("tool", fp)
     if record is not None:
         run.tool_step(spec.name, replayed=True, outcome=record.outcome)
         return _from_record(spec, record)
@@ -170,6 +171,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     try:
         return await _call_live(run, spec, args, canonical, key)
     finally:
+        run.journal.release(key)  # a call that ended unrecorded (retryable error, cancelled): its number is free again
         _enclosing_calls.reset(enclosing)
         run.tools_running.discard(done)
         done.set_result(None)

@@ -308,7 +308,7 @@ def test_each_namespace_gets_its_own_flyte_secrets_and_never_anothers(backend: B
     """Two namespaces hold a Flyte secret of the same name (the same Secret and key) with their own
     values, and their own store credentials; a third holds none. With the backend's pod webhook on
     (as in a cluster), each run's pod is given its own namespace's values, and the third's run is
-    given nothing: its pod is refused for the missing secret, never filled from a neighbour."""
+    given nothing: its pod is refused for the missing secret and the run fails saying so."""
     import flyte.remote
 
     ex = executor(backend, store_secret="tether-store")
@@ -343,10 +343,13 @@ def test_each_namespace_gets_its_own_flyte_secrets_and_never_anothers(backend: B
             theirs = [x for x in everything if x not in v.values()]
             assert not [x for x in theirs if x in json.dumps(pod)], f"{ns}'s pod holds another namespace's secret"
 
-        # sec-c has no such Flyte secret: the webhook refuses its pod (the backend says why), and no
-        # pod of it ever carries a neighbour's value.
-        def refused() -> bool:
-            return "secret not found" in backend.tail(400).lower() and subs["sec-c"].name in backend.tail(400)
+        # sec-c has no such Flyte secret: the webhook refuses its pod, the run fails saying which
+        # secret (never filled from a neighbour's project), and no pod of it exists.
+        def finished() -> Any:
+            status = run(ex.status(subs["sec-c"].name))
+            return status if status is not None and status.state.finished else None
 
-        wait_for(refused, timeout=90, what="the backend refusing sec-c's pod for its missing secret")
-        assert not [p for p in pod_of(subs["sec-c"])() if any(x in json.dumps(p) for x in everything)]
+        status = wait_for(finished, timeout=90, what="sec-c's run failing for its missing secret")
+        assert status.state is ExecutionState.FAILED
+        assert "denied the request" in status.message and 'key:"db__password"' in status.message, status.message
+        assert not pod_of(subs["sec-c"])()

@@ -62,6 +62,8 @@ def test_the_project_is_per_namespace_or_refused() -> None:
     assert executor(project="{namespace}").project_for("team-a") == "team-a"
     with pytest.raises(ValueError, match=r"Flyte project 'tether-a{58}' of namespace 'a{58}' is not a valid name"):
         ex.project_for("a" * 58)  # 65 characters: not a pod label value
+    with pytest.raises(ValueError, match=r"the Flyte service account 'sa-\{team\}': only \{namespace\} may be filled in"):
+        executor(service_account="sa-{team}")
 
 
 def test_the_operator_refuses_a_shared_project_at_start() -> None:
@@ -89,3 +91,16 @@ def test_each_namespaces_run_asks_for_its_own_secrets_store_credentials_and_serv
     # Without a runner store Secret (the pods' identity reaches the store), none is asked for.
     assert "secrets" not in executor().overrides(submission("team-a"))
     assert "service_account" not in executor().overrides(submission("team-a"))
+
+
+def test_a_namespace_whose_project_cannot_be_named_fails_its_run_naming_it() -> None:
+    import asyncio
+
+    from tether_operator.executors.base import ExecutionState
+
+    ex = executor()
+    sub = submission("n" * 60)
+    status = asyncio.run(ex.submit(sub))
+    assert status.state is ExecutionState.FAILED
+    assert f"Flyte project 'tether-{'n' * 60}' of namespace '{'n' * 60}' is not a valid name" in status.message
+    asyncio.run(ex.abort(sub.name, sub.request.namespace))  # deleting it never hangs on the backend

@@ -111,9 +111,9 @@ def flyte_secret_name(secret: str, key: str) -> str:
     return f"{secret.replace('.', '_')}__{key}"
 
 
-def check_template(value: str, what: str) -> str:
-    """A per-namespace name template (`{namespace}` in it, nothing else to fill)."""
-    if NAMESPACE_FIELD not in value:
+def check_template(value: str, what: str, required: bool = True) -> str:
+    """A per-namespace name template (`{namespace}` in it unless not `required`, nothing else to fill)."""
+    if required and NAMESPACE_FIELD not in value:
         raise ValueError(
             f"{what} {value!r} must contain {NAMESPACE_FIELD}: a Flyte project shared by namespaces would share their Flyte secrets"
         )
@@ -181,7 +181,8 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         self.domain = domain
         self.insecure = insecure
         self.version = version or importlib.metadata.version("tether")
-        self.service_account = service_account  # may name `{namespace}`; empty: the backend's default
+        # may name `{namespace}`; empty: the backend's default
+        self.service_account = check_template(service_account, "the Flyte service account", required=False)
         self.store_secret = store_secret  # the runner store Secret's name: its Flyte secrets, per project
         self.poll_seconds = poll_seconds
         self.tool_modules = tool_modules  # the chart's tools.allowedModules (None: the image's own)
@@ -440,6 +441,10 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         namespace = run.namespace if run is not None else namespace
         if namespace is None:  # the project is the namespace's: nothing to find it by
             log.warning("execution %s: no namespace given, nothing aborted", name)
+            return
+        try:
+            self.project_for(namespace)
+        except ValueError:  # no project can be named: nothing was ever submitted
             return
         segment = run.segment if run is not None else 1
         if run is None:

@@ -91,8 +91,8 @@ def in_process_retries(store_url: str, scope: str, upstream: str, via: str, answ
 
         return wrapper
 
-    ns = argparse.Namespace(
-        store=store_url, scope=scope, upstream=upstream, question=QUESTION, model="gpt-4o-mini", stream=False, via=via, kill_after_step=0
+    ns = chat_loop.parser().parse_args(
+        ["--store", store_url, "--scope", scope, "--upstream", upstream, "--question", QUESTION, "--model", "gpt-4o-mini", "--via", via]
     )
     asyncio.run(chat_loop.main_async(ns))  # warm-up: the SDK's first call imports more of it
     patches = [(run_module.Run, "__init__", timed_sync), (WireSeam, "handle", timed_async), (chat_loop, "call_tool", timed_async)]

@@ -2,11 +2,13 @@
 
 Each file holds the figures the script printed as its last line, the command that produced them,
 when, and the machine's load at the end of the run (``uptime``): figures move with the load.
+``$TETHER_BENCH_RESULTS`` names another directory (the suite's smoke runs write there).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS_ENV = "TETHER_BENCH_RESULTS"  # another directory: the suite's smoke runs never touch the committed figures
 
 
 def machine_load() -> str:
@@ -25,8 +28,9 @@ def machine_load() -> str:
 def save(name: str, figures: dict) -> Path:
     """Writes the results file ``name`` and returns its path; the command is this process's."""
     command = " ".join(["benchmarks/" + Path(sys.argv[0]).name, *map(shlex.quote, sys.argv[1:])])
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    where = Path(os.environ.get(RESULTS_ENV) or RESULTS)
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{name}.json"
     record = {
         "benchmark": name,
         "command": command,
@@ -35,5 +39,6 @@ def save(name: str, figures: dict) -> Path:
         "figures": figures,
     }
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    print(f"results written to {path.relative_to(RESULTS.parents[1])}", file=sys.stderr)
+    shown = path.relative_to(RESULTS.parents[1]) if path.is_relative_to(RESULTS.parents[1]) else path
+    print(f"results written to {shown}", file=sys.stderr)
     return path

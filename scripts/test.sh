@@ -6,10 +6,12 @@
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
 #   <adapter>  for each of ADAPTERS: its own tests and the shared conformance suite;
-#   flyte      the Flyte executor against a real Flyte 2 backend (tests/flyte), built from a source
-#              snapshot by scripts/flyte-backend.sh (~20 min cold). Without a snapshot (a clean
-#              machine: flyteorg/flyte main is not on the Go module proxy) it prints NOT RUN and
-#              why; that is not a pass, and it does not fail the run.
+#   flyte      the Flyte executor against a real Flyte 2 backend (tests/flyte), built by
+#              scripts/flyte-backend.sh from the pinned source tarballs in ../shared/sources beside
+#              the checkout (or clones of the same commits; ~17-30 min cold, then cached) with
+#              Debian's PostgreSQL (installed when missing, as root with apt-get). Only where
+#              neither the tarballs nor clones exist (flyteorg/flyte main is not on the Go module
+#              proxy) it prints NOT RUN and why; that is not a pass, and it does not fail the run.
 #   e2e        the kind e2e (tests/e2e/run.sh), only when its caches are warm and Docker can run.
 # Each group first builds (or reuses) its virtual environment (scripts/env.sh), then runs; up to
 # $TETHER_TEST_JOBS groups (default: cores + 1) run at once, each with its own log, so an adapter
@@ -75,10 +77,26 @@ adapter() {
   done
 }
 
+# PostgreSQL's server binaries, which tests/support/flyte_backend.py runs as a throwaway cluster:
+# Debian's package, installed when missing (as root, with apt-get); otherwise the group fails
+# saying what to install.
+postgres_bins() {
+  have() { compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null; }
+  have && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing PostgreSQL (Debian's postgresql package)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends postgresql >/dev/null; }
+  fi
+  have || { echo "no PostgreSQL server binaries: apt-get install postgresql (as root)"; return 2; }
+}
+
 # Exit 3: the Flyte backend has no source here; the phase prints NOT RUN with the reason.
 flyte_group() {
   local venv bin rc
   bin=$(scripts/flyte-backend.sh) || { rc=$?; [ "$rc" = 3 ] && echo "NOT RUN: no Flyte backend source on this machine (see scripts/flyte-backend.sh)"; return "$rc"; }
+  postgres_bins || return
   TETHER_FLYTE_BIN=$(echo "$bin" | tail -n1) && export TETHER_FLYTE_BIN
   venv=$(scripts/env.sh core) || return 2
   TETHER_K8S_BIN=$(scripts/k8s-tools.sh 2>/dev/null | tail -n1) || { echo "k8s tools build failed (see k8s-tools.log)"; return 2; }

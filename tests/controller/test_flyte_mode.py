@@ -62,12 +62,16 @@ def test_flyte_mode_deployment_points_at_the_backend(kube: ControlPlane, flyte_r
     assert env["TETHER_EXECUTOR"] == "flyte"
     assert (env["TETHER_FLYTE_ENDPOINT"], env["TETHER_FLYTE_PROJECT"], env["TETHER_FLYTE_DOMAIN"]) == (
         "flyte.flyte.svc:8090",
-        "tether",
+        "tether-{namespace}",  # a Flyte project per namespace: its secrets are its own
         "development",
     )
     failed = kube.helm("template", "x", str(CHART), "--set", "store.s3.bucket=runs", "--set", "executor.kind=flyte",
                        "--set", "watchNamespaces={a}", check=False)  # fmt: skip
     assert failed.returncode != 0 and "executor.flyte.endpoint" in failed.stderr
+    # One project for every namespace would give them one set of Flyte secrets: refused.
+    shared = kube.helm("template", "x", str(CHART), "--set", "store.s3.bucket=runs", "--set", "executor.kind=flyte",
+                       "--set", "executor.flyte.endpoint=flyte:8090", "--set", "executor.flyte.project=tether", check=False)  # fmt: skip
+    assert shared.returncode != 0 and "/executor/flyte/project" in shared.stderr and "{namespace" in shared.stderr
 
 
 @pytest.fixture(scope="module")

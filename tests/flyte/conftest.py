@@ -1,6 +1,7 @@
 """The Flyte-backend test group: a real Flyte 2 backend (tests/support/flyte_backend.py) on the
 bare apiserver. Run on its own (scripts/test.sh group `flyte`): it needs the backend binary, built
-from a source snapshot by scripts/flyte-backend.sh; without one the group is reported NOT RUN."""
+by scripts/flyte-backend.sh from the pinned sources in ../shared/sources (or clones of the same
+commits); only where neither exists is the group reported NOT RUN."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 on the bare apiserver: no kubelet, so runs are accepted, their TaskAction CRs and pods are made,
 and they stay queued. Checked through the SDK and in what the backend stores: submission,
 idempotent resubmission by a second executor (an operator restart), the per-run overrides in the
-TaskAction CR and the pod the backend makes from it, watch, abort, a run's own image."""
+TaskAction CR and the pod the backend makes from it, watch, abort, a run's own image, and each
+namespace's own Flyte project: its Flyte secrets (a run's Secret references, its store
+credentials) injected by the backend's pod webhook are that namespace's, never another's."""
 
 from __future__ import annotations
 
@@ -18,29 +20,32 @@ from tests.support.flyte_backend import NAMESPACE, Backend
 from tests.support.wait import wait_for
 from tether.api import AgentRunSpec, ExecRequest
 from tether_operator.executors.base import ExecutionState, SecretFile, Submission, execution_name
-from tether_operator.executors.flyte import RUNTIME_TASK, FlyteExecutor, task_version
+from tether_operator.executors.flyte import RUNTIME_TASK, FlyteExecutor, flyte_secret_name, task_version
 
 pytestmark = pytest.mark.kube
 
 IMAGE = "registry.example/tether-runtime:flyte-test"
 
 
-def submission(**spec: Any) -> Submission:
+NS = "team-a"
+
+
+def submission(namespace: str = NS, **spec: Any) -> Submission:
     uid = str(uuid.uuid4())
     body = {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hello", **spec}
-    request = ExecRequest(run_id=uid, namespace="team-a", name=f"run-{uid[:6]}", spec=AgentRunSpec.model_validate(body))
+    request = ExecRequest(run_id=uid, namespace=namespace, name=f"run-{uid[:6]}", spec=AgentRunSpec.model_validate(body))
     return Submission(
         name=execution_name(uid),
         request=request,
         retries=3,
         timeout_seconds=900,
         labels={"tether.dev/run": request.name},
-        store_url="s3://runs/team-a?endpoint_url=http://s3.example:9000",
+        store_url=f"s3://runs/{namespace}?endpoint_url=http://s3.example:9000",
     )
 
 
-def executor(backend: Backend) -> FlyteExecutor:
-    return FlyteExecutor(endpoint=backend.endpoint, runtime_image=IMAGE, insecure=True, project="tether", domain="development")
+def executor(backend: Backend, **kw: Any) -> FlyteExecutor:
+    return FlyteExecutor(endpoint=backend.endpoint, runtime_image=IMAGE, insecure=True, domain="development", **kw)
 
 
 def run(coro: Any) -> Any:
@@ -87,18 +92,22 @@ def test_submit_creates_one_queued_run_and_a_restart_adopts_it(backend: Backend,
     assert status.url and sub.name in status.url
     actions = wait_for(of_run(backend, sub.name), timeout=60, what=f"the TaskAction CR of run {sub.name}")
     assert len(actions) == 1
-    # The runtime task was deployed once, under this Tether version and image.
+    assert status.url.endswith(f"/project/tether-{NS}/runs/{sub.name}")  # the namespace's own project
+    # The runtime task was deployed once, under this Tether version and image, in that project.
     import flyte.remote
 
-    task = run(flyte.remote.Task.get(RUNTIME_TASK, version=task_version(first.version, IMAGE)).fetch.aio())
+    with first.scope(NS):
+        task = run(flyte.remote.Task.get(RUNTIME_TASK, version=task_version(first.version, IMAGE)).fetch.aio())
     assert task.pb2.spec.task_template.container.image == IMAGE
+    assert task.pb2.task_id.project == f"tether-{NS}"
 
     # An operator restart: a new executor, the same submission -> the same run, no second one.
     second = executor(backend)
     again = run(second.submit(sub))
     assert again.state is ExecutionState.QUEUED
     assert again.url == status.url
-    runs = [r for r in run(_list_runs()) if r.name.startswith(sub.name)]
+    with second.scope(NS):
+        runs = [r for r in run(_list_runs()) if r.name.startswith(sub.name)]
     assert [r.name for r in runs] == [sub.name]
     assert len(of_run(backend, sub.name)()) == 1
     status = run(second.status(sub.name))
@@ -116,7 +125,7 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     sub = submission(resources={"cpu": "2", "memory": "3Gi", "gpu": {"type": "A100", "count": 1}})
     sub.env = {"TETHER_PROGRESS": "1"}
     sub.secret_files = [SecretFile("openai", "apiKey", "model/apiKey"), SecretFile("crm", "token", "tools/lookup/CRM_TOKEN")]
-    ex = executor(backend)
+    ex = executor(backend, store_secret="tether-store", service_account="runner-{namespace}")
     ex.tool_modules = ("shop.tools", "crm")  # the chart's tools.allowedModules
     run(ex.submit(sub))
     action = wait_for(of_run(backend, sub.name), timeout=60, what="the TaskAction CR")[0]
@@ -124,10 +133,11 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     # What the backend stores for the run: the overridden task template.
     import flyte.remote
 
-    details = run(flyte.remote.Run.get.aio(sub.name))
+    with ex.scope(NS):
+        details = run(flyte.remote.Run.get.aio(sub.name))
+        stored_spec = run(_task_spec_of(sub.name))  # what the run service stored: the CR carries the same
     assert details.name == sub.name
     template = cr_template(action)
-    stored_spec = run(_task_spec_of(sub.name))  # what the run service stored: the CR carries the same
     for key in ("securityContext", "metadata", "extendedResources"):
         assert template[key] == stored_spec[key], key
     for key in ("env", "resources", "image"):
@@ -142,11 +152,16 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     assert template["extendedResources"]["gpuAccelerator"]["device"] == "nvidia-tesla-a100"  # the SDK's name for A100
     assert template["metadata"]["retries"]["retries"] == 3
     assert template["metadata"]["timeout"] == "900s"
+    # Flyte secrets of the namespace's project, one name per Secret and key (no group: the backend
+    # ignores it), and the namespace's own store credentials; its own service account.
     secrets = template["securityContext"]["secrets"]
-    assert [(s["group"], s["key"], s["envVar"]) for s in secrets] == [
-        ("openai", "apiKey", "TETHER_SECRET_0"),
-        ("crm", "token", "TETHER_SECRET_1"),
+    assert [(s.get("group"), s["key"], s["envVar"]) for s in secrets] == [
+        (None, "openai__apiKey", "TETHER_SECRET_0"),
+        (None, "crm__token", "TETHER_SECRET_1"),
+        (None, "tether-store__AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
+        (None, "tether-store__AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
     ]
+    assert template["securityContext"]["runAs"]["k8sServiceAccount"] == f"runner-{NS}"
     assert "sk-" not in stored  # references only, never a value
     # The pod the backend's executor makes from the TaskAction (no kubelet: it stays Pending).
     pod = wait_for(lambda: [p for p in pods(backend) if sub.name in json.dumps(p["metadata"])], timeout=90, what="the run's pod")[0]
@@ -161,6 +176,8 @@ def test_overrides_reach_the_stored_spec_and_the_pod(backend: Backend, loop: Any
     assert terms == [{"matchExpressions": [{"key": "k8s.amazonaws.com/accelerator", "operator": "In", "values": ["nvidia-tesla-a100"]}]}]
     pod_env = {e["name"]: e.get("value") for e in main["env"]}
     assert pod_env["TETHER_FLYTE_REMOTE"] == "1" and pod_env["TETHER_PROGRESS"] == "1"
+    assert pod["spec"]["serviceAccountName"] == f"runner-{NS}"
+    assert pod["metadata"]["labels"]["project"] == f"tether-{NS}"  # what the secret webhook scopes by
     assert pod["status"].get("phase", "Pending") == "Pending"
 
 
@@ -179,18 +196,20 @@ def test_abort_stops_the_run(backend: Backend, loop: Any) -> None:
     ex = executor(backend)
     run(ex.submit(sub))
     wait_for(of_run(backend, sub.name), timeout=60, what="the TaskAction CR")
-    run(ex.abort(sub.name, "team-a"))
+    run(ex.abort(sub.name, NS))
     import flyte.remote
 
     def aborted() -> bool:
-        return "ABORT" in str(run(flyte.remote.Run.get.aio(sub.name)).phase).upper()
+        with ex.scope(NS):
+            return "ABORT" in str(run(flyte.remote.Run.get.aio(sub.name)).phase).upper()
 
     wait_for(aborted, timeout=60, what=f"run {sub.name} aborted")
     # A restarted operator sees it aborted, and submitting it again adopts it (no new run).
     later = executor(backend)
     status = run(later.submit(sub))
     assert status.state is ExecutionState.ABORTED, status
-    assert [r.name for r in run(_list_runs()) if r.name.startswith(sub.name)] == [sub.name]
+    with later.scope(NS):
+        assert [r.name for r in run(_list_runs()) if r.name.startswith(sub.name)] == [sub.name]
 
 
 def test_a_runs_own_image_gets_its_own_task_version(backend: Backend, loop: Any) -> None:
@@ -198,7 +217,8 @@ def test_a_runs_own_image_gets_its_own_task_version(backend: Backend, loop: Any)
     sub = submission(image=own)
     ex = executor(backend)
     run(ex.submit(sub))
-    template = run(_task_spec_of(sub.name))
+    with ex.scope(NS):
+        template = run(_task_spec_of(sub.name))
     assert template["container"]["image"] == own
     assert template["id"]["version"] == task_version(ex.version, own)
     assert NAMESPACE  # the backend's TaskAction namespace
@@ -222,7 +242,8 @@ def test_a_tool_with_its_own_image_and_gpu_is_a_child_task_on_the_a100_pool(back
     sub.secret_files = [SecretFile("openai", "apiKey", "model/apiKey"), SecretFile("embed-creds", "token", "tools/embed/TOKEN")]
     ex = executor(backend)
     run(ex.submit(sub))
-    template = run(_task_spec_of(sub.name))
+    with ex.scope(NS):
+        template = run(_task_spec_of(sub.name))
     env = {e["key"]: e["value"] for e in template["container"]["env"]}
     refs = json.loads(env["TETHER_FLYTE_TOOL_TASKS"])
     version = task_version(ex.version, "registry.example/embed:3")
@@ -232,25 +253,26 @@ def test_a_tool_with_its_own_image_and_gpu_is_a_child_task_on_the_a100_pool(back
             "version": version,
             "resources": {"memory": "8Gi", "gpu": "A100:1"},
             "cache": "3",
-            "secrets": [["embed-creds", "token", "tools/embed/TOKEN", "TETHER_SECRET_EMBED_0"]],
+            "secrets": [[None, "embed-creds__token", "tools/embed/TOKEN", "TETHER_SECRET_EMBED_0"]],
         }
     }
     # The agent stays on CPU and never gets the tool's secret; the tool task is deployed with its image.
-    assert [s["group"] for s in template["securityContext"]["secrets"]] == ["openai"]
+    assert [s["key"] for s in template["securityContext"]["secrets"]] == ["openai__apiKey"]
     assert "extendedResources" not in template
     import flyte
     import flyte.remote
 
-    tool = run(flyte.remote.Task.get("tether-tool.tool_call", version=version).fetch.aio())
-    assert tool.pb2.spec.task_template.container.image == "registry.example/embed:3"
-    # The tool task as the runtime calls it (the same override): the backend puts it on the A100
-    # pool with its own GPU, its cache keyed by the tool's version.
-    name = f"{sub.name}-embed"
-    child = tool.override(
-        resources=flyte.Resources(memory="8Gi", gpu="A100:1"), cache=flyte.Cache(behavior="override", version_override="3")
-    )
-    run(flyte.with_runcontext(name=name).run.aio(child, implementation="shop.tools:embed", tool="embed", arguments="{}"))
-    stored = run(_task_spec_of(name))
+    with ex.scope(NS):
+        tool = run(flyte.remote.Task.get("tether-tool.tool_call", version=version).fetch.aio())
+        assert tool.pb2.spec.task_template.container.image == "registry.example/embed:3"
+        # The tool task as the runtime calls it (the same override): the backend puts it on the A100
+        # pool with its own GPU, its cache keyed by the tool's version.
+        name = f"{sub.name}-embed"
+        child = tool.override(
+            resources=flyte.Resources(memory="8Gi", gpu="A100:1"), cache=flyte.Cache(behavior="override", version_override="3")
+        )
+        run(flyte.with_runcontext(name=name).run.aio(child, implementation="shop.tools:embed", tool="embed", arguments="{}"))
+        stored = run(_task_spec_of(name))
     assert stored["extendedResources"]["gpuAccelerator"]["device"] == "nvidia-tesla-a100"  # the backend's name for A100
     assert stored["metadata"]["discoverable"] is True and stored["metadata"]["discoveryVersion"] == "3"
     pod = wait_for(lambda: [p for p in pods(backend) if name in json.dumps(p["metadata"])], timeout=90, what="the tool task's pod")[0]
@@ -264,7 +286,7 @@ def test_the_runtime_task_runs_and_its_outcome_is_read(backend: Backend, loop: A
     completes the run from what it wrote, and the executor reads the attempt's outcome from the
     run's output: a terminal failure (an AgentTool that does not exist), with its message."""
     sub = submission(tools=["missing"])
-    sub.store_url = f"s3://{backend.bucket}/tether/team-a?endpoint_url={backend.s3}"
+    sub.store_url = f"s3://{backend.bucket}/tether/{NS}?endpoint_url={backend.s3}"
     ex = executor(backend)
     run(ex.submit(sub))
     pod = wait_for(
@@ -280,3 +302,60 @@ def test_the_runtime_task_runs_and_its_outcome_is_read(backend: Backend, loop: A
     assert status.state is ExecutionState.FAILED and status.exit_code == 2
     assert status.message == "terminal failure: ConfigError: unknown AgentTool(s): missing"
     assert status.attempts == 1
+
+
+def test_each_namespace_gets_its_own_flyte_secrets_and_never_anothers(backend: Backend, loop: Any) -> None:
+    """Two namespaces hold a Flyte secret of the same name (the same Secret and key) with their own
+    values, and their own store credentials; a third holds none. With the backend's pod webhook on
+    (as in a cluster), each run's pod is given its own namespace's values, and the third's run is
+    given nothing: its pod is refused for the missing secret and the run fails saying so."""
+    import flyte.remote
+
+    ex = executor(backend, store_secret="tether-store")
+    run(ex._init())  # the SDK connected, as the executor connects before its first call
+    values = {ns: {"db": f"db-password-of-{ns}", "id": f"AKIA-{ns}", "key": f"store-key-of-{ns}"} for ns in ("sec-a", "sec-b")}
+    for ns, v in values.items():
+        with ex.scope(ns):
+            for name, value in (
+                (flyte_secret_name("db", "password"), v["db"]),
+                (flyte_secret_name("tether-store", "AWS_ACCESS_KEY_ID"), v["id"]),
+                (flyte_secret_name("tether-store", "AWS_SECRET_ACCESS_KEY"), v["key"]),
+            ):
+                run(flyte.remote.Secret.create.aio(name=name, value=value))
+    everything = [x for v in values.values() for x in v.values()]
+
+    def pod_of(sub: Submission) -> Callable[[], list[dict[str, Any]]]:
+        return lambda: [p for p in pods(backend) if p["metadata"].get("labels", {}).get("flyte.org/run") == sub.name]
+
+    with backend.secret_webhook():
+        subs = {}
+        for ns in ("sec-a", "sec-b", "sec-c"):
+            sub = submission(ns)
+            sub.secret_files = [SecretFile("db", "password", "model/apiKey")]
+            run(ex.submit(sub))
+            subs[ns] = sub
+        for ns, v in values.items():
+            pod = wait_for(pod_of(subs[ns]), timeout=90, what=f"the pod of {ns}'s run")[0]
+            assert pod["metadata"]["labels"]["project"] == f"tether-{ns}"
+            env = {e["name"]: e.get("value") for c in pod["spec"]["containers"] for e in c.get("env", [])}
+            assert env["TETHER_SECRET_0"] == v["db"]  # its own namespace's value for Secret db, key password
+            assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (v["id"], v["key"])
+            theirs = [x for x in everything if x not in v.values()]
+            assert not [x for x in theirs if x in json.dumps(pod)], f"{ns}'s pod holds another namespace's secret"
+
+        # sec-c has no such Flyte secrets: the webhook refuses its pod, the run fails naming a missing
+        # secret (never filled from a neighbour's project), and no pod of it exists.
+        def finished() -> Any:
+            status = run(ex.status(subs["sec-c"].name))
+            return status if status is not None and status.state.finished else None
+
+        status = wait_for(finished, timeout=90, what="sec-c's run failing for its missing secret")
+        assert status.state is ExecutionState.FAILED
+        assert "denied the request" in status.message, status.message
+        # the first missing one it met (sec-c has none of the three it asks for)
+        asked = (
+            flyte_secret_name("db", "password"),
+            *(flyte_secret_name("tether-store", k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")),
+        )
+        assert any(f'key:"{name}"' in status.message for name in asked), status.message
+        assert not pod_of(subs["sec-c"])()

@@ -54,7 +54,7 @@ def test_an_agentrun_becomes_a_flyte_run_and_deleting_it_aborts_the_run(
 ) -> None:
     import flyte
 
-    flyte.init(endpoint=f"dns:///{backend.endpoint}", insecure=True, project="tether", domain="development")
+    flyte.init(endpoint=f"dns:///{backend.endpoint}", insecure=True, project=f"tether-{NS}", domain="development")
     body = {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hello", "resources": {"gpu": {"type": "A100", "count": 1}}}
     doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "on-flyte"}, "spec": body}
     kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc))
@@ -67,7 +67,7 @@ def test_an_agentrun_becomes_a_flyte_run_and_deleting_it_aborts_the_run(
 
     status = wait_for(submitted, timeout=120, what="status.execution with the Flyte run's URL")
     assert status["execution"]["executor"] == "flyte" and status["execution"]["name"] == name
-    assert status["execution"]["url"].endswith(f"/project/tether/runs/{name}")
+    assert status["execution"]["url"].endswith(f"/project/tether-{NS}/runs/{name}")  # the namespace's own project
     assert condition(get(kube, "agentrun", NS, "on-flyte"), "Accepted")["status"] == "True"
     assert phase_of(name) in ("queued", "initializing", "waiting_for_resources")
     events = json.loads(kube.kubectl("get", "events", "-n", NS, "-o", "json").stdout)["items"]

@@ -4,6 +4,8 @@ unprivileged cluster in a temp dir), a moto S3 server as its object store and a 
 kube-apiserver (tests/support/kube.py) for its TaskAction CRs and pods.
 
 No kubelet: runs are accepted, their TaskAction CRs and pods are created, and they stay queued.
+The backend's pod webhook (which injects Flyte secrets into task pods) serves on loopback with a
+certificate for 127.0.0.1; `Backend.secret_webhook()` registers it with the apiserver for a test.
 
 ``backend_bin()`` returns the binary's directory or raises ``BackendUnavailable`` with the reason
 (no source snapshot on this machine, no PostgreSQL): the test group reports itself NOT RUN.
@@ -11,6 +13,9 @@ No kubelet: runs are accepted, their TaskAction CRs and pods are created, and th
 
 from __future__ import annotations
 
+import base64
+import datetime
+import ipaddress
 import json
 import os
 import shutil
@@ -96,7 +101,39 @@ def _createdb(port: int, name: str) -> None:
     _run(_as_unprivileged([str(_pg_bin() / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name]))
 
 
-def _config(port: int, pg_port: int, s3: str, bucket: str, kubeconfig: Path, workdir: Path) -> str:
+def _webhook_certs(certs: Path) -> None:
+    """A CA and a server certificate for 127.0.0.1 where the backend's webhook reads them (its own
+    would name only in-cluster service names, which the apiserver here cannot reach)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "flyte-webhook-test-ca")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2)).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    server = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    certs.mkdir(parents=True, exist_ok=True)
+    (certs / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (certs / "tls.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    (certs / "tls.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+
+def _config(port: int, pg_port: int, s3: str, bucket: str, kubeconfig: Path, workdir: Path, webhook_port: int) -> str:
     free = [free_port() for _ in range(4)]
     url = f"http://127.0.0.1:{port}"
     return f"""
@@ -129,9 +166,9 @@ executor:
 secret:
   webhookURL: http://127.0.0.1:{free[2]}
 webhook:
-  localCert: true
+  localCert: false
   certDir: {workdir / "certs"}
-  listenPort: {free[1]}
+  listenPort: {webhook_port}
   cacheInvalidationPort: {free[2]}
   disableCreateMutatingWebhookConfig: true
   secretManagerTypes: [Embedded]
@@ -164,13 +201,48 @@ storage:
 
 
 class Backend:
-    def __init__(self, endpoint: str, kube: ControlPlane, proc: subprocess.Popen[bytes], log: Path, bucket: str, s3: str) -> None:
+    def __init__(
+        self, endpoint: str, kube: ControlPlane, proc: subprocess.Popen[bytes], log: Path, bucket: str, s3: str, webhook: tuple[int, Path]
+    ) -> None:
         self.endpoint = endpoint  # host:port of every Connect/gRPC service
         self.kube = kube
         self.proc = proc
         self.log = log
         self.bucket = bucket
         self.s3 = s3
+        self.webhook = webhook  # the pod webhook's port and its CA certificate
+
+    @contextmanager
+    def secret_webhook(self) -> Iterator[None]:
+        """The backend's pod webhook registered with the apiserver (as its own install does in a
+        cluster): task pods that ask for Flyte secrets are created with them injected, or refused
+        when one is missing. Off outside the block, so other tests' pods are made as they are."""
+        port, ca = self.webhook
+        name = "flyte-pod-webhook-test"
+        config = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "flyte-pod-webhook.flyte.org",
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{port}/mutate--v1-pod",
+                        "caBundle": base64.b64encode(ca.read_bytes()).decode(),
+                    },
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                    "objectSelector": {"matchLabels": {"inject-flyte-secrets": "true"}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "NoneOnDryRun",
+                    "admissionReviewVersions": ["v1"],
+                }
+            ],
+        }
+        self.kube.kubectl("apply", "-f", "-", input=json.dumps(config))
+        try:
+            yield
+        finally:
+            self.kube.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
 
     def play_kubelet(self, pod: dict[str, Any]) -> int:
         """Run the pod's container as a kubelet would, here: the Flyte runtime (`a0`, from this
@@ -231,14 +303,16 @@ def flyte_backend(kube: ControlPlane, workdir: Path, ready_timeout: float = 180.
         bucket = new_bucket(s3)
         port = free_port()
         cfg = workdir / "flyte.yaml"
-        cfg.write_text(_config(port, pg_port, s3, bucket, kube.kubeconfig, workdir))
+        webhook_port = free_port()
+        _webhook_certs(workdir / "certs")
+        cfg.write_text(_config(port, pg_port, s3, bucket, kube.kubeconfig, workdir, webhook_port))
         log = workdir / "flyte.log"
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "KUBECONFIG": str(kube.kubeconfig)}
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [str(binary), "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        backend = Backend(f"127.0.0.1:{port}", kube, proc, log, bucket, s3)
+        backend = Backend(f"127.0.0.1:{port}", kube, proc, log, bucket, s3, (webhook_port, workdir / "certs" / "ca.crt"))
         try:
             deadline = time.monotonic() + ready_timeout
             while True:

@@ -52,15 +52,19 @@ def make_executor(settings: Settings) -> Executor:
     if ex.kind == "flyte":
         if not ex.flyte.endpoint:
             raise kopf.PermanentError("the flyte executor needs TETHER_FLYTE_ENDPOINT (chart value executor.flyte.endpoint)")
-        return FlyteExecutor(
-            endpoint=ex.flyte.endpoint,
-            runtime_image=ex.runtime_image,
-            project=ex.flyte.project,
-            domain=ex.flyte.domain,
-            insecure=ex.flyte.insecure,
-            service_account=ex.flyte.service_account,
-            tool_modules=settings.tool_modules,
-        )
+        try:
+            return FlyteExecutor(
+                endpoint=ex.flyte.endpoint,
+                runtime_image=ex.runtime_image,
+                project=ex.flyte.project,
+                domain=ex.flyte.domain,
+                insecure=ex.flyte.insecure,
+                service_account=ex.flyte.service_account,
+                store_secret=settings.store.runner_secret,
+                tool_modules=settings.tool_modules,
+            )
+        except ValueError as exc:  # a project template without {namespace}
+            raise kopf.PermanentError(f"TETHER_FLYTE_PROJECT (chart value executor.flyte.project): {exc}") from None
     if ex.kind == "local":
         return LocalExecutor(
             settings.store.url,

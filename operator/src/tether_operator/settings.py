@@ -74,15 +74,17 @@ class FlyteSettings:
     endpoint: str = ""
     """Flyte executor: the backend's gRPC/Connect endpoint, `host:port` or `dns:///host:port`
     (env TETHER_FLYTE_ENDPOINT)."""
-    project: str = "tether"
-    """Flyte project of the runtime task and the runs (env TETHER_FLYTE_PROJECT)."""
+    project: str = "tether-{namespace}"
+    """Flyte project of a namespace's runs and of the runtime task they run: a template with
+    `{namespace}` (env TETHER_FLYTE_PROJECT). A project per namespace keeps their Flyte secrets
+    apart; a template without `{namespace}` is refused."""
     domain: str = "development"
     """Flyte domain (env TETHER_FLYTE_DOMAIN)."""
     insecure: bool = False
     """Plain-text connection to the backend (env TETHER_FLYTE_INSECURE; in-cluster only)."""
     service_account: str = ""
-    """Kubernetes service account of the runs' pods (env TETHER_FLYTE_SERVICE_ACCOUNT; empty:
-    the backend's default)."""
+    """Kubernetes service account of the runs' pods, in the backend's namespace; may contain
+    `{namespace}` (env TETHER_FLYTE_SERVICE_ACCOUNT; empty: the backend's default)."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ class Settings:
                 default_resources=json.loads(env.get("TETHER_DEFAULT_RESOURCES") or "{}"),
                 flyte=FlyteSettings(
                     endpoint=env.get("TETHER_FLYTE_ENDPOINT", ""),
-                    project=env.get("TETHER_FLYTE_PROJECT") or "tether",
+                    project=env.get("TETHER_FLYTE_PROJECT") or FlyteSettings.project,
                     domain=env.get("TETHER_FLYTE_DOMAIN") or "development",
                     insecure=env.get("TETHER_FLYTE_INSECURE", "").strip().lower() in ("1", "true", "yes"),
                     service_account=env.get("TETHER_FLYTE_SERVICE_ACCOUNT", ""),

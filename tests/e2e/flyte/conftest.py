@@ -48,8 +48,9 @@ class FlyteAPI:
         return self._python(code).strip().splitlines()[-1]
 
     def ensure_secret(self, name: str, value: str) -> None:
-        """A Flyte secret of the project. The backend's embedded secret manager names a secret by
-        its key alone (scoped by org/project/domain; the group is not part of the name)."""
+        """A Flyte secret of the runs' namespace's project (the operator's `tether-{namespace}`).
+        The backend's embedded secret manager names a secret by its name alone, scoped by
+        org/project/domain; the operator asks for `<Secret>__<key>` (operator/README.md)."""
         code = (
             f"try:\n    flyte.remote.Secret.create(name={name!r}, value={value!r})\n"
             "except Exception as e:\n    assert 'exists' in str(e).lower(), e"
@@ -59,7 +60,7 @@ class FlyteAPI:
     def _python(self, code: str) -> str:
         from tests.e2e.cluster import kubectl
 
-        init = f"import flyte, flyte.remote\nflyte.init(endpoint='dns:///{FLYTE_ENDPOINT}', insecure=True, project='tether', domain='development')\n"
+        init = f"import flyte, flyte.remote\nflyte.init(endpoint='dns:///{FLYTE_ENDPOINT}', insecure=True, project='tether-{NS}', domain='development')\n"
         return kubectl("exec", "-n", NS, f"deploy/{RELEASE}", "--", "python", "-c", init + code)
 
 
@@ -78,5 +79,9 @@ def flyte_api() -> FlyteAPI:
         pytest.fail("no Flyte backend in the cluster: run tests/e2e/run.sh flyte-install first")
     kubectl("rollout", "status", f"deploy/{RELEASE}", "-n", NS, "--timeout=120s", timeout=150)
     api = FlyteAPI()
-    api.ensure_secret("api-key", "fake-key-no-real-model")
+    # The examples' Secret `openai`, key `api-key`, and the runs' store credentials
+    # (store.runnerCredentialsSecret `tether-store`), as the namespace's Flyte secrets.
+    api.ensure_secret("openai__api-key", "fake-key-no-real-model")
+    api.ensure_secret("tether-store__AWS_ACCESS_KEY_ID", "e2e")
+    api.ensure_secret("tether-store__AWS_SECRET_ACCESS_KEY", "e2e")
     return api

@@ -9,12 +9,19 @@
                                      ended (nothing is held while a human decides); the decision
                                      starts the next one, which replays to the approval point
 
+Each Kubernetes namespace is its own Flyte project (`project`, a template with `{namespace}`):
+the task is deployed and the runs live there, and the Flyte secrets a run asks for are that
+project's. The open-source backend's embedded secret manager finds a secret by its name alone,
+scoped by project and domain (then domain-wide, then organisation-wide ones an admin made), so a
+run in namespace A can never be given B's secret of the same name.
+
 Per-run overrides of the deployed task, through the SDK's `TaskDetails.override`: resources
 (`gpu: {type: A100, count: 1}` is Flyte's `gpu="A100:1"`, which the backend turns into the
-accelerator's node selector and toleration), env, secrets (Flyte secrets named `<Secret
-name>/<key>` of the AgentRun's references, injected by the backend as variables; the operator
-never reads a value), service account, retries (Flyte retries an attempt that raised: the
-runtime raises on a recoverable failure) and timeout.
+accelerator's node selector and toleration), env, secrets (for each Secret reference the Flyte
+secret `flyte_secret_name(<Secret>, <key>)` of the namespace's project, injected by the backend
+as a variable; the operator never reads a value), the store credentials (the same, for the
+chart's runner store Secret), the service account (a template with `{namespace}`), retries (Flyte
+retries an attempt that raised: the runtime raises on a recoverable failure) and timeout.
 
 Everything goes through the real `flyte` SDK (`flyte.remote`): deploy, run, get, abort.
 """
@@ -27,6 +34,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -51,6 +59,10 @@ RUNTIME_TASK = f"{RUNTIME_ENV}.agent_run"
 TOOL_ENV = "tether-tool"
 TOOL_TASK = f"{TOOL_ENV}.tool_call"
 SECRET_VAR = "TETHER_SECRET_{}"
+STORE_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")  # as the kubernetes executor's runner pods
+NAMESPACE_FIELD = "{namespace}"
+_LABEL_VALUE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # a project is a pod label value too
+_FLYTE_KEY = re.compile(r"^[-_a-zA-Z0-9]+$")  # the Secret key part of a Flyte secret's name
 
 # Flyte's phases (flyte.models.ActionPhase values) -> ours. A finished run's outcome (the task's
 # output) decides between succeeded, suspended and a terminal failure.
@@ -86,6 +98,32 @@ def task_version(tether_version: str, image: str) -> str:
     return f"{tether_version}-{hashlib.sha256(image.encode()).hexdigest()[:10]}"
 
 
+def flyte_secret_name(secret: str, key: str) -> str:
+    """The Flyte secret that stands for key `key` of Kubernetes Secret `secret`: `<secret>__<key>`,
+    dots of the Secret's name as `_`. One name for the pair (the backend ignores a secret's group),
+    and never another pair's: a Secret name has no `_` and no two dots in a row, so the first `__`
+    ends it. Flyte secret names allow only letters, digits, `-` and `_`: a key with a dot is refused."""
+    if not _FLYTE_KEY.match(key):
+        raise ValueError(
+            f"key {key!r} of Secret {secret!r} cannot name a Flyte secret (letters, digits, '-' and '_' only): "
+            "use a key without dots for the flyte executor"
+        )
+    return f"{secret.replace('.', '_')}__{key}"
+
+
+def check_template(value: str, what: str, required: bool = True) -> str:
+    """A per-namespace name template (`{namespace}` in it unless not `required`, nothing else to fill)."""
+    if required and NAMESPACE_FIELD not in value:
+        raise ValueError(
+            f"{what} {value!r} must contain {NAMESPACE_FIELD}: a Flyte project shared by namespaces would share their Flyte secrets"
+        )
+    try:
+        value.format(namespace="x")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(f"{what} {value!r}: only {NAMESPACE_FIELD} may be filled in ({exc})") from None
+    return value
+
+
 def segment_name(execution: str, segment: int) -> str:
     return execution if segment <= 1 else f"{execution}-{segment}"
 
@@ -106,6 +144,10 @@ class _Execution:
     def run_name(self) -> str:
         return segment_name(self.sub.name, self.segment)
 
+    @property
+    def namespace(self) -> str:
+        return self.sub.request.namespace
+
     def status(self) -> ExecutionStatus:
         return ExecutionStatus(self.sub.name, self.state, self.attempts, 0, self.exit_code, self.message, self.url)
 
@@ -124,27 +166,41 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         *,
         endpoint: str,
         runtime_image: str,
-        project: str = "tether",
+        project: str = "tether-{namespace}",
         domain: str = "development",
         insecure: bool = False,
         version: str | None = None,
         service_account: str = "",
+        store_secret: str = "",
         poll_seconds: float = 2.0,
         tool_modules: tuple[str, ...] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.runtime_image = runtime_image
-        self.project = project
+        self.project = check_template(project, "the Flyte project")
         self.domain = domain
         self.insecure = insecure
         self.version = version or importlib.metadata.version("tether")
-        self.service_account = service_account
+        # may name `{namespace}`; empty: the backend's default
+        self.service_account = check_template(service_account, "the Flyte service account", required=False)
+        self.store_secret = store_secret  # the runner store Secret's name: its Flyte secrets, per project
         self.poll_seconds = poll_seconds
         self.tool_modules = tool_modules  # the chart's tools.allowedModules (None: the image's own)
         self._runs: dict[str, _Execution] = {}
-        self._deployed: dict[tuple[str, str], Any] = {}  # (task, image) -> remote TaskDetails
+        self._deployed: dict[tuple[str, str, str], Any] = {}  # (project, task, image) -> remote TaskDetails
+        self._projects: set[str] = set()
         self._ready = False
         self._lock = asyncio.Lock()
+
+    def project_for(self, namespace: str) -> str:
+        """The Flyte project of `namespace`'s runs (a pod label value: 63 characters at most)."""
+        project = self.project.format(namespace=namespace)
+        if len(project) > 63 or not _LABEL_VALUE.match(project):
+            raise ValueError(
+                f"Flyte project {project!r} of namespace {namespace!r} is not a valid name (at most 63 lowercase "
+                "letters, digits and '-'): shorten the chart's executor.flyte.project"
+            )
+        return project
 
     # ------------------------------------------------------------------------ SDK plumbing
 
@@ -152,7 +208,6 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         if self._ready:
             return
         import flyte
-        import flyte.remote
 
         import tether
 
@@ -160,48 +215,69 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         # root_dir: where `tether` is importable from, so the deployed task names its module
         # `tether.entrypoint` (what the image imports), not a path of this checkout.
         root = Path(tether.__file__).resolve().parent.parent
-        await flyte.init.aio(endpoint=endpoint, insecure=self.insecure, project=self.project, domain=self.domain, root_dir=root)
+        await flyte.init.aio(endpoint=endpoint, insecure=self.insecure, domain=self.domain, root_dir=root)
+        self._ready = True
+
+    @contextlib.contextmanager
+    def scope(self, namespace: str) -> Any:
+        """SDK calls inside are about `namespace`'s Flyte project (the SDK's per-context config:
+        concurrent calls for other namespaces are not affected)."""
+        from flyte._initialize import get_init_config, init_config_context
+
+        with init_config_context(get_init_config().replace(project=self.project_for(namespace), domain=self.domain)):
+            yield
+
+    async def _ensure_project(self, namespace: str) -> None:
+        import flyte.remote
+
+        project = self.project_for(namespace)
+        if project in self._projects:
+            return
         try:
-            await flyte.remote.Project.get.aio(self.project)
+            await flyte.remote.Project.get.aio(project)
         except Exception as exc:
             if not _not_found(exc):
                 raise
-            log.info("creating Flyte project %s", self.project)
-            with contextlib.suppress(Exception):  # created concurrently: the deploy below says if not
-                await flyte.remote.Project.create.aio(id=self.project, name=self.project, description="Tether AgentRuns")
-        self._ready = True
+            log.info("creating Flyte project %s for namespace %s", project, namespace)
+            with contextlib.suppress(Exception):  # created concurrently: the deploy after it says if not
+                await flyte.remote.Project.create.aio(id=project, name=project, description=f"Tether AgentRuns of namespace {namespace}")
+        self._projects.add(project)
 
-    async def runtime_task(self, image: str) -> Any:
-        """The deployed runtime task for `image` (deployed now if this version is not yet)."""
+    async def runtime_task(self, namespace: str, image: str) -> Any:
+        """The deployed runtime task for `image` in `namespace`'s project (deployed now if this
+        version is not yet)."""
         from tether.entrypoint import agent_run
 
-        return await self._deploy(agent_run.func, RUNTIME_ENV, RUNTIME_TASK, image)
+        return await self._deploy(agent_run.func, RUNTIME_ENV, RUNTIME_TASK, namespace, image)
 
-    async def tool_task(self, image: str) -> Any:
+    async def tool_task(self, namespace: str, image: str) -> Any:
         """The deployed task that runs an AgentTool with its own image or resources."""
         from tether.entrypoint import tool_call
 
-        return await self._deploy(tool_call.func, TOOL_ENV, TOOL_TASK, image)
+        return await self._deploy(tool_call.func, TOOL_ENV, TOOL_TASK, namespace, image)
 
-    async def _deploy(self, func: Any, env_name: str, task_name: str, image: str) -> Any:
+    async def _deploy(self, func: Any, env_name: str, task_name: str, namespace: str, image: str) -> Any:
         async with self._lock:
             await self._init()
-            if (task_name, image) in self._deployed:
-                return self._deployed[(task_name, image)]
+            key = (self.project_for(namespace), task_name, image)
+            if key in self._deployed:
+                return self._deployed[key]
             import flyte
             import flyte.remote
 
-            version = task_version(self.version, image)
-            try:
-                task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
-            except Exception as exc:  # not deployed yet (NOT_FOUND); anything else fails deploy below
-                log.info("deploying %s version %s (image %s): %s", task_name, version, image, type(exc).__name__)
-                # The same function in an environment of this image (a clone would carry no tasks).
-                environment = flyte.TaskEnvironment(name=env_name, image=image)
-                environment.task(func)
-                await flyte.deploy.aio(environment, version=version, copy_style="none")
-                task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
-            self._deployed[(task_name, image)] = task
+            with self.scope(namespace):
+                await self._ensure_project(namespace)
+                version = task_version(self.version, image)
+                try:
+                    task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
+                except Exception as exc:  # not deployed yet (NOT_FOUND); anything else fails deploy below
+                    log.info("deploying %s version %s (image %s) in %s: %s", task_name, version, image, key[0], type(exc).__name__)
+                    # The same function in an environment of this image (a clone would carry no tasks).
+                    environment = flyte.TaskEnvironment(name=env_name, image=image)
+                    environment.task(func)
+                    await flyte.deploy.aio(environment, version=version, copy_style="none")
+                    task = await flyte.remote.Task.get(task_name, version=version).fetch.aio()
+            self._deployed[key] = task
             return task
 
     async def tool_tasks(self, sub: Submission) -> dict[str, dict[str, Any]]:
@@ -212,7 +288,7 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
             if not tool.image and tool.resources is None:
                 continue
             image = tool.image or sub.request.spec.image or self.runtime_image
-            await self.tool_task(image)
+            await self.tool_task(sub.request.namespace, image)
             resources = tool.resources
             ref: dict[str, Any] = {"task": TOOL_TASK, "version": task_version(self.version, image)}
             if resources is not None:
@@ -221,8 +297,10 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
             if tool.effective_cache == "auto":
                 ref["cache"] = tool.version or "auto"
             prefix = f"tools/{name}/"
+            # [group, key, path, variable] as the runtime asks for them: no group (the backend
+            # ignores it), the key is the Flyte secret's name in the run's project.
             ref["secrets"] = [
-                [f.secret, f.key, f.path, SECRET_VAR.format(f"{name}_{i}".upper().replace("-", "_"))]
+                [None, flyte_secret_name(f.secret, f.key), f.path, SECRET_VAR.format(f"{name}_{i}".upper().replace("-", "_"))]
                 for i, f in enumerate(x for x in sub.secret_files if x.path.startswith(prefix))
             ]
             refs[name] = ref
@@ -230,7 +308,8 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
 
     def overrides(self, sub: Submission, tool_tasks: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
         """Keyword arguments of `TaskDetails.override` for this submission. Secrets of tools that
-        run as child tasks go to those tasks only, not to the agent's."""
+        run as child tasks go to those tasks only, not to the agent's. Every secret named is one of
+        the namespace's Flyte project (the run is launched there)."""
         import flyte
 
         from tether.entrypoint import FLYTE_REMOTE_ENV, TOOL_TASKS_ENV
@@ -248,10 +327,12 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         own = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{t}/") for t in tool_tasks or {})]
         for i, f in enumerate(own):
             var = SECRET_VAR.format(i)
-            secrets.append(flyte.Secret(key=f.key, group=f.secret, as_env_var=var))
+            secrets.append(flyte.Secret(key=flyte_secret_name(f.secret, f.key), as_env_var=var))
             names[f.path] = var
         if names:
             env[SECRETS_FROM_ENV] = json.dumps(names, sort_keys=True)
+        if self.store_secret:  # the namespace's own store credentials, never a shared set
+            secrets += [flyte.Secret(key=flyte_secret_name(self.store_secret, var), as_env_var=var) for var in STORE_KEYS]
         out: dict[str, Any] = {
             "env_vars": env,
             "retries": flyte.RetryStrategy(count=sub.retries),
@@ -262,36 +343,40 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         if secrets:
             out["secrets"] = secrets
         if self.service_account:
-            out["service_account"] = self.service_account
+            out["service_account"] = self.service_account.format(namespace=sub.request.namespace)
         return out
 
-    async def _get(self, run_name: str) -> Any | None:
+    async def _get(self, namespace: str, run_name: str) -> Any | None:
         import flyte.remote
 
-        try:
-            return await flyte.remote.Run.get.aio(run_name)
-        except Exception as exc:
-            if _not_found(exc):
-                return None
-            raise
+        await self._init()
+        with self.scope(namespace):
+            try:
+                return await flyte.remote.Run.get.aio(run_name)
+            except Exception as exc:
+                if _not_found(exc):
+                    return None
+                raise
 
     async def _launch(self, run: _Execution) -> None:
         import flyte
 
         sub = run.sub
-        task = await self.runtime_task(sub.request.spec.image or self.runtime_image)
-        remote = await self._get(run.run_name)
+        task = await self.runtime_task(run.namespace, sub.request.spec.image or self.runtime_image)
+        remote = await self._get(run.namespace, run.run_name)
         if remote is None:
             overridden = task.override(**self.overrides(sub, await self.tool_tasks(sub)))
             labels = {k.replace("/", "_").replace(".", "_"): v for k, v in sub.labels.items()}
+            project = self.project_for(run.namespace)
             try:
-                remote = await flyte.with_runcontext(name=run.run_name, labels=labels, project=self.project, domain=self.domain).run.aio(
-                    overridden, sub.request.model_dump_json(by_alias=True), sub.store_url
-                )
+                with self.scope(run.namespace):
+                    remote = await flyte.with_runcontext(name=run.run_name, labels=labels, project=project, domain=self.domain).run.aio(
+                        overridden, sub.request.model_dump_json(by_alias=True), sub.store_url
+                    )
             except Exception as exc:
                 if not _already_exists(exc):
                     raise
-                remote = await self._get(run.run_name)  # submitted concurrently: adopt it
+                remote = await self._get(run.namespace, run.run_name)  # submitted concurrently: adopt it
         await self._refresh(run, remote)
 
     # --------------------------------------------------------------------------- interface
@@ -303,9 +388,11 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         run = _Execution(submission)
         self._runs[submission.name] = run
         # Adopt: the newest segment that exists is the current one.
-        await self._init()
-        while await self._get(segment_name(submission.name, run.segment + 1)) is not None:
-            run.segment += 1
+        try:
+            while await self._get(run.namespace, segment_name(submission.name, run.segment + 1)) is not None:
+                run.segment += 1
+        except ValueError as exc:  # the namespace's project cannot be named: refused below
+            log.debug("execution %s: %s", submission.name, exc)
         await self._try_launch(run)
         return run.status()
 
@@ -333,7 +420,7 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
             await self._try_launch(run)
         elif not run.state.finished and run.state is not ExecutionState.SUSPENDED:
             try:
-                remote = await self._get(run.run_name)
+                remote = await self._get(run.namespace, run.run_name)
             except Exception as exc:  # the backend unreachable: say so, keep the last state
                 run.message = f"cannot reach the Flyte backend: {_describe(exc)}"
             else:
@@ -351,14 +438,22 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
 
     async def abort(self, name: str, namespace: str | None = None) -> None:
         run = self._runs.pop(name, None)
-        await self._init()
+        namespace = run.namespace if run is not None else namespace
+        if namespace is None:  # the project is the namespace's: nothing to find it by
+            log.warning("execution %s: no namespace given, nothing aborted", name)
+            return
+        try:
+            self.project_for(namespace)
+        except ValueError:  # no project can be named: nothing was ever submitted
+            return
         segment = run.segment if run is not None else 1
         if run is None:
-            while await self._get(segment_name(name, segment + 1)) is not None:
+            while await self._get(namespace, segment_name(name, segment + 1)) is not None:
                 segment += 1
-        remote = await self._get(segment_name(name, segment))
+        remote = await self._get(namespace, segment_name(name, segment))
         if remote is not None and not remote.done():
-            await remote.abort.aio(reason="the AgentRun was deleted")
+            with self.scope(namespace):
+                await remote.abort.aio(reason="the AgentRun was deleted")
         if run is not None:
             run.state, run.message = ExecutionState.ABORTED, "aborted"
             run.changed.set()
@@ -382,7 +477,8 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         self._observe(run, remote)
         if run.state is ExecutionState.SUCCEEDED:
             try:
-                await self._outcome(run, remote)
+                with self.scope(run.namespace):
+                    await self._outcome(run, remote)
             except Exception as exc:  # outputs not readable yet: look again next time
                 run.state, run.message = ExecutionState.RUNNING, f"reading the run's outcome: {_describe(exc)}"
 

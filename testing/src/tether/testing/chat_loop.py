@@ -169,7 +169,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line; callers in one process build their arguments with it too, so a new
+    option reaches them with its default."""
     p = argparse.ArgumentParser(prog="python -m tether.testing.chat_loop")
     p.add_argument("--store", required=True)
     p.add_argument("--scope", required=True)
@@ -182,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-on-answer", type=int, default=0, help="SIGKILL right after the SDK got the N-th answer")
     p.add_argument("--overlap-writes", action="store_true", help="hand answers back while they are recorded (as run_agent does)")
     p.add_argument("--tool-sleep", action="append", default=[], metavar="NAME=SECONDS")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     global _kill_on_answer
     _kill_on_answer = args.kill_on_answer
     for item in args.tool_sleep:

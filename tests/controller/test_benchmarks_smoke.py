@@ -1,0 +1,18 @@
+"""benchmarks/operator_submit.py (apply -> submitted, the operator's memory with many AgentRuns)
+with two timed runs and three present: it fails when the benchmark breaks. It starts its own
+control plane from $TETHER_K8S_BIN. Figures are not checked (tests/support/benchmarks.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.benchmarks import smoke
+
+pytestmark = pytest.mark.kube
+
+
+def test_operator_submit(tmp_path: Path) -> None:
+    figures = smoke("operator_submit.py", "--runs", "2", "--total", "3", results=tmp_path, name="operator_submit")
+    assert (figures["runs_timed"], figures["agentruns_present"]) == (2, 3)

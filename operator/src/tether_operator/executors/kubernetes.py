@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.api import API_VERSION, Resources
+from tether.toolrunner import RUNNERS_ENV
 from tether.tools import TOOL_MODULES_ENV
 
 from .. import kube
@@ -42,6 +43,7 @@ from .base import (
     ExecutionState,
     ExecutionStatus,
     FollowingExecutor,
+    SecretFile,
     Submission,
 )
 
@@ -55,6 +57,14 @@ REQUEST_DIR = "/etc/tether/request"
 WORK_DIR = "/work"
 RUNNER_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
+RUNNER_COMMAND = ("python", "-m", "tether", "tool-runner")
+TOOLS_DIR = "/var/run/tether/tools"  # the tool runners' sockets: an emptyDir the agent shares with them
+CONTAINER_SECURITY: dict[str, Any] = {  # every container of a runner pod ("restricted")
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 _NO_EXIT_CODE = -1  # the pod died without a container exit code (evicted, deleted, node lost)
 _NOT_DEATHS = (EXIT_SUCCEEDED, EXIT_TERMINAL, EXIT_SUSPENDED)
 
@@ -99,6 +109,58 @@ def request_configmap(sub: Submission) -> dict[str, Any]:
     }
 
 
+def isolated_tools(sub: Submission) -> list[str]:
+    """The run's AgentTools that run in a container of their own: those holding Secrets (`env`),
+    or with an image or resources of their own. The others run in the agent's process."""
+    return sorted(name for name, tool in sub.request.tools.items() if tool.env or tool.image or tool.resources is not None)
+
+
+def _secrets_volume(name: str, files: list[SecretFile]) -> dict[str, Any]:
+    sources = [{"secret": {"name": f.secret, "items": [{"key": f.key, "path": f.path}]}} for f in files]
+    return {"name": name, "projected": {"defaultMode": 0o440, "sources": sources}}
+
+
+def tool_container(
+    sub: Submission, index: int, name: str, *, image: str, pull_policy: str, tool_modules: tuple[str, ...] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The tool runner of AgentTool `name` (a native sidecar: an init container that keeps
+    running, stopped when the agent's container ends) and the volumes only it mounts: its own
+    Secrets, its own /tmp."""
+    tool = sub.request.tools[name]
+    volumes: list[dict[str, Any]] = [{"name": f"tool-{index}-tmp", "emptyDir": {}}]
+    mounts: list[dict[str, Any]] = [
+        {"name": f"tool-{index}-tmp", "mountPath": "/tmp"},
+        {"name": "tool-sockets", "mountPath": TOOLS_DIR},
+        {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
+    ]
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    files = [f for f in sub.secret_files if f.path.startswith(f"tools/{name}/")]
+    if files:
+        volumes.append(_secrets_volume(f"tool-{index}-secrets", files))
+        mounts.append({"name": f"tool-{index}-secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+        env.append({"name": "TETHER_SECRETS_DIR", "value": SECRETS_DIR})
+    if tool_modules is not None:
+        env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
+    container: dict[str, Any] = {
+        "name": f"tool-{index}",
+        "image": tool.image or image,  # else the run's
+        "imagePullPolicy": pull_policy,
+        "restartPolicy": "Always",
+        "command": [*RUNNER_COMMAND, "--request", f"{REQUEST_DIR}/request.json", "--tool", name, "--socket", socket_path(index)],
+        "workingDir": "/tmp",
+        "env": env,
+        "volumeMounts": mounts,
+        "securityContext": dict(CONTAINER_SECURITY),
+    }
+    if resources := container_resources(tool.resources):
+        container["resources"] = resources
+    return container, volumes
+
+
+def socket_path(index: int) -> str:
+    return f"{TOOLS_DIR}/{index}.sock"
+
+
 def runner_pod(
     sub: Submission,
     attempt: int,
@@ -132,9 +194,21 @@ def runner_pod(
         {"name": "work", "mountPath": WORK_DIR},
         {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
     ]
-    if sub.secret_files:
-        sources = [{"secret": {"name": f.secret, "items": [{"key": f.key, "path": f.path}]}} for f in sub.secret_files]
-        volumes.append({"name": "secrets", "projected": {"defaultMode": 0o440, "sources": sources}})
+    isolated = isolated_tools(sub)
+    sidecars: list[dict[str, Any]] = []
+    for index, name in enumerate(isolated):
+        sidecar, own = tool_container(sub, index, name, image=spec.image or image, pull_policy=pull_policy, tool_modules=tool_modules)
+        sidecars.append(sidecar)
+        volumes += own
+    if isolated:
+        volumes.append({"name": "tool-sockets", "emptyDir": {}})
+        mounts.append({"name": "tool-sockets", "mountPath": TOOLS_DIR})
+        env.append({"name": RUNNERS_ENV, "value": json.dumps({name: socket_path(i) for i, name in enumerate(isolated)}, sort_keys=True)})
+    # The agent's container mounts no Secret of an isolated tool: only the provider key (and any
+    # file of a tool that runs in its process, which has none: a tool with Secrets is isolated).
+    own_files = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{name}/") for name in isolated)]
+    if own_files:
+        volumes.append(_secrets_volume("secrets", own_files))
         mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -144,12 +218,7 @@ def runner_pod(
         "workingDir": WORK_DIR,  # the same on every attempt: some SDKs put it in the prompt
         "env": env,
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": dict(CONTAINER_SECURITY),
     }
     if resources := container_resources(spec.resources):
         container["resources"] = resources
@@ -169,6 +238,8 @@ def runner_pod(
         "containers": [container],
         "volumes": volumes,
     }
+    if sidecars:
+        pod_spec["initContainers"] = sidecars
     if sub.node_selector:
         pod_spec["nodeSelector"] = dict(sub.node_selector)
     if sub.tolerations:
@@ -184,6 +255,16 @@ def runner_pod(
         },
         "spec": pod_spec,
     }
+
+
+NO_SIDECARS = (
+    "the apiserver dropped restartPolicy: Always of the tool runner containers: AgentTools with Secrets, "
+    "an image or resources need native sidecar containers (Kubernetes >= 1.29 with SidecarContainers enabled; GA in 1.33)"
+)
+
+
+def _sidecars_kept(pod: Mapping[str, Any]) -> bool:
+    return all(c.get("restartPolicy") == "Always" for c in (pod.get("spec") or {}).get("initContainers") or [])
 
 
 def pod_outcome(pod: Mapping[str, Any], timeout_seconds: float) -> tuple[int, str] | None:
@@ -231,8 +312,20 @@ class _Execution:
 
 class KubernetesExecutor(FollowingExecutor[_Execution]):
     kind = "kubernetes"
-    supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.NODE_SELECTOR, Capability.TOLERATIONS})
-    refusal_hint = "one pod runs the agent and its tools: an AgentTool cannot have an image or resources of its own"
+    supports = frozenset(
+        {
+            Capability.IMAGE,
+            Capability.RESOURCES,
+            Capability.NODE_SELECTOR,
+            Capability.TOLERATIONS,
+            Capability.TOOL_IMAGE,
+            Capability.TOOL_RESOURCES,
+        }
+    )
+    refusal_hint = (
+        "a tool runs in a container of the run's pod, on the agent's node: a GPU tool would need a pod of its own, "
+        "which this executor does not make; give the run the GPU (spec.resources) or use the flyte executor"
+    )
     reads_secrets = False
 
     def __init__(
@@ -367,8 +460,14 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
                         pull_policy=self.pull_policy,
                         tool_modules=self.tool_modules,
                     )
-                    await kube.create(kube.core_path(namespace, "pods"), pod)
+                    created = await kube.create(kube.core_path(namespace, "pods"), pod)
                     run.attempts = current
+                    if created is not None and not _sidecars_kept(created):
+                        # An apiserver without native sidecars (SidecarContainers, on since 1.29,
+                        # GA in 1.33) drops their restartPolicy: the tool runner would block the
+                        # agent's container for ever.
+                        await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, current)))
+                        return run.set(ExecutionState.FAILED, f"the runner pod was refused: {NO_SIDECARS}")
                 code, died = await self._follow(run, pod_name(sub.name, current))
                 current = 0
                 run.exit_code = code

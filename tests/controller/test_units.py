@@ -75,6 +75,7 @@ def test_each_namespace_has_its_own_store_prefix() -> None:
 def test_capabilities_name_every_unsupported_field() -> None:
     from tether.api import AgentRunSpec, AgentToolSpec
     from tether_operator.executors.base import unsupported
+    from tether_operator.executors.flyte import FlyteExecutor
     from tether_operator.executors.kubernetes import KubernetesExecutor
     from tether_operator.executors.local import LocalExecutor
 
@@ -100,8 +101,12 @@ def test_capabilities_name_every_unsupported_field() -> None:
         "spec.tolerations",
         "spec.resources of AgentTool embed",
     ]
-    assert unsupported(spec, tools, KubernetesExecutor.supports) == ["spec.resources of AgentTool embed"]
-    assert unsupported(spec, {"plain": tools["plain"]}, KubernetesExecutor.supports) == []
+    # a tool's own resources run in its own container; a GPU would drag the agent's pod onto its node
+    assert unsupported(spec, tools, KubernetesExecutor.supports) == []
+    gpu = AgentToolSpec.model_validate({"description": "d", "implementation": "m:f", "resources": {"gpu": {"type": "A100", "count": 1}}})
+    assert unsupported(spec, {"gpu": gpu}, KubernetesExecutor.supports) == ["spec.resources.gpu of AgentTool gpu"]
+    assert unsupported(spec, {"gpu": gpu}, FlyteExecutor.supports) == ["spec.nodeSelector", "spec.tolerations"]
+    assert unsupported(spec, {"gpu": gpu}, LocalExecutor.supports)[-1] == "spec.resources of AgentTool gpu"  # said once
 
 
 def test_pod_outcomes_map_to_the_exit_code_contract() -> None:

@@ -8,10 +8,13 @@
 A pod carries `resources` as requests/limits (`gpu.count` as `nvidia.com/gpu`), the placement
 (spec + GPU node pool), `timeout` as activeDeadlineSeconds, the namespace's runner
 ServiceAccount (no token mounted, no RBAC) and a restricted security context. Secrets reach it
-only as a projected read-only volume at /var/run/tether/secrets (`model/apiKey`,
-`tools/<AgentTool>/<ENV>`): the operator never reads their values. The store credentials come
-from a Secret in the run's own namespace (`tether-store` by default), limited by the admin to
-that namespace's store prefix.
+only as projected read-only volumes at /var/run/tether/secrets: the operator never reads their
+values. The agent's container (`runtime`) mounts `model/apiKey`; each AgentTool with Secrets, an
+image or resources runs `tether tool-runner` in a container of its own (`tool-<i>`, a native
+sidecar) that alone mounts `tools/<AgentTool>/<ENV>`, reached over a Unix socket in a shared
+emptyDir (`$TETHER_TOOL_RUNNERS`). The store credentials come from a Secret in the run's own
+namespace (`tether-store` by default), limited by the admin to that namespace's store prefix,
+for the agent's container only.
 
 The pod's end is the runtime's exit code: 0 succeeded, 2 terminal, 3 suspended (the pod is
 deleted: nothing is held while a human decides; `resume` starts the next attempt), anything else

@@ -148,3 +148,39 @@ def test_a_runner_serves_only_its_tool_from_an_allowed_module(tmp_path: Path, fa
     )
     assert refused.returncode == 2 and "module weather_tools is not an allowed tool module" in refused.stderr
     assert not os.path.exists(pod.socket)
+
+
+def test_a_tool_whose_module_only_its_image_has_is_described_by_its_runner(tmp_path: Path) -> None:
+    """AgentTool image: the tool's module (and the library it needs) exist only in the runner's
+    environment; the agent gets the tool's name, docstring and signature from the runner and
+    offers the model that schema; the call runs in the runner."""
+    image = tmp_path / "tool-image"
+    image.mkdir()
+    (image / "only_in_the_tool_image.py").write_text("def vector(text, dims):\n    return [float(len(text))] * dims\n")
+    (image / "embed_tools.py").write_text(
+        "from __future__ import annotations\nimport only_in_the_tool_image\n\n\n"
+        "def embed(text: str, dims: int = 4, normalise: bool = True) -> list[float]:\n"
+        '    """Embed a text with a library of the tool image."""\n'
+        "    return only_in_the_tool_image.vector(text, dims)\n"
+    )
+    script = {"conversations": [{"match": "embed:", "turns": [
+        {"tool_calls": [{"name": "embed", "arguments": {"text": "hello", "dims": 3}}]}, {"text_from_tool_results": True, "text": "Vector:"}]}]}  # fmt: skip
+    with FakeProvider(script, seed=5) as fake:
+        pod = Pod(tmp_path, fake.url, "embed: hello")
+        request = json.loads(pod.request.read_text())
+        request["spec"]["tools"] = ["embed"]
+        request["tools"] = {
+            "embed": {"description": "Embed a text", "implementation": "embed_tools:embed", "image": "registry.example/embed:1"}
+        }
+        pod.request.write_text(json.dumps(request))
+        runner = pod.runner("embed", image=image, TETHER_TOOL_MODULES="embed_tools")
+        try:
+            code, outcome, err = finish(pod.agent("embed", TETHER_TOOL_MODULES="embed_tools"))
+        finally:
+            stop(runner)
+        assert code == EXIT_SUCCEEDED, err
+        offered = json.loads(fake.ledger[0].body)["tools"][0]["function"]
+    assert code == EXIT_SUCCEEDED, err
+    assert "[5.0, 5.0, 5.0]" in outcome["output"], outcome
+    assert offered["name"] == "embed" and offered["description"] == "Embed a text"
+    assert offered["parameters"]["properties"] == {"text": {"type": "string"}, "dims": {"type": "integer"}, "normalise": {"type": "string"}}

@@ -157,9 +157,12 @@ class Pod:
         path = os.pathsep.join([str(self.root / "mods"), str(REPO), *sys.path])
         return {**base, "PYTHONPATH": path, "TETHER_TOOL_MODULES": "weather_tools", "EFFECTS": str(self.effects), **extra}
 
-    def runner(self, **extra: str) -> subprocess.Popen[str]:
-        argv = ["-m", "tether", "tool-runner", "--request", str(self.request), "--tool", "forecast", "--socket", self.socket]
+    def runner(self, tool: str = "forecast", image: Path | None = None, **extra: str) -> subprocess.Popen[str]:
+        """The tool runner of ``tool``; ``image``: a directory of modules only its image has."""
+        argv = ["-m", "tether", "tool-runner", "--request", str(self.request), "--tool", tool, "--socket", self.socket]
         env = self.env(TETHER_SECRETS_DIR=str(self.tool_secrets), **extra)
+        if image is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(image), env["PYTHONPATH"]])
         proc = subprocess.Popen([sys.executable, *argv], env=env, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         while not os.path.exists(self.socket):
@@ -168,8 +171,9 @@ class Pod:
             time.sleep(0.05)
         return proc
 
-    def agent(self, **extra: str) -> subprocess.Popen[str]:
-        env = self.env(TETHER_SECRETS_DIR=str(self.agent_secrets), TETHER_TOOL_RUNNERS=json.dumps({"forecast": self.socket}), **extra)
+    def agent(self, tool: str = "forecast", **extra: str) -> subprocess.Popen[str]:
+        """``tether exec`` with ``tool`` in the runner."""
+        env = self.env(TETHER_SECRETS_DIR=str(self.agent_secrets), TETHER_TOOL_RUNNERS=json.dumps({tool: self.socket}), **extra)
         argv = ["-m", "tether", "exec", str(self.request), "--store", str(self.store)]
         return subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.root)
 

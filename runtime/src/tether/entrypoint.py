@@ -33,8 +33,8 @@ from .contract import EXIT_TERMINAL as EXIT_TERMINAL
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
-from .toolrunner import RunnerClient, tool_runners
-from .tools import TOOL_MODULES_ENV, allowed_tool_modules, import_tool
+from .toolrunner import RunnerClient, describe_remote, stand_in, tool_runners
+from .tools import TOOL_MODULES_ENV, allowed_tool_modules, implementation_refusal, import_tool
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 tool_env = flyte.TaskEnvironment(name="tether-tool")
@@ -46,7 +46,17 @@ TOOL_TASKS_ENV = "TETHER_FLYTE_TOOL_TASKS"
 def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> Tool:
     """The AgentTool as a Tool, if its module is an allowed tool module (checked again here: the
     operator's check might have been bypassed); it gets its own secrets, nobody else's."""
-    fn = import_tool(name, spec.implementation, allowed_tool_modules() if allowed is None else allowed)
+    runner = tool_runners().get(name)
+    allowed = allowed_tool_modules() if allowed is None else allowed
+    described: dict[str, Any] | None = None
+    try:
+        fn = import_tool(name, spec.implementation, allowed)
+    except ConfigError:
+        if runner is None or implementation_refusal(spec.implementation, allowed):
+            raise
+        # Its module is only in the tool's own image: its runner says what the framework must know.
+        described = describe_remote(name, runner)
+        fn = stand_in(described)
     if isinstance(fn, Tool):
         fn = fn.task or fn.fn
     approval = None
@@ -61,9 +71,10 @@ def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | No
         approval=approval,
         cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
     )
-    runner = tool_runners().get(name)
     if runner is not None:  # it runs in its own container, which alone holds its secrets
         tool.runner = RunnerClient(name, runner)
+        if described is not None:
+            tool.spec.code = described["code"]  # the cross-run cache follows the tool's own code
         return tool
     tool.spec.secrets = tool_secrets(name)
     child = json.loads(os.environ.get(TOOL_TASKS_ENV) or "{}").get(name)

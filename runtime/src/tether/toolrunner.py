@@ -19,8 +19,14 @@ The agent learns which tools run elsewhere from ``$TETHER_TOOL_RUNNERS`` (JSON `
 "<socket path>"}``, set by the executor). Protocol: one connection per call; each way one frame,
 a 4-byte big-endian length and a UTF-8 JSON document::
 
-    call    {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null}
-    answer  {"ok": RESULT}  or  {"error": {"type": EXCEPTION CLASS NAME, "message": TEXT}}
+    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null}
+    describe  {"op": "describe", "tool": NAME}   (answer: name, docstring, parameters, code hash)
+    answer    {"ok": RESULT}  or  {"error": {"type": EXCEPTION CLASS NAME, "message": TEXT}}
+
+The agent imports a runner's tool itself when it can (for the signature its framework reads; the
+function is never called there); a tool whose module exists only in the tool's own image is
+described by its runner instead, and stands in the agent as a function of that signature
+(annotations reduced to JSON types).
 
 Inside the runner a tool reads its secrets as in-process (``tether.secret``, ``os.environ``
 during its call); there is no run (``tether.current_run()`` is None): the journal is the agent's.
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -41,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolRunnerUnavailable
-from .tools import ToolFailed, ToolSpec, _idempotency_key, _invoke, encode_result, idempotency_key
+from .tools import ToolFailed, ToolSpec, _idempotency_key, _invoke, code_hash, encode_result, idempotency_key
 
 RUNNERS_ENV = "TETHER_TOOL_RUNNERS"
 WAIT_ENV = "TETHER_TOOL_RUNNER_WAIT"
@@ -136,6 +143,8 @@ async def answer(tools: Mapping[str, Served], call: Any) -> dict[str, Any]:
     served = tools.get(name) if isinstance(name, str) else None
     if served is None:
         return {"error": {"type": "ConfigError", "message": f"this tool runner serves {', '.join(sorted(tools))}, not {name!r}"}}
+    if call.get("op") == "describe":
+        return {"ok": describe(served.fn)}
     arguments = call.get("arguments") or {}
     token = _idempotency_key.set(call.get("idempotencyKey"))
     try:
@@ -146,6 +155,96 @@ async def answer(tools: Mapping[str, Served], call: Any) -> dict[str, Any]:
         return {"error": {"type": type(e).__name__, "message": str(e)}}
     finally:
         _idempotency_key.reset(token)
+
+
+def describe(fn: Callable[..., Any]) -> dict[str, Any]:
+    """What the agent needs of a tool it cannot import (its module is only in the tool's image):
+    its name, docstring, parameters (JSON schema of each annotation, defaults) and code hash."""
+    import typing
+
+    from pydantic import TypeAdapter
+
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that does not resolve: described as any value
+        hints = {}
+    params: list[dict[str, Any]] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        schema: dict[str, Any] = {}
+        if p.name in hints:
+            with contextlib.suppress(Exception):
+                schema = TypeAdapter(hints[p.name]).json_schema()
+        entry: dict[str, Any] = {"name": p.name, "schema": schema}
+        if p.default is not p.empty:
+            entry["default"] = json.loads(encode_result(p.default))
+        params.append(entry)
+    return {"name": getattr(fn, "__name__", "tool"), "doc": inspect.getdoc(fn) or "", "params": params, "code": code_hash(fn)}
+
+
+_JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
+
+
+def stand_in(description: Mapping[str, Any]) -> Callable[..., Any]:
+    """A function with the described name, docstring and signature (annotations from the JSON
+    types: str, int, float, bool, list, dict, else Any) for the framework to read a schema from;
+    never called: its calls go to the runner."""
+    params, annotations = [], {}
+    for p in description["params"]:
+        annotation = _JSON_TYPES.get(str(p["schema"].get("type")), Any)
+        default = p.get("default", inspect.Parameter.empty)
+        params.append(inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
+        annotations[p["name"]] = annotation
+
+    def tool(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{description['name']} runs in its tool runner")
+
+    tool.__name__ = tool.__qualname__ = description["name"]
+    tool.__doc__ = description["doc"] or None
+    tool.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    tool.__annotations__ = annotations
+    return tool
+
+
+def describe_remote(tool: str, socket_path: str, wait: float | None = None) -> dict[str, Any]:
+    """Ask a runner to :func:`describe` its tool (blocking: the agent builds its tools before it runs)."""
+
+    async def ask() -> Any:
+        client = RunnerClient(tool, socket_path, wait)
+        reader, writer = await client._connect()
+        try:
+            await _write(writer, {"op": "describe", "tool": tool})
+            return await _read(reader)
+        except (OSError, EOFError, ValueError) as e:
+            raise ToolRunnerUnavailable(f"tool runner of {tool} ({socket_path}) failed to describe it: {e!r}") from e
+        finally:
+            writer.close()
+
+    answer = _in_own_loop(ask)
+    if "error" in answer:
+        raise ConfigError(f"AgentTool {tool}: its tool runner says {answer['error'].get('type')}: {answer['error'].get('message')}")
+    return answer["ok"]  # type: ignore[no-any-return]
+
+
+def _in_own_loop(coro: Callable[[], Any]) -> Any:
+    """Run ``coro()`` to the end from sync code, even on a thread whose loop is running."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = asyncio.run(coro())
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=work, name="tether-describe-tool")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 async def serve(tools: Mapping[str, Served], socket_path: str, stop: asyncio.Event | None = None) -> None:

@@ -402,6 +402,10 @@ def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kub
     copy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod["metadata"]["name"]}, "spec": spec}
     admitted = kube.kubectl("create", "--dry-run=server", "-n", "k8s-restricted", "-f", "-", input=json.dumps(copy), check=False)
     assert admitted.returncode == 0 and "Warning" not in admitted.stderr, admitted.stderr
+    loose = json.loads(json.dumps(copy))
+    del loose["spec"]["initContainers"][0]["securityContext"]  # control: the namespace does enforce it
+    refused = kube.kubectl("create", "--dry-run=server", "-n", "k8s-restricted", "-f", "-", input=json.dumps(loose), check=False)
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr, refused.stderr
     assert condition(get(kube, "agentrun", NS, "tool-runners"), "Accepted")["status"] == "True"
     assert execution in pod["metadata"]["name"]
 

@@ -34,8 +34,11 @@ and a mount namespace, not a context variable:
   ``model/apiKey`` in its directory, never loads a tool secret, and sends such a tool's calls
   over a Unix socket (``$TETHER_TOOL_RUNNERS``): the agent's code, the framework and whatever the
   model talks them into can call the tool with arguments, never read its secret. The tool
-  runner gets no provider key and no store credentials. Tools without secrets stay in the
-  agent's process and can read what it holds (the provider key, the store credentials).
+  runner gets no provider key and no store credentials. It trusts its caller: journal, approvals
+  and cache are the agent's seam, so code running in the agent's container could call the tool
+  directly, without them (what keeps such code out is the module allowlists). Tools without
+  secrets stay in the agent's process and can read what it holds (the provider key, the store
+  credentials).
 - Flyte executor: a tool with its own image or resources is a child task with its own secrets;
   the other tools' secrets are in the agent's task, separated as above in-process only.
 - Local executor (development): everything in one process.

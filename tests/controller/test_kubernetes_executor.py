@@ -372,6 +372,8 @@ def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kub
         "securityContext": SECURITY,
     }  # fmt: skip
     assert subset(crm, want) == want
+    probe = crm["startupProbe"]  # the agent's container starts once the runner listens
+    assert probe["exec"]["command"][:2] == ["python", "-c"] and probe["exec"]["command"][-1] == "/var/run/tether/tools/0.sock"
     assert volumes["tool-0-secrets"]["projected"]["sources"] == [
         {"secret": {"name": "crm-creds", "items": [{"key": "token", "path": "tools/crm/CRM_TOKEN"}]}},
         {"secret": {"name": "crm-creds", "items": [{"key": "region", "path": "tools/crm/CRM_REGION"}]}},

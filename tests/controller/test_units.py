@@ -136,3 +136,23 @@ def test_kopf_daemon_finalizer_is_switched_off_for_agentruns() -> None:
     registry = build_registry(Settings.from_env({}))
     daemons = {h.id: h.requires_finalizer for h in registry._spawning.get_all_handlers()}
     assert daemons["agentrun"] is False, "kopf's daemon registry changed: see handlers.build_registry"
+
+
+def test_the_tool_runner_startup_probe_passes_once_the_runner_listens(tmp_path) -> None:
+    """The exec startupProbe a tool runner's container gets fails before the runner listens and
+    passes once it does (what holds the agent's container back while a tool imports)."""
+    import subprocess
+    import sys
+
+    from tests.support.tool_runner_pod import Pod, stop
+    from tether_operator.executors.kubernetes import LISTENING
+
+    pod = Pod(tmp_path, "http://127.0.0.1:9", "x")
+    probe = [sys.executable, "-c", LISTENING, pod.socket]
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
+    runner = pod.runner()
+    try:
+        assert subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    finally:
+        stop(runner)
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0  # gone with the runner

@@ -154,10 +154,20 @@ def tool_container(
         "env": env,
         "volumeMounts": mounts,
         "securityContext": dict(CONTAINER_SECURITY),
+        # The agent's container starts once the runner listens (its tool imported: a large
+        # library can take a while), not merely once the runner's process started.
+        "startupProbe": {
+            "exec": {"command": ["python", "-c", LISTENING, socket_path(index)]},
+            "periodSeconds": 1,
+            "failureThreshold": 600,
+        },
     }
     if resources := container_resources(tool.resources):
         container["resources"] = resources
     return container, volumes
+
+
+LISTENING = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
 
 
 def socket_path(index: int) -> str:

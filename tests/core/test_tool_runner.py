@@ -184,3 +184,29 @@ def test_a_tool_whose_module_only_its_image_has_is_described_by_its_runner(tmp_p
     assert "[5.0, 5.0, 5.0]" in outcome["output"], outcome
     assert offered["name"] == "embed" and offered["description"] == "Embed a text"
     assert offered["parameters"]["properties"] == {"text": {"type": "string"}, "dims": {"type": "integer"}, "normalise": {"type": "string"}}
+
+
+def test_an_approval_is_asked_by_the_agent_before_the_runner_is_called(tmp_path: Path, fake: FakeProvider) -> None:
+    """approval.required on a tool with a Secret: the agent's seam suspends the run (exit 3) and
+    the runner is not called; once approved, the next attempt sends the call to the runner."""
+    from tether.approvals import decide, list_approvals
+    from tether.contract import EXIT_SUSPENDED
+    from tether.stores import open_store
+
+    pod = Pod(tmp_path, fake.url, "oslo: weather?")
+    request = json.loads(pod.request.read_text())
+    request["tools"]["forecast"]["approval"] = {"required": True}
+    pod.request.write_text(json.dumps(request))
+    runner = pod.runner()
+    try:
+        code, outcome, err = finish(pod.agent())
+        assert code == EXIT_SUSPENDED, err
+        assert pod.seen() == [], "the runner ran a call nobody approved"
+        [pending] = list_approvals(open_store(str(pod.store)), pod.run_id)
+        assert pending["tool"] == "forecast" and pending["arguments"] == {"city": "Oslo"}
+        decide(open_store(str(pod.store)), pod.run_id, pending["id"], True, by="alice")
+        code, outcome, err = finish(pod.agent())
+    finally:
+        stop(runner)
+    assert code == EXIT_SUCCEEDED, err
+    assert [c["city"] for c in pod.seen()] == ["Oslo"] and "Oslo: sunny" in outcome["output"]

@@ -136,31 +136,61 @@ POD_SECURITY = {
 A100_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
+STORE_SOCKET = "/var/run/tether/store/store.sock"
+STORE_ENV = [
+    {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_ACCESS_KEY_ID"}}},
+    {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_SECRET_ACCESS_KEY"}}},
+]
+
+
 def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, resources: dict | None = None, node_selector: dict | None = None,
                  tolerations: list | None = None, secrets: list | None = None, timeout: int = 3600) -> dict[str, Any]:  # fmt: skip
+    """The pod of one attempt: the agent's container (`runtime`) without store credentials, and
+    the store proxy (`store`, a native sidecar on the chart's image) holding them."""
     mounts = [
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "work", "mountPath": "/work"},
         {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
+        {"name": "store-socket", "mountPath": "/var/run/tether/store"},
     ]
-    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": {"name": execution}}]
+    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": {"name": execution}},
+               {"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]  # fmt: skip
     if secrets:
         mounts.append({"name": "secrets", "mountPath": "/var/run/tether/secrets", "readOnly": True})
         volumes.append({"name": "secrets", "projected": {"defaultMode": 0o440, "sources": secrets}})
     container = {
         "name": "runtime",
         "image": image,
-        "command": ["python", "-m", "tether", "exec", "/etc/tether/request/request.json", "--store", f"{{store}}/{ns}"],
+        "command": ["python", "-m", "tether", "exec", "/etc/tether/request/request.json", "--store", f"tether+unix://{STORE_SOCKET}"],
         "workingDir": "/work",
-        "env": [
-            {"name": "HOME", "value": "/tmp"},
-            {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"},
-            {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_ACCESS_KEY_ID"}}},
-            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_SECRET_ACCESS_KEY"}}},
-        ],
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"}],
         "volumeMounts": mounts,
         "securityContext": SECURITY,
         "resources": resources or {},
+    }
+    proxy = {
+        "name": "store",
+        "image": IMAGE,
+        "restartPolicy": "Always",
+        "command": [
+            "python",
+            "-m",
+            "tether",
+            "store-proxy",
+            "--request",
+            "/etc/tether/request/request.json",
+            "--store",
+            f"{{store}}/{ns}",
+            "--socket",
+            STORE_SOCKET,
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}, *STORE_ENV],
+        "volumeMounts": [
+            {"name": "store-tmp", "mountPath": "/tmp"},
+            {"name": "store-socket", "mountPath": "/var/run/tether/store"},
+            {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
+        ],
+        "securityContext": SECURITY,
     }
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -168,6 +198,7 @@ def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, reso
         "automountServiceAccountToken": False,
         "activeDeadlineSeconds": timeout,
         "securityContext": POD_SECURITY,
+        "initContainers": [proxy],
         "containers": [container],
         "volumes": volumes,
         "nodeSelector": node_selector,
@@ -219,8 +250,8 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
     execution = execution_name(run["metadata"]["uid"])
     pod = wait_pod(kube, run, 1)
     expected = expected_pod(f"{execution}-1", NS, execution, **want)
-    command = expected["spec"]["containers"][0]["command"]
-    command[-1] = command[-1].replace("{store}", k8s_operator.store_url)
+    command = expected["spec"]["initContainers"][0]["command"]
+    command[-3] = command[-3].replace("{store}", k8s_operator.store_url)
     # the DefaultTolerationSeconds admission plugin adds its own not-ready/unreachable tolerations
     tolerations = [t for t in pod["spec"].get("tolerations") or [] if not t.get("key", "").startswith("node.kubernetes.io/")]
     pod["spec"]["tolerations"] = tolerations or None
@@ -245,14 +276,19 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
 
 
 def test_store_prefix_and_credentials_are_the_namespaces_own(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """The namespace's store credentials reach only the store proxy, which serves the agent's
+    container its own run's keys (tests/core/test_store_proxy.py); the agent's container has none."""
     for ns in (NS, NS_B):
         run = apply_run(kube, "isolated", ns=ns)
         pod = wait_pod(kube, run, 1, ns=ns)
-        (container,) = pod["spec"]["containers"]
-        assert container["command"][-2:] == ["--store", f"{k8s_operator.store_url}/{ns}"]
-        refs = [e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e]
+        (agent,) = pod["spec"]["containers"]
+        (proxy,) = pod["spec"]["initContainers"]
+        assert proxy["command"][-4:-2] == ["--store", f"{k8s_operator.store_url}/{ns}"]
+        refs = [e["valueFrom"]["secretKeyRef"]["name"] for e in proxy["env"] if "valueFrom" in e]
         assert refs == ["tether-store", "tether-store"]  # resolved in the pod's own namespace
-        assert not [e for e in container["env"] if "AWS" in e["name"] and "value" in e], "no credential values in the spec"
+        assert not [e for e in proxy["env"] if "AWS" in e["name"] and "value" in e], "no credential values in the spec"
+        assert agent["command"][-2:] == ["--store", f"tether+unix://{STORE_SOCKET}"]
+        assert not [e for e in agent["env"] if "AWS" in e["name"] or "valueFrom" in e], "the agent's container has no store credentials"
         assert pod["metadata"]["namespace"] == ns
 
 
@@ -360,7 +396,7 @@ def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kub
     spec = pod["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     (agent,) = spec["containers"]
-    crm, embed = spec["initContainers"]
+    store, crm, embed = spec["initContainers"]
     runner = ["python", "-m", "tether", "tool-runner", "--request", "/etc/tether/request/request.json"]
     want = {
         "name": "tool-0", "image": IMAGE, "restartPolicy": "Always",
@@ -393,7 +429,8 @@ def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kub
     assert {"name": "tool-sockets", "mountPath": "/var/run/tether/tools"} in agent["volumeMounts"]
     assert volumes["secrets"]["projected"]["sources"] == [{"secret": {"name": "llm", "items": [{"key": "openai", "path": "model/apiKey"}]}}]
     # who can read which Secret
-    assert secrets_reached(agent, volumes) == {"llm", "tether-store"}
+    assert secrets_reached(agent, volumes) == {"llm"}
+    assert secrets_reached(store, volumes) == {"tether-store"}
     assert secrets_reached(crm, volumes) == {"crm-creds"}
     assert secrets_reached(embed, volumes) == set()
     assert not [m for m in agent["volumeMounts"] if m["name"].startswith("tool-") and m["name"] != "tool-sockets"]

@@ -37,8 +37,9 @@ and a mount namespace, not a context variable:
   runner gets no provider key and no store credentials. It trusts its caller: journal, approvals
   and cache are the agent's seam, so code running in the agent's container could call the tool
   directly, without them (what keeps such code out is the module allowlists). Tools without
-  secrets stay in the agent's process and can read what it holds (the provider key, the store
-  credentials).
+  secrets stay in the agent's process and can use what it holds (the provider key, and the
+  store through the pod's store proxy, which serves the run's own keys only:
+  :mod:`tether.stores.proxy`).
 - Flyte executor: a tool with its own image or resources is a child task with its own secrets;
   the other tools' secrets are in the agent's task, separated as above in-process only.
 - Local executor (development): everything in one process.

@@ -14,7 +14,8 @@ image or resources runs `tether tool-runner` in a container of its own (`tool-<i
 sidecar) that alone mounts `tools/<AgentTool>/<ENV>`, reached over a Unix socket in a shared
 emptyDir (`$TETHER_TOOL_RUNNERS`). The store credentials come from a Secret in the run's own
 namespace (`tether-store` by default), limited by the admin to that namespace's store prefix,
-for the agent's container only.
+and are mounted only in the `store` container (`tether store-proxy`, a native sidecar on the
+chart's image), which serves the agent's container its own run's keys over a Unix socket.
 
 The pod's end is the runtime's exit code: 0 succeeded, 2 terminal, 3 suspended (the pod is
 deleted: nothing is held while a human decides; `resume` starts the next attempt), anything else
@@ -61,6 +62,9 @@ WORK_DIR = "/work"
 RUNNER_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
 RUNNER_COMMAND = ("python", "-m", "tether", "tool-runner")
+PROXY_COMMAND = ("python", "-m", "tether", "store-proxy")
+STORE_DIR = "/var/run/tether/store"  # the store proxy's socket: an emptyDir the agent shares with it
+STORE_SOCKET = f"{STORE_DIR}/store.sock"
 TOOLS_DIR = "/var/run/tether/tools"  # the tool runners' sockets: an emptyDir the agent shares with them
 CONTAINER_SECURITY: dict[str, Any] = {  # every container of a runner pod ("restricted")
     "allowPrivilegeEscalation": False,
@@ -174,6 +178,35 @@ def socket_path(index: int) -> str:
     return f"{TOOLS_DIR}/{index}.sock"
 
 
+def store_proxy_container(
+    sub: Submission, *, image: str, pull_policy: str, store_secret: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`tether store-proxy`: the only container with the namespace's store credentials, serving
+    the run's own keys to the agent's container (`tether.stores.proxy`). The chart's runtime
+    image, never the run's: it holds the credentials."""
+    container: dict[str, Any] = {
+        "name": "store",
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "restartPolicy": "Always",
+        "command": [*PROXY_COMMAND, "--request", f"{REQUEST_DIR}/request.json", "--store", sub.store_url, "--socket", STORE_SOCKET],
+        "workingDir": "/tmp",
+        "env": [{"name": "HOME", "value": "/tmp"}]
+        + [
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": store_secret, "key": var}}}
+            for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ],
+        "volumeMounts": [
+            {"name": "store-tmp", "mountPath": "/tmp"},
+            {"name": "store-socket", "mountPath": STORE_DIR},
+            {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
+        ],
+        "securityContext": dict(CONTAINER_SECURITY),
+        "startupProbe": {"exec": {"command": ["python", "-c", LISTENING, STORE_SOCKET]}, "periodSeconds": 1, "failureThreshold": 600},
+    }
+    return container, [{"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]
+
+
 def runner_pod(
     sub: Submission,
     attempt: int,
@@ -192,11 +225,6 @@ def runner_pod(
     ]
     if tool_modules is not None:  # the chart's tools.allowedModules; else the image's own tools
         env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
-    if store_secret:
-        env += [
-            {"name": var, "valueFrom": {"secretKeyRef": {"name": store_secret, "key": var}}}
-            for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-        ]
     volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {}},
         {"name": "work", "emptyDir": {}},
@@ -207,8 +235,16 @@ def runner_pod(
         {"name": "work", "mountPath": WORK_DIR},
         {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
     ]
-    isolated = isolated_tools(sub)
     sidecars: list[dict[str, Any]] = []
+    store_url = sub.store_url
+    if store_secret:  # the credentials go to the store proxy only; the agent reaches its run's keys
+        proxy, own = store_proxy_container(sub, image=image, pull_policy=pull_policy, store_secret=store_secret)
+        sidecars.append(proxy)
+        volumes += own
+        mounts.append({"name": "store-socket", "mountPath": STORE_DIR})
+        store_url = f"tether+unix://{STORE_SOCKET}"
+    # (else the pod's own identity, e.g. IRSA, which every container of the pod gets: no proxy)
+    isolated = isolated_tools(sub)
     for index, name in enumerate(isolated):
         sidecar, own = tool_container(sub, index, name, image=spec.image or image, pull_policy=pull_policy, tool_modules=tool_modules)
         sidecars.append(sidecar)
@@ -227,7 +263,7 @@ def runner_pod(
         "name": CONTAINER,
         "image": spec.image or image,
         "imagePullPolicy": pull_policy,
-        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--store", sub.store_url],
+        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--store", store_url],
         "workingDir": WORK_DIR,  # the same on every attempt: some SDKs put it in the prompt
         "env": env,
         "volumeMounts": mounts,
@@ -264,6 +300,7 @@ def runner_pod(
             "name": pod_name(sub.name, attempt),
             "namespace": sub.request.namespace,
             "labels": {**sub.labels, EXECUTION_LABEL: sub.name, ATTEMPT_LABEL: str(attempt)},
+            "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER},  # `kubectl logs POD`: the agent's
             "ownerReferences": [_owner(sub)],
         },
         "spec": pod_spec,

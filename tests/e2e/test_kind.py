@@ -142,7 +142,8 @@ def test_pod_deleted_mid_run_replays_with_no_upstream_call():
 
 def test_the_agent_container_cannot_read_a_tools_secret():
     """A tool with a Secret runs in its own container (tool-0, a native sidecar): mid-run, the
-    agent's container has no such file, no such variable and no such volume; the tool's
+    agent's container has no such file, no such variable and no such volume (nor the store's
+    credentials: they are in the store proxy); the tool's
     container has the file; the run completes (the pod ends although the sidecar keeps serving).
     NOT RUN in the session that wrote it (no Docker/kind there)."""
     name, tool = unique("keyed"), unique("keyed-weather")
@@ -162,16 +163,15 @@ def test_the_agent_container_cannot_read_a_tools_secret():
         poll("the tool's call", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300)
         pod = pods(name)[-1]
         pn = pod["metadata"]["name"]
-        [sidecar] = pod["spec"]["initContainers"]
-        assert sidecar["name"] == "tool-0" and sidecar["restartPolicy"] == "Always"
+        assert [(c["name"], c["restartPolicy"]) for c in pod["spec"]["initContainers"]] == [("store", "Always"), ("tool-0", "Always")]
         path = f"/var/run/tether/secrets/tools/{tool}/WEATHER_KEY"
         agent = kubectl("exec", "-n", NS, pn, "-c", "runtime", "--", "python", "-c", (
             "import os, pathlib, sys; p = pathlib.Path(sys.argv[1]); "
             "found = [str(f) for f in pathlib.Path('/var/run/tether/secrets').rglob('*') if f.is_file()]; "
             "env = open('/proc/self/environ', 'rb').read() + open('/proc/1/environ', 'rb').read(); "
-            "print(p.exists(), sys.argv[2].encode() in env, sorted(found))"), path, value)  # fmt: skip
-        exists, in_env, files = agent.strip().split(" ", 2)
-        assert (exists, in_env) == ("False", "False"), agent
+            "print(p.exists(), sys.argv[2].encode() in env, b'AWS_SECRET_ACCESS_KEY' in env, sorted(found))"), path, value)  # fmt: skip
+        exists, in_env, store_key, files = agent.strip().split(" ", 3)
+        assert (exists, in_env, store_key) == ("False", "False", "False"), agent  # no tool secret, no store credentials
         assert "tools/" not in files, files
         tool_side = kubectl("exec", "-n", NS, pn, "-c", "tool-0", "--", "python", "-c",
                             "import pathlib, sys; print(pathlib.Path(sys.argv[1]).is_file())", path)  # fmt: skip

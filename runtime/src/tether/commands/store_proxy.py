@@ -30,6 +30,6 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"tether store-proxy: invalid request: {e}", file=sys.stderr)
         return EXIT_TERMINAL
-    scope = RunKeys(request.run_id, request.namespace, tuple(sorted(request.tools)))
+    scope = RunKeys(request.run_id, request.namespace)
     asyncio.run(serve(open_store(args.store), scope, args.socket))
     return 0

@@ -10,7 +10,8 @@ it, else answers "access denied" (:class:`~tether.errors.StoreAccessDenied`, ter
     journal/<run>/  runs/<run>/        read and write (its journal, progress)
     approvals/<run>/                   read; write only ``*.request.json`` (never a decision)
     memory/<namespace>/                read and write (memory keys are namespace-wide)
-    cache/tools/<tool>/                read and write, for the run's own tools
+    cache/tools/                       read and write (the cross-run tool cache is namespace-wide;
+                                       a bring-your-own agent's tools are not in the request)
 
 Protocol: one connection per operation; each way one frame, a 4-byte big-endian length and a JSON
 document (object bytes base64)::
@@ -60,11 +61,9 @@ class RunKeys:
 
     run_id: str
     namespace: str
-    tools: tuple[str, ...] = ()
 
     def _prefixes(self) -> tuple[str, ...]:
-        own = (f"journal/{self.run_id}/", f"runs/{self.run_id}/", f"approvals/{self.run_id}/", f"memory/{self.namespace}/")
-        return own + tuple(f"cache/tools/{t}/" for t in self.tools)
+        return (f"journal/{self.run_id}/", f"runs/{self.run_id}/", f"approvals/{self.run_id}/", f"memory/{self.namespace}/", "cache/tools/")
 
     def refusal(self, op: str, key: str) -> str | None:
         """Why ``op`` on ``key`` (a prefix for ``list``) is not this run's, or None."""

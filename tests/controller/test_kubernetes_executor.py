@@ -142,33 +142,66 @@ POD_SECURITY = {
 A100_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
+STORE_SOCKET = "/var/run/tether/store/store.sock"
+STORE_ENV = [
+    {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_ACCESS_KEY_ID"}}},
+    {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_SECRET_ACCESS_KEY"}}},
+]
+
+
 def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, resources: dict | None = None, node_selector: dict | None = None,
                  tolerations: list | None = None, secrets: list | None = None, timeout: int = 3600, request_sha256: str = "") -> dict[str, Any]:  # fmt: skip
+    """The pod of one attempt: the agent's container (`runtime`) without store credentials, and
+    the store proxy (`store`, a native sidecar on the chart's image) holding them."""
     mounts = [
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "work", "mountPath": "/work"},
         {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
+        {"name": "store-socket", "mountPath": "/var/run/tether/store"},
     ]
     request = {"name": f"{execution}-{request_sha256[:10]}"}  # the ConfigMap named after the request's hash
-    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": request}]
+    volumes = [{"name": "tmp", "emptyDir": {}}, {"name": "work", "emptyDir": {}}, {"name": "request", "configMap": request},
+               {"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]  # fmt: skip
     if secrets:
         mounts.append({"name": "secrets", "mountPath": "/var/run/tether/secrets", "readOnly": True})
         volumes.append({"name": "secrets", "projected": {"defaultMode": 0o440, "sources": secrets}})
     container = {
         "name": "runtime",
         "image": image,
-        "command": ["python", "-m", "tether", "exec", "/etc/tether/request/request.json", "--store", f"{{store}}/{ns}"],
+        "command": ["python", "-m", "tether", "exec", "/etc/tether/request/request.json", "--store", f"tether+unix://{STORE_SOCKET}"],
         "workingDir": "/work",
         "env": [
             {"name": "HOME", "value": "/tmp"},
             {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"},
             {"name": "TETHER_REQUEST_SHA256", "value": request_sha256},
-            {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_ACCESS_KEY_ID"}}},
-            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "tether-store", "key": "AWS_SECRET_ACCESS_KEY"}}},
         ],
         "volumeMounts": mounts,
         "securityContext": SECURITY,
         "resources": resources or {},
+    }
+    proxy = {
+        "name": "store",
+        "image": IMAGE,
+        "restartPolicy": "Always",
+        "command": [
+            "python",
+            "-m",
+            "tether",
+            "store-proxy",
+            "--request",
+            "/etc/tether/request/request.json",
+            "--store",
+            f"{{store}}/{ns}",
+            "--socket",
+            STORE_SOCKET,
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TETHER_REQUEST_SHA256", "value": request_sha256}, *STORE_ENV],
+        "volumeMounts": [
+            {"name": "store-tmp", "mountPath": "/tmp"},
+            {"name": "store-socket", "mountPath": "/var/run/tether/store"},
+            {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
+        ],
+        "securityContext": SECURITY,
     }
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -176,6 +209,7 @@ def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, reso
         "automountServiceAccountToken": False,
         "activeDeadlineSeconds": timeout,
         "securityContext": POD_SECURITY,
+        "initContainers": [proxy],
         "containers": [container],
         "volumes": volumes,
         "nodeSelector": node_selector,
@@ -214,32 +248,15 @@ CASES = {
         {"tolerations": [{"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]},
     ),
     "secrets": (
-        {"model": {"name": "gpt-4.1", "apiKeySecretRef": {"name": "llm", "key": "openai"}}, "tools": ["crm"]},
-        {
-            "secrets": [
-                {"secret": {"name": "llm", "items": [{"key": "openai", "path": "model/apiKey"}]}},
-                {"secret": {"name": "crm-creds", "items": [{"key": "token", "path": "tools/crm/CRM_TOKEN"}]}},
-                {"secret": {"name": "crm-creds", "items": [{"key": "region", "path": "tools/crm/CRM_REGION"}]}},
-            ]
-        },
+        {"model": {"name": "gpt-4.1", "apiKeySecretRef": {"name": "llm", "key": "openai"}}},
+        {"secrets": [{"secret": {"name": "llm", "items": [{"key": "openai", "path": "model/apiKey"}]}}]},
     ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None:
-    spec, want = CASES[case]
-    if case == "secrets":  # the Secrets do not exist: the operator never reads them, the pod mounts them
-        tool = {
-            "description": "Talk to the CRM",
-            "implementation": "shop.tools:crm",
-            "env": [
-                {"name": "CRM_TOKEN", "secretKeyRef": {"name": "crm-creds", "key": "token"}},
-                {"name": "CRM_REGION", "secretKeyRef": {"name": "crm-creds", "key": "region"}},
-            ],
-        }
-        doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": "crm"}, "spec": tool}
-        kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc))
+    spec, want = CASES[case]  # "secrets": the Secret does not exist: the operator never reads it, the pod mounts it
     run = apply_run(kube, f"spec-{case}", **spec)
     execution = execution_name(run["metadata"]["uid"])
     pod = wait_pod(kube, run, 1)
@@ -247,8 +264,8 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
     # the runtime refuses a request file whose hash is not the one in the pod spec
     sha256 = hashlib.sha256(configmap["data"]["request.json"].encode()).hexdigest()
     expected = expected_pod(f"{execution}-1", NS, execution, request_sha256=sha256, **want)
-    command = expected["spec"]["containers"][0]["command"]
-    command[-1] = command[-1].replace("{store}", k8s_operator.store_url)
+    command = expected["spec"]["initContainers"][0]["command"]
+    command[-3] = command[-3].replace("{store}", k8s_operator.store_url)
     # the DefaultTolerationSeconds admission plugin adds its own not-ready/unreachable tolerations
     tolerations = [t for t in pod["spec"].get("tolerations") or [] if not t.get("key", "").startswith("node.kubernetes.io/")]
     pod["spec"]["tolerations"] = tolerations or None
@@ -272,14 +289,19 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
 
 
 def test_store_prefix_and_credentials_are_the_namespaces_own(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """The namespace's store credentials reach only the store proxy, which serves the agent's
+    container its own run's keys (tests/core/test_store_proxy.py); the agent's container has none."""
     for ns in (NS, NS_B):
         run = apply_run(kube, "isolated", ns=ns)
         pod = wait_pod(kube, run, 1, ns=ns)
-        (container,) = pod["spec"]["containers"]
-        assert container["command"][-2:] == ["--store", f"{k8s_operator.store_url}/{ns}"]
-        refs = [e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e]
+        (agent,) = pod["spec"]["containers"]
+        (proxy,) = pod["spec"]["initContainers"]
+        assert proxy["command"][-4:-2] == ["--store", f"{k8s_operator.store_url}/{ns}"]
+        refs = [e["valueFrom"]["secretKeyRef"]["name"] for e in proxy["env"] if "valueFrom" in e]
         assert refs == ["tether-store", "tether-store"]  # resolved in the pod's own namespace
-        assert not [e for e in container["env"] if "AWS" in e["name"] and "value" in e], "no credential values in the spec"
+        assert not [e for e in proxy["env"] if "AWS" in e["name"] and "value" in e], "no credential values in the spec"
+        assert agent["command"][-2:] == ["--store", f"tether+unix://{STORE_SOCKET}"]
+        assert not [e for e in agent["env"] if "AWS" in e["name"] or "valueFrom" in e], "the agent's container has no store credentials"
         assert pod["metadata"]["namespace"] == ns
 
 
@@ -351,16 +373,106 @@ def test_deleting_a_running_run_deletes_its_pods(kube: ControlPlane, k8s_operato
     assert kube.kubectl("get", "configmap", request_configmap(pod), "-n", NS, check=False).returncode != 0
 
 
-def test_a_tool_with_its_own_image_or_resources_is_refused(kube: ControlPlane, k8s_operator: Operator) -> None:
-    tool = {"description": "Embed on a GPU", "implementation": "shop.tools:embed", "image": "registry.example/embed:1",
-            "resources": {"gpu": {"type": "A100", "count": 1}}}  # fmt: skip
-    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": "embed"}, "spec": tool}
-    kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc))
-    run = apply_run(kube, "gpu-tool", tools=["embed"])
+def apply_tool(kube: ControlPlane, name: str, ns: str = NS, **spec: Any) -> None:
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": name}, "spec": spec}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(doc))
+
+
+def secrets_reached(container: dict[str, Any], volumes: dict[str, dict[str, Any]]) -> set[str]:
+    """Every Secret a container can read: its env references and the Secrets of the volumes it mounts."""
+    names = {e["valueFrom"]["secretKeyRef"]["name"] for e in container.get("env") or [] if "secretKeyRef" in e.get("valueFrom", {})}
+    names |= {e["secretRef"]["name"] for e in container.get("envFrom") or [] if "secretRef" in e}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes[mount["name"]]
+        if "secret" in volume:
+            names.add(volume["secret"]["secretName"])
+        names |= {src["secret"]["name"] for src in (volume.get("projected") or {}).get("sources") or [] if "secret" in src}
+    return names
+
+
+def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """The agent's container mounts the provider key and the store credentials, never a tool's
+    Secret; each tool with Secrets, an image or resources runs `tether tool-runner` in a native
+    sidecar (an init container with restartPolicy Always) that alone mounts its own Secrets; a
+    tool with none of these runs in the agent's process. (On today's main the one container
+    mounted crm-creds, and embed's image and resources were refused.)"""
+    apply_tool(kube, "crm", description="Talk to the CRM", implementation="shop.tools:crm", env=[
+        {"name": "CRM_TOKEN", "secretKeyRef": {"name": "crm-creds", "key": "token"}},
+        {"name": "CRM_REGION", "secretKeyRef": {"name": "crm-creds", "key": "region"}}])  # fmt: skip
+    apply_tool(kube, "embed", description="Embed", implementation="shop.tools:embed", image="registry.example/embed:1",
+               resources={"cpu": "2", "memory": "4Gi"})  # fmt: skip
+    apply_tool(kube, "lookup", description="Look up", implementation="shop.tools:lookup")
+    model = {"name": "gpt-4.1", "apiKeySecretRef": {"name": "llm", "key": "openai"}}
+    run = apply_run(kube, "tool-runners", model=model, tools=["crm", "embed", "lookup"])
+    execution = execution_name(run["metadata"]["uid"])
+    pod = wait_pod(kube, run, 1)
+    spec = pod["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (agent,) = spec["containers"]
+    store, crm, embed = spec["initContainers"]
+    runner = ["python", "-m", "tether", "tool-runner", "--request", "/etc/tether/request/request.json"]
+    want = {
+        "name": "tool-0", "image": IMAGE, "restartPolicy": "Always",
+        "command": [*runner, "--tool", "crm", "--socket", "/var/run/tether/tools/0.sock"],
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"}],
+        "volumeMounts": [{"name": "tool-0-tmp", "mountPath": "/tmp"}, {"name": "tool-sockets", "mountPath": "/var/run/tether/tools"},
+                         {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
+                         {"name": "tool-0-secrets", "mountPath": "/var/run/tether/secrets", "readOnly": True}],
+        "securityContext": SECURITY,
+    }  # fmt: skip
+    assert subset(crm, want) == want
+    probe = crm["startupProbe"]  # the agent's container starts once the runner listens
+    assert probe["exec"]["command"][:2] == ["python", "-c"] and probe["exec"]["command"][-1] == "/var/run/tether/tools/0.sock"
+    assert volumes["tool-0-secrets"]["projected"]["sources"] == [
+        {"secret": {"name": "crm-creds", "items": [{"key": "token", "path": "tools/crm/CRM_TOKEN"}]}},
+        {"secret": {"name": "crm-creds", "items": [{"key": "region", "path": "tools/crm/CRM_REGION"}]}},
+    ]
+    # embed: its own image and resources, no Secrets, nothing of the agent's
+    assert (embed["name"], embed["image"], embed["restartPolicy"]) == ("tool-1", "registry.example/embed:1", "Always")
+    assert embed["command"][-4:] == ["--tool", "embed", "--socket", "/var/run/tether/tools/1.sock"]
+    assert embed["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+    assert embed["securityContext"] == SECURITY
+    assert not agent.get("resources")
+    # the agent reaches the runners over the shared socket directory; lookup stays in its process
+    env = {e["name"]: e for e in agent["env"]}
+    assert json.loads(env["TETHER_TOOL_RUNNERS"]["value"]) == {
+        "crm": "/var/run/tether/tools/0.sock",
+        "embed": "/var/run/tether/tools/1.sock",
+    }
+    assert {"name": "tool-sockets", "mountPath": "/var/run/tether/tools"} in agent["volumeMounts"]
+    assert volumes["secrets"]["projected"]["sources"] == [{"secret": {"name": "llm", "items": [{"key": "openai", "path": "model/apiKey"}]}}]
+    # who can read which Secret
+    assert secrets_reached(agent, volumes) == {"llm"}
+    assert secrets_reached(store, volumes) == {"tether-store"}
+    assert secrets_reached(crm, volumes) == {"crm-creds"}
+    assert secrets_reached(embed, volumes) == set()
+    assert not [m for m in agent["volumeMounts"] if m["name"].startswith("tool-") and m["name"] != "tool-sockets"]
+    # the same pod passes Pod Security "restricted"
+    kube.kubectl("create", "namespace", "k8s-restricted", check=False)
+    kube.kubectl("label", "namespace", "k8s-restricted", "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    kube.kubectl("create", "serviceaccount", "tether-runner", "-n", "k8s-restricted", check=False)
+    copy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod["metadata"]["name"]}, "spec": spec}
+    admitted = kube.kubectl("create", "--dry-run=server", "-n", "k8s-restricted", "-f", "-", input=json.dumps(copy), check=False)
+    assert admitted.returncode == 0 and "Warning" not in admitted.stderr, admitted.stderr
+    loose = json.loads(json.dumps(copy))
+    del loose["spec"]["initContainers"][0]["securityContext"]  # control: the namespace does enforce it
+    refused = kube.kubectl("create", "--dry-run=server", "-n", "k8s-restricted", "-f", "-", input=json.dumps(loose), check=False)
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr, refused.stderr
+    assert condition(get(kube, "agentrun", NS, "tool-runners"), "Accepted")["status"] == "True"
+    assert execution in pod["metadata"]["name"]
+
+
+def test_a_tool_with_a_gpu_is_refused(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """A tool container shares the agent's pod and node: a GPU tool would drag the agent onto the
+    GPU node, and a pod of its own is not made by this executor: refused, naming the field."""
+    apply_tool(kube, "embed-gpu", description="Embed on a GPU", implementation="shop.tools:embed", image="registry.example/embed:1",
+               resources={"gpu": {"type": "A100", "count": 1}})  # fmt: skip
+    run = apply_run(kube, "gpu-tool", tools=["embed-gpu"])
     kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/gpu-tool")
     accepted = condition(get(kube, "agentrun", NS, "gpu-tool"), "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("False", "UnsupportedByExecutor")
-    assert "the kubernetes executor does not honour spec.image of AgentTool embed, spec.resources of AgentTool embed" in accepted["message"]
+    assert "the kubernetes executor does not honour spec.resources.gpu of AgentTool embed-gpu (" in accepted["message"]
+    assert "a GPU tool would need a pod of its own" in accepted["message"]
     assert "UnsupportedByExecutor" in [e["reason"] for e in events_of(kube, "gpu-tool")]
     assert not pods_of(kube, run) and not finalizers(kube, "gpu-tool")
 

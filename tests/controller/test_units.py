@@ -77,6 +77,7 @@ def test_each_namespace_has_its_own_store_prefix() -> None:
 def test_capabilities_name_every_unsupported_field() -> None:
     from tether.api import AgentRunSpec, AgentToolSpec
     from tether_operator.executors.base import unsupported
+    from tether_operator.executors.flyte import FlyteExecutor
     from tether_operator.executors.kubernetes import KubernetesExecutor
     from tether_operator.executors.local import LocalExecutor
 
@@ -102,8 +103,12 @@ def test_capabilities_name_every_unsupported_field() -> None:
         "spec.tolerations",
         "spec.resources of AgentTool embed",
     ]
-    assert unsupported(spec, tools, KubernetesExecutor.supports) == ["spec.resources of AgentTool embed"]
-    assert unsupported(spec, {"plain": tools["plain"]}, KubernetesExecutor.supports) == []
+    # a tool's own resources run in its own container; a GPU would drag the agent's pod onto its node
+    assert unsupported(spec, tools, KubernetesExecutor.supports) == []
+    gpu = AgentToolSpec.model_validate({"description": "d", "implementation": "m:f", "resources": {"gpu": {"type": "A100", "count": 1}}})
+    assert unsupported(spec, {"gpu": gpu}, KubernetesExecutor.supports) == ["spec.resources.gpu of AgentTool gpu"]
+    assert unsupported(spec, {"gpu": gpu}, FlyteExecutor.supports) == ["spec.nodeSelector", "spec.tolerations"]
+    assert unsupported(spec, {"gpu": gpu}, LocalExecutor.supports)[-1] == "spec.resources of AgentTool gpu"  # said once
 
 
 def test_pod_outcomes_map_to_the_exit_code_contract() -> None:
@@ -164,3 +169,26 @@ def test_an_object_is_ours_only_if_every_field_we_set_is_equal() -> None:
         "CreateContainerConfigError",
         "CreateContainerConfigError: container has runAsNonRoot and image will run as root",
     )
+    sidecar_pull = {"status": {"initContainerStatuses": [{"name": "tool-0", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}],
+                               "containerStatuses": [{"name": "runtime", "state": {"waiting": {"reason": "PodInitializing"}}}]}}  # fmt: skip
+    assert start_problem(sidecar_pull) == ("ImagePullBackOff", "ImagePullBackOff: Back-off pulling image"), "a tool runner's image"
+
+
+def test_the_tool_runner_startup_probe_passes_once_the_runner_listens(tmp_path) -> None:
+    """The exec startupProbe a tool runner's container gets fails before the runner listens and
+    passes once it does (what holds the agent's container back while a tool imports)."""
+    import subprocess
+    import sys
+
+    from tests.support.tool_runner_pod import Pod, stop
+    from tether_operator.executors.kubernetes import LISTENING
+
+    pod = Pod(tmp_path, "http://127.0.0.1:9", "x")
+    probe = [sys.executable, "-c", LISTENING, pod.socket]
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
+    runner = pod.runner()
+    try:
+        assert subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    finally:
+        stop(runner)
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0  # gone with the runner

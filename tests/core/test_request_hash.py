@@ -89,3 +89,29 @@ def test_a_swapped_request_is_refused_before_anything_runs(tmp_path: Path) -> No
             assert not (tmp_path / "seen.json").exists(), "no tool module was imported"
             assert read_progress(open_store(str(tmp_path / "store")), "r1") is None, "no attempt started"
         assert attacker.ledger.snapshot() == [], "the attacker's server heard nothing"
+
+
+def test_the_pods_sidecars_refuse_a_swapped_request_too(tmp_path: Path) -> None:
+    """The store proxy (it serves the keys of the run the request names: a swapped request could
+    name another run of the namespace) and a tool runner (the tools it names) check the same hash."""
+    text = _request()
+    (tmp_path / "mods").mkdir(exist_ok=True)
+    (tmp_path / "mods" / "spy_tools.py").write_text(SPY)
+    (tmp_path / "request.json").write_text(text)
+    env = {
+        **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), *sys.path]),
+        "SPY_OUT": str(tmp_path / "seen.json"),
+        "TETHER_TOOL_MODULES": "spy_tools",
+        REQUEST_SHA256_ENV: hashlib.sha256(b"the request the operator wrote").hexdigest(),
+    }
+    request, socket = str(tmp_path / "request.json"), str(tmp_path / "s.sock")
+    for command in (
+        ["store-proxy", "--request", request, "--store", str(tmp_path / "store"), "--socket", socket],
+        ["tool-runner", "--request", request, "--tool", "spy", "--socket", socket],
+    ):
+        proc = subprocess.run([sys.executable, "-m", "tether", *command], env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == EXIT_TERMINAL, proc.stderr
+        assert "is not the one the executor wrote" in proc.stderr
+        assert not Path(socket).exists(), f"{command[0]} listened with a swapped request"
+    assert not (tmp_path / "seen.json").exists(), "the tool runner imported a tool of the swapped request"

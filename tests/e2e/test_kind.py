@@ -2,7 +2,8 @@
 
 Every example of every framework to Succeeded in its own pod (the refund one approved with
 kubectl); GPU placement on the A100 worker; a runner pod deleted mid-run and the retry replaying
-every finished turn with no upstream call and no finished tool re-run; `kubectl wait`; and
+every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
+in its tool runner's container only; `kubectl wait`; and
 `helm uninstall` keeping CRDs and journals (last: it removes the operator).
 """
 
@@ -137,6 +138,53 @@ def test_pod_deleted_mid_run_replays_with_no_upstream_call():
         assert log.count("[tool] search(") == 0, log
     finally:
         delete_run(name)
+
+
+def test_the_agent_container_cannot_read_a_tools_secret():
+    """A tool with a Secret runs in its own container (tool-0, a native sidecar): mid-run, the
+    agent's container has no such file, no such variable and no such volume (nor the store's
+    credentials: they are in the store proxy); the tool's
+    container has the file; the run completes (the pod ends although the sidecar keeps serving).
+    NOT RUN in the session that wrote it (no Docker/kind there)."""
+    name, tool = unique("keyed"), unique("keyed-weather")
+    run, tools = example("openai", "weather", name)
+    [weather] = tools
+    weather["metadata"]["name"] = tool
+    weather["spec"]["env"] = [{"name": "WEATHER_KEY", "secretKeyRef": {"name": "weather-key", "key": "key"}}]
+    run["spec"]["tools"] = [tool]
+    value = "wk-e2e-" + uuid.uuid4().hex
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "weather-key", "namespace": NS, "labels": {"tether.dev/usable": "true"}},
+              "stringData": {"key": value}}  # fmt: skip
+    kubectl("apply", "-f", "-", input=json.dumps(secret))
+    fake_provider("/_control/reset", "POST")
+    fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])  # hold turn 2: the pod stays up
+    apply(run, tools)
+    try:
+        poll("the tool's call", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300)
+        pod = pods(name)[-1]
+        pn = pod["metadata"]["name"]
+        assert [(c["name"], c["restartPolicy"]) for c in pod["spec"]["initContainers"]] == [("store", "Always"), ("tool-0", "Always")]
+        path = f"/var/run/tether/secrets/tools/{tool}/WEATHER_KEY"
+        agent = kubectl("exec", "-n", NS, pn, "-c", "runtime", "--", "python", "-c", (
+            "import os, pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+            "found = [str(f) for f in pathlib.Path('/var/run/tether/secrets').rglob('*') if f.is_file()]; "
+            "env = open('/proc/self/environ', 'rb').read() + open('/proc/1/environ', 'rb').read(); "
+            "print(p.exists(), sys.argv[2].encode() in env, b'AWS_SECRET_ACCESS_KEY' in env, sorted(found))"), path, value)  # fmt: skip
+        exists, in_env, store_key, files = agent.strip().split(" ", 3)
+        assert (exists, in_env, store_key) == ("False", "False", "False"), agent  # no tool secret, no store credentials
+        assert "tools/" not in files, files
+        tool_side = kubectl("exec", "-n", NS, pn, "-c", "tool-0", "--", "python", "-c",
+                            "import pathlib, sys; print(pathlib.Path(sys.argv[1]).is_file())", path)  # fmt: skip
+        assert tool_side.strip() == "True"
+        final = wait_phase(name, "Succeeded", timeout=300)
+        assert final["steps"]["toolLive"] + final["steps"].get("toolReplayed", 0) >= 1
+        done = pods(name)[-1]
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert value not in kubectl("logs", "-n", NS, done["metadata"]["name"], "--all-containers")
+    finally:
+        fake_provider("/_control/reset", "POST")
+        delete_run(name)
+        kubectl("delete", "agenttool", tool, "-n", NS, "--ignore-not-found")
 
 
 def test_kubectl_wait_for_succeeded():

@@ -66,6 +66,9 @@ class Tool:
         if cache not in ("off", "auto"):
             raise ConfigError(f"tool cache must be 'auto' or 'off', not {cache!r}")
         self.task: Any = fn if _is_flyte_task(fn) else None  # a flyte TaskTemplate
+        #: Where the call runs instead of this process: a tool runner holding the tool's secrets
+        #: (``tether.toolrunner.RunnerClient``); the seam around it stays here.
+        self.runner: Any = None
         self.fn: Callable[..., Any] = cast(Any, fn).func if self.task is not None else fn  # the user's function
         self.name = name or self.fn.__name__
         self.description = description or inspect.getdoc(self.fn) or self.name
@@ -82,6 +85,8 @@ class Tool:
         functools.update_wrapper(self, self.fn)
 
     async def _execute(self, **kwargs: Any) -> Any:
+        if self.runner is not None:
+            return await self.runner.call(kwargs)
         if self.task is not None and flyte_ctx():
             return await self.task.aio(**kwargs)  # a child Flyte task
         if inspect.iscoroutinefunction(self.fn):

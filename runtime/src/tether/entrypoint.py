@@ -12,7 +12,6 @@ framework adapter and returns an outcome whose ``exit_code`` executors understan
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 import os
@@ -34,7 +33,8 @@ from .contract import EXIT_TERMINAL as EXIT_TERMINAL
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
-from .tools import TOOL_MODULES_ENV, allowed_tool_modules, implementation_refusal
+from .toolrunner import RunnerClient, describe_remote, stand_in, tool_runners
+from .tools import TOOL_MODULES_ENV, allowed_tool_modules, implementation_refusal, import_tool
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 tool_env = flyte.TaskEnvironment(name="tether-tool")
@@ -46,14 +46,17 @@ TOOL_TASKS_ENV = "TETHER_FLYTE_TOOL_TASKS"
 def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> Tool:
     """The AgentTool as a Tool, if its module is an allowed tool module (checked again here: the
     operator's check might have been bypassed); it gets its own secrets, nobody else's."""
-    refusal = implementation_refusal(spec.implementation, allowed_tool_modules() if allowed is None else allowed)
-    if refusal:
-        raise ConfigError(f"AgentTool {name}: {refusal}")
-    module_name, _, attr = spec.implementation.partition(":")
+    runner = tool_runners().get(name)
+    allowed = allowed_tool_modules() if allowed is None else allowed
+    described: dict[str, Any] | None = None
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"AgentTool {name}: cannot import {spec.implementation}: {e}") from e
+        fn = import_tool(name, spec.implementation, allowed)
+    except ConfigError:
+        if runner is None or implementation_refusal(spec.implementation, allowed):
+            raise
+        # Its module is only in the tool's own image: its runner says what the framework must know.
+        described = describe_remote(name, runner)
+        fn = stand_in(described)
     if isinstance(fn, Tool):
         fn = fn.task or fn.fn
     approval = None
@@ -68,6 +71,11 @@ def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | No
         approval=approval,
         cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
     )
+    if runner is not None:  # it runs in its own container, which alone holds its secrets
+        tool.runner = RunnerClient(name, runner)
+        if described is not None:
+            tool.spec.code = described["code"]  # the cross-run cache follows the tool's own code
+        return tool
     tool.spec.secrets = tool_secrets(name)
     child = json.loads(os.environ.get(TOOL_TASKS_ENV) or "{}").get(name)
     if child is not None and os.environ.get(FLYTE_REMOTE_ENV) == "1":
@@ -258,11 +266,7 @@ async def tool_call(implementation: str, tool: str, arguments: str) -> str:
     from . import secrets as tether_secrets
 
     secrets = tether_secrets.load()
-    refusal = implementation_refusal(implementation, allowed_tool_modules())
-    if refusal:
-        raise ConfigError(f"AgentTool {tool}: {refusal}")
-    module_name, _, attr = implementation.partition(":")
-    fn = getattr(importlib.import_module(module_name), attr)
+    fn = import_tool(tool, implementation, allowed_tool_modules())
     if isinstance(fn, Tool):
         fn = fn.fn
     with tether_secrets.tool_scope(secrets.tools.get(tool, {})):

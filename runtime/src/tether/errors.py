@@ -10,6 +10,8 @@
     │                          recoverable, the next attempt runs it again
     ├── RecoverableStepError   a step failed in a way that is not recorded (408/409/429/5xx,
     │                          timeouts, broken connections); the next attempt runs it again
+    │   └── ToolRunnerUnavailable  the tool runner of an isolated tool did not answer (down,
+    │                          restarting, gone mid-call): the call is not recorded
     └── ToolError              a tool failed terminally; recorded and replayed as the same error
     Suspended (BaseException)  the run waits for a human decision and must end now, holding
                                nothing; a BaseException so framework tool wrappers that catch
@@ -47,6 +49,11 @@ class StoreUnavailable(StoreError):
 
 class RecoverableStepError(TetherError):
     """A step failed without being recorded; the next attempt runs it again."""
+
+
+class ToolRunnerUnavailable(RecoverableStepError):
+    """A tool runner (``tether tool-runner``, the container holding a tool's Secrets) could not
+    be reached or died during the call: not the tool's answer, so nothing is recorded."""
 
 
 class ToolError(TetherError):

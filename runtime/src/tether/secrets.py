@@ -22,14 +22,31 @@ How each reaches its user:
   per task and per thread, so two concurrent calls of different tools never see each other's
   values, and the agent's own code (outside any call) sees none.
 
-Threat model, honestly: this separates well-behaved code from credentials it was not given; it is
-not a sandbox. In-process Python tools share the interpreter with the agent and each other: a
-malicious tool module can walk the interpreter's memory, read the secrets directory, or read the
-provider key from the environment. The boundary against hostile code is which modules may be
-tools at all (``tools.allowedModules``, enforced by the operator and by the runtime) and, for
-stronger isolation, a tool with its own ``image`` runs as a separate task. Child processes a tool
-starts inherit the real process environment only: the overlay does not reach them (pass ``env=``
-explicitly).
+Threat model, honestly. In one process this separates well-behaved code from credentials it was
+not given; it is not a sandbox: in-process Python tools share the interpreter with the agent and
+each other, and hostile code there can walk the interpreter's memory, read the secrets directory,
+or read the provider key from the environment. So where it matters the boundary is a process
+and a mount namespace, not a context variable:
+
+- Kubernetes executor: every AgentTool with Secrets (or its own image or resources) runs in a
+  tool runner (:mod:`tether.toolrunner`, ``tether tool-runner``), a container of its own whose
+  secrets directory holds only ``tools/<that tool>/…``. The agent's container has only
+  ``model/apiKey`` in its directory, never loads a tool secret, and sends such a tool's calls
+  over a Unix socket (``$TETHER_TOOL_RUNNERS``): the agent's code, the framework and whatever the
+  model talks them into can call the tool with arguments, never read its secret. The tool
+  runner gets no provider key and no store credentials. It trusts its caller: journal, approvals
+  and cache are the agent's seam, so code running in the agent's container could call the tool
+  directly, without them (what keeps such code out is the module allowlists). Tools without
+  secrets stay in the agent's process and can use what it holds (the provider key, and the
+  store through the pod's store proxy, which serves the run's own keys only:
+  :mod:`tether.stores.proxy`).
+- Flyte executor: a tool with its own image or resources is a child task with its own secrets;
+  the other tools' secrets are in the agent's task, separated as above in-process only.
+- Local executor (development): everything in one process.
+
+Which modules may be tools at all (``tools.allowedModules``, enforced by the operator, the
+runtime and the tool runner) bounds the code on both sides. Child processes a tool starts inherit
+the real process environment only: the overlay does not reach them (pass ``env=`` explicitly).
 """
 
 from __future__ import annotations

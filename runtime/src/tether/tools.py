@@ -34,12 +34,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
-from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError
+from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .run import Run, current_run
 from .secrets import tool_scope
 
 _idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_idempotency_key", default=None)
+
+
+class ToolFailed(Exception):
+    """A tool that ran elsewhere (a tool runner) raised ``error_type``: recorded as that type,
+    exactly as the same failure in this process would be."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
 def idempotency_key() -> str | None:
@@ -199,10 +208,13 @@ async def _call_live(run: Run, spec: ToolSpec, args: dict[str, Any], canonical: 
         with tool_scope(spec.secrets):
             value = await _invoke(spec, args)
         outcome, body = "ok", encode_result(value)
+    except ToolRunnerUnavailable:
+        raise  # not the tool's answer (its runner is down): not recorded, the next attempt sends it again
     except spec.retryable:
         raise
     except Exception as e:  # a tool crash is a terminal tool error the framework sees
-        outcome, body = "error", encode_result({"type": type(e).__name__, "message": str(e)})
+        error_type = e.error_type if isinstance(e, ToolFailed) else type(e).__name__
+        outcome, body = "error", encode_result({"type": error_type, "message": str(e)})
     finally:
         _idempotency_key.reset(token)
     record = Record(
@@ -344,3 +356,19 @@ def probe_implementation(implementation: str) -> str | None:
     if not callable(fn):
         return f"{implementation} is not callable"
     return None
+
+
+def import_tool(name: str, implementation: str, allowed: tuple[str, ...]) -> Callable[..., Any]:
+    """AgentTool ``name``'s function, if its module is an allowed tool module (checked again
+    wherever it is imported: the operator's check might have been bypassed)."""
+    import importlib
+
+    refusal = implementation_refusal(implementation, allowed)
+    if refusal:
+        raise ConfigError(f"AgentTool {name}: {refusal}")
+    module_name, _, attr = implementation.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"AgentTool {name}: cannot import {implementation}: {e}") from e
+    return fn  # type: ignore[no-any-return]

@@ -57,6 +57,7 @@ class Capability(str, Enum):
     TOLERATIONS = "spec.tolerations"
     TOOL_IMAGE = "AgentTool spec.image"
     TOOL_RESOURCES = "AgentTool spec.resources"
+    TOOL_GPU = "AgentTool spec.resources.gpu"
 
 
 def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports: frozenset[Capability]) -> list[str]:
@@ -75,6 +76,9 @@ def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports
             asked.append((Capability.TOOL_IMAGE, f"spec.image of AgentTool {name}"))
         if tool.resources is not None:
             asked.append((Capability.TOOL_RESOURCES, f"spec.resources of AgentTool {name}"))
+            # Resources honoured, a GPU not necessarily (a tool container shares the agent's node).
+            if tool.resources.gpu is not None and tool.resources.gpu.count > 0 and Capability.TOOL_RESOURCES in supports:
+                asked.append((Capability.TOOL_GPU, f"spec.resources.gpu of AgentTool {name}"))
     return [what for capability, what in asked if capability not in supports]
 
 

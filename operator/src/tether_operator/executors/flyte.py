@@ -154,7 +154,7 @@ class _Execution:
 
 class FlyteExecutor(FollowingExecutor[_Execution]):
     kind = "flyte"
-    supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.TOOL_IMAGE, Capability.TOOL_RESOURCES})
+    supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.TOOL_IMAGE, Capability.TOOL_RESOURCES, Capability.TOOL_GPU})
     refusal_hint = (
         "placement is the Flyte backend's: a GPU type in spec.resources selects its accelerator pool; "
         "nodeSelector and tolerations are not passed through"

@@ -9,10 +9,14 @@
 A pod carries `resources` as requests/limits (`gpu.count` as `nvidia.com/gpu`), the placement
 (spec + GPU node pool), `timeout` as activeDeadlineSeconds, the namespace's runner
 ServiceAccount (no token mounted, no RBAC) and a restricted security context. Secrets reach it
-only as a projected read-only volume at /var/run/tether/secrets (`model/apiKey`,
-`tools/<AgentTool>/<ENV>`): the operator never reads their values. The store credentials come
-from a Secret in the run's own namespace (`tether-store` by default), limited by the admin to
-that namespace's store prefix.
+only as projected read-only volumes at /var/run/tether/secrets: the operator never reads their
+values. The agent's container (`runtime`) mounts `model/apiKey`; each AgentTool with Secrets, an
+image or resources runs `tether tool-runner` in a container of its own (`tool-<i>`, a native
+sidecar) that alone mounts `tools/<AgentTool>/<ENV>`, reached over a Unix socket in a shared
+emptyDir (`$TETHER_TOOL_RUNNERS`). The store credentials come from a Secret in the run's own
+namespace (`tether-store` by default), limited by the admin to that namespace's store prefix,
+and are mounted only in the `store` container (`tether store-proxy`, a native sidecar on the
+chart's image), which serves the agent's container its own run's keys over a Unix socket.
 
 The pod's end is the runtime's exit code: 0 succeeded, 2 terminal, 3 suspended (the pod is
 deleted: nothing is held while a human decides; `resume` starts the next attempt), anything else
@@ -46,6 +50,7 @@ from typing import Any
 
 from tether.api import API_VERSION, Resources
 from tether.contract import REQUEST_SHA256_ENV
+from tether.toolrunner import RUNNERS_ENV
 from tether.tools import TOOL_MODULES_ENV
 
 from .. import kube
@@ -58,6 +63,7 @@ from .base import (
     ExecutionState,
     ExecutionStatus,
     FollowingExecutor,
+    SecretFile,
     Submission,
     execution_name,
 )
@@ -72,6 +78,17 @@ REQUEST_DIR = "/etc/tether/request"
 WORK_DIR = "/work"
 RUNNER_UID = 65532
 GPU_RESOURCE = "nvidia.com/gpu"
+RUNNER_COMMAND = ("python", "-m", "tether", "tool-runner")
+PROXY_COMMAND = ("python", "-m", "tether", "store-proxy")
+STORE_DIR = "/var/run/tether/store"  # the store proxy's socket: an emptyDir the agent shares with it
+STORE_SOCKET = f"{STORE_DIR}/store.sock"
+TOOLS_DIR = "/var/run/tether/tools"  # the tool runners' sockets: an emptyDir the agent shares with them
+CONTAINER_SECURITY: dict[str, Any] = {  # every container of a runner pod ("restricted")
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 _NO_EXIT_CODE = -1  # the pod died without a container exit code (evicted, deleted, node lost)
 _NOT_DEATHS = (EXIT_SUCCEEDED, EXIT_TERMINAL, EXIT_SUSPENDED)
 
@@ -133,6 +150,97 @@ def request_configmap(sub: Submission) -> dict[str, Any]:
     }
 
 
+def isolated_tools(sub: Submission) -> list[str]:
+    """The run's AgentTools that run in a container of their own: those holding Secrets (`env`),
+    or with an image or resources of their own. The others run in the agent's process."""
+    return sorted(name for name, tool in sub.request.tools.items() if tool.env or tool.image or tool.resources is not None)
+
+
+def _secrets_volume(name: str, files: list[SecretFile]) -> dict[str, Any]:
+    sources = [{"secret": {"name": f.secret, "items": [{"key": f.key, "path": f.path}]}} for f in files]
+    return {"name": name, "projected": {"defaultMode": 0o440, "sources": sources}}
+
+
+def tool_container(
+    sub: Submission, index: int, name: str, *, image: str, pull_policy: str, tool_modules: tuple[str, ...] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The tool runner of AgentTool `name` (a native sidecar: an init container that keeps
+    running, stopped when the agent's container ends) and the volumes only it mounts: its own
+    Secrets, its own /tmp."""
+    tool = sub.request.tools[name]
+    volumes: list[dict[str, Any]] = [{"name": f"tool-{index}-tmp", "emptyDir": {}}]
+    mounts: list[dict[str, Any]] = [
+        {"name": f"tool-{index}-tmp", "mountPath": "/tmp"},
+        {"name": "tool-sockets", "mountPath": TOOLS_DIR},
+        {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
+    ]
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}, {"name": REQUEST_SHA256_ENV, "value": request_sha256(sub)}]
+    files = [f for f in sub.secret_files if f.path.startswith(f"tools/{name}/")]
+    if files:
+        volumes.append(_secrets_volume(f"tool-{index}-secrets", files))
+        mounts.append({"name": f"tool-{index}-secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+        env.append({"name": "TETHER_SECRETS_DIR", "value": SECRETS_DIR})
+    if tool_modules is not None:
+        env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
+    container: dict[str, Any] = {
+        "name": f"tool-{index}",
+        "image": tool.image or image,  # else the run's
+        "imagePullPolicy": pull_policy,
+        "restartPolicy": "Always",
+        "command": [*RUNNER_COMMAND, "--request", f"{REQUEST_DIR}/request.json", "--tool", name, "--socket", socket_path(index)],
+        "workingDir": "/tmp",
+        "env": env,
+        "volumeMounts": mounts,
+        "securityContext": dict(CONTAINER_SECURITY),
+        # The agent's container starts once the runner listens (its tool imported: a large
+        # library can take a while), not merely once the runner's process started.
+        "startupProbe": {
+            "exec": {"command": ["python", "-c", LISTENING, socket_path(index)]},
+            "periodSeconds": 1,
+            "failureThreshold": 600,
+        },
+    }
+    if resources := container_resources(tool.resources):
+        container["resources"] = resources
+    return container, volumes
+
+
+LISTENING = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+
+
+def socket_path(index: int) -> str:
+    return f"{TOOLS_DIR}/{index}.sock"
+
+
+def store_proxy_container(
+    sub: Submission, *, image: str, pull_policy: str, store_secret: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`tether store-proxy`: the only container with the namespace's store credentials, serving
+    the run's own keys to the agent's container (`tether.stores.proxy`). The chart's runtime
+    image, never the run's: it holds the credentials."""
+    container: dict[str, Any] = {
+        "name": "store",
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "restartPolicy": "Always",
+        "command": [*PROXY_COMMAND, "--request", f"{REQUEST_DIR}/request.json", "--store", sub.store_url, "--socket", STORE_SOCKET],
+        "workingDir": "/tmp",
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": REQUEST_SHA256_ENV, "value": request_sha256(sub)}]
+        + [
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": store_secret, "key": var}}}
+            for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ],
+        "volumeMounts": [
+            {"name": "store-tmp", "mountPath": "/tmp"},
+            {"name": "store-socket", "mountPath": STORE_DIR},
+            {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
+        ],
+        "securityContext": dict(CONTAINER_SECURITY),
+        "startupProbe": {"exec": {"command": ["python", "-c", LISTENING, STORE_SOCKET]}, "periodSeconds": 1, "failureThreshold": 600},
+    }
+    return container, [{"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]
+
+
 def runner_pod(
     sub: Submission,
     attempt: int,
@@ -153,11 +261,6 @@ def runner_pod(
     ]
     if tool_modules is not None:  # the chart's tools.allowedModules; else the image's own tools
         env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
-    if store_secret:
-        env += [
-            {"name": var, "valueFrom": {"secretKeyRef": {"name": store_secret, "key": var}}}
-            for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-        ]
     volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {}},
         {"name": "work", "emptyDir": {}},
@@ -168,24 +271,39 @@ def runner_pod(
         {"name": "work", "mountPath": WORK_DIR},
         {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
     ]
-    if sub.secret_files:
-        sources = [{"secret": {"name": f.secret, "items": [{"key": f.key, "path": f.path}]}} for f in sub.secret_files]
-        volumes.append({"name": "secrets", "projected": {"defaultMode": 0o440, "sources": sources}})
+    sidecars: list[dict[str, Any]] = []
+    store_url = sub.store_url
+    if store_secret:  # the credentials go to the store proxy only; the agent reaches its run's keys
+        proxy, own = store_proxy_container(sub, image=image, pull_policy=pull_policy, store_secret=store_secret)
+        sidecars.append(proxy)
+        volumes += own
+        mounts.append({"name": "store-socket", "mountPath": STORE_DIR})
+        store_url = f"tether+unix://{STORE_SOCKET}"
+    # (else the pod's own identity, e.g. IRSA, which every container of the pod gets: no proxy)
+    isolated = isolated_tools(sub)
+    for index, name in enumerate(isolated):
+        sidecar, own = tool_container(sub, index, name, image=spec.image or image, pull_policy=pull_policy, tool_modules=tool_modules)
+        sidecars.append(sidecar)
+        volumes += own
+    if isolated:
+        volumes.append({"name": "tool-sockets", "emptyDir": {}})
+        mounts.append({"name": "tool-sockets", "mountPath": TOOLS_DIR})
+        env.append({"name": RUNNERS_ENV, "value": json.dumps({name: socket_path(i) for i, name in enumerate(isolated)}, sort_keys=True)})
+    # The agent's container mounts no Secret of an isolated tool: only the provider key (and any
+    # file of a tool that runs in its process, which has none: a tool with Secrets is isolated).
+    own_files = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{name}/") for name in isolated)]
+    if own_files:
+        volumes.append(_secrets_volume("secrets", own_files))
         mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image or image,
         "imagePullPolicy": pull_policy,
-        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--store", sub.store_url],
+        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--store", store_url],
         "workingDir": WORK_DIR,  # the same on every attempt: some SDKs put it in the prompt
         "env": env,
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": dict(CONTAINER_SECURITY),
     }
     if resources := container_resources(spec.resources, default_resources):
         container["resources"] = resources
@@ -205,6 +323,8 @@ def runner_pod(
         "containers": [container],
         "volumes": volumes,
     }
+    if sidecars:
+        pod_spec["initContainers"] = sidecars
     if sub.node_selector:
         pod_spec["nodeSelector"] = dict(sub.node_selector)
     if sub.tolerations:
@@ -216,10 +336,21 @@ def runner_pod(
             "name": pod_name(sub.name, attempt),
             "namespace": sub.request.namespace,
             "labels": {**sub.labels, EXECUTION_LABEL: sub.name, ATTEMPT_LABEL: str(attempt)},
+            "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER},  # `kubectl logs POD`: the agent's
             "ownerReferences": [_owner(sub)],
         },
         "spec": pod_spec,
     }
+
+
+NO_SIDECARS = (
+    "the apiserver dropped restartPolicy: Always of the tool runner containers: AgentTools with Secrets, "
+    "an image or resources need native sidecar containers (Kubernetes >= 1.29 with SidecarContainers enabled; GA in 1.33)"
+)
+
+
+def _sidecars_kept(pod: Mapping[str, Any]) -> bool:
+    return all(c.get("restartPolicy") == "Always" for c in (pod.get("spec") or {}).get("initContainers") or [])
 
 
 def pod_outcome(pod: Mapping[str, Any], timeout_seconds: float) -> tuple[int, str] | None:
@@ -350,7 +481,8 @@ def start_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(condition reason, the kubelet's or scheduler's message) of a pending pod that cannot
     start as it is, or None."""
     status = pod.get("status") or {}
-    for c in status.get("containerStatuses") or []:
+    # The sidecars (store proxy, tool runners) first: the agent's container waits for them.
+    for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (c.get("state") or {}).get("waiting") or {}
         reason = _WAITING.get(waiting.get("reason", ""))
         if reason is not None:
@@ -392,8 +524,20 @@ class _Execution:
 
 class KubernetesExecutor(FollowingExecutor[_Execution]):
     kind = "kubernetes"
-    supports = frozenset({Capability.IMAGE, Capability.RESOURCES, Capability.NODE_SELECTOR, Capability.TOLERATIONS})
-    refusal_hint = "one pod runs the agent and its tools: an AgentTool cannot have an image or resources of its own"
+    supports = frozenset(
+        {
+            Capability.IMAGE,
+            Capability.RESOURCES,
+            Capability.NODE_SELECTOR,
+            Capability.TOLERATIONS,
+            Capability.TOOL_IMAGE,
+            Capability.TOOL_RESOURCES,
+        }
+    )
+    refusal_hint = (
+        "a tool runs in a container of the run's pod, on the agent's node: a GPU tool would need a pod of its own, "
+        "which this executor does not make; give the run the GPU (spec.resources) or use the flyte executor"
+    )
     reads_secrets = False
 
     def __init__(
@@ -566,6 +710,12 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
                     if not created and (why := _not_ours(pod, expected)):
                         raise _conflict("Pod", namespace, pod_name(sub.name, current), why)
                     run.attempts = current
+                    if created and not _sidecars_kept(pod):
+                        # An apiserver without native sidecars (SidecarContainers, on since 1.29,
+                        # GA in 1.33) drops their restartPolicy: the tool runner would block the
+                        # agent's container for ever.
+                        await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, current)))
+                        return run.set(ExecutionState.FAILED, f"the runner pod was refused: {NO_SIDECARS}")
                 code, died = await self._follow(run, pod_name(sub.name, current))
                 current = 0
                 run.exit_code = code

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 
 from ..contract import EXIT_CODES_HELP as EXIT_CODES_HELP  # for --help, without importing Flyte
+from ..contract import REQUEST_SHA256_ENV
 
 
 def command_name() -> str:
     """How the user runs Tether, for printed hints: ``./tether`` from a checkout (the script sets
     ``$TETHER_COMMAND``), else ``tether``."""
     return os.environ.get("TETHER_COMMAND") or "tether"
+
+
+def request_is_the_executors(data: bytes, where: str, command: str) -> bool:
+    """Whether the exec request ``data`` (read from ``where``) is the one the executor wrote:
+    with ``$TETHER_REQUEST_SHA256`` set (the Kubernetes executor sets it in every container of a
+    runner pod), its sha256 must match; else this says why on stderr. Every command that reads a
+    request checks it: a swapped request could name another run (its store keys) or other tools."""
+    expected = os.environ.get(REQUEST_SHA256_ENV)
+    got = hashlib.sha256(data).hexdigest()
+    if expected is None or got == expected.strip().lower():
+        return True
+    print(
+        f"{command}: the request {where} is not the one the executor wrote (its sha256 {got} differs from "
+        f"${REQUEST_SHA256_ENV}): refusing to run it",
+        file=sys.stderr,
+    )
+    return False

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -29,8 +28,8 @@ from typing import Any
 
 from .. import secrets as tether_secrets
 from .. import stopping
-from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL, REQUEST_SHA256_ENV
-from . import EXIT_CODES_HELP, command_name
+from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL
+from . import EXIT_CODES_HELP, command_name, request_is_the_executors
 
 #: What a warm worker waits for on stdin before it runs its attempt.
 GO = "go"
@@ -62,14 +61,7 @@ def main(argv: list[str]) -> int:
     if args.warm and args.request == "-":
         p.error("--warm reads 'go' from stdin: give the request as a file")
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
-    expected = os.environ.get(REQUEST_SHA256_ENV)
-    if expected is not None and hashlib.sha256(data).hexdigest() != expected.strip().lower():
-        # The executor said which request it wrote; this one is not it (swapped or squatted).
-        print(
-            f"tether exec: the request {args.request} is not the one the executor wrote "
-            f"(its sha256 {hashlib.sha256(data).hexdigest()} differs from ${REQUEST_SHA256_ENV}): refusing to run it",
-            file=sys.stderr,
-        )
+    if not request_is_the_executors(data, args.request, "tether exec"):  # swapped or squatted
         return EXIT_TERMINAL
     text = data.decode()
     from ..api import PROVIDER_KEY_ENV, ExecRequest

@@ -7,6 +7,7 @@ sees the whole object or nothing, never a half-written record.
     open_store("/var/lib/tether")                        # local directory
     open_store("file:///var/lib/tether")
     open_store("s3://bucket/prefix?endpoint_url=http://127.0.0.1:9000&region=us-east-1")
+    open_store("tether+unix:///var/run/tether/store/store.sock")   # one run's keys (stores.proxy)
 """
 
 from __future__ import annotations
@@ -40,4 +41,8 @@ def open_store(url: str | Path | Store | None = None) -> Store:
 
         opts = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         return S3Store(parsed.netloc, parsed.path.strip("/"), endpoint_url=opts.get("endpoint_url"), region=opts.get("region"))
+    if parsed.scheme == "tether+unix":  # a run's own keys, through its pod's store proxy
+        from .proxy import ProxyStore
+
+        return ProxyStore(parsed.path)
     raise ConfigError(f"unsupported store URL {url!r}: use a directory, file:///dir or s3://bucket/prefix")

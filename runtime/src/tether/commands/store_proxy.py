@@ -1,0 +1,38 @@
+"""``tether store-proxy --request REQUEST.json --store URL --socket PATH``: serve the store to one
+run (the request's) on a Unix socket, holding the store credentials so that the agent's process
+does not (``tether.stores.proxy``: which keys a run may touch). What the Kubernetes executor runs
+beside the agent's container; the agent opens ``tether+unix://PATH``. SIGTERM exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from ..contract import EXIT_TERMINAL
+from . import command_name, request_is_the_executors
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog=f"{command_name()} store-proxy", description="Serve one run's keys of a store on a Unix socket.")
+    p.add_argument("--request", required=True, help="the run's exec request JSON file")
+    p.add_argument("--store", required=True, help="the real store URL (this process holds its credentials)")
+    p.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    args = p.parse_args(argv)
+    from ..api import ExecRequest
+    from ..stores import open_store
+    from ..stores.proxy import RunKeys, serve
+
+    try:
+        data = Path(args.request).read_bytes()
+        if not request_is_the_executors(data, args.request, "tether store-proxy"):  # another run's id: its keys
+            return EXIT_TERMINAL
+        request = ExecRequest.model_validate_json(data)
+    except (OSError, ValueError) as e:
+        print(f"tether store-proxy: invalid request: {e}", file=sys.stderr)
+        return EXIT_TERMINAL
+    scope = RunKeys(request.run_id, request.namespace)
+    asyncio.run(serve(open_store(args.store), scope, args.socket))
+    return 0

@@ -1,0 +1,51 @@
+"""``tether tool-runner --request REQUEST.json --tool NAME --socket PATH``: serve the calls of
+AgentTool NAME of an exec request on a Unix socket, with NAME's secrets and nobody else's
+(``tether.toolrunner``). What the Kubernetes executor runs in a tool's own container beside the
+agent's; the agent's ``tether exec`` reaches it through ``$TETHER_TOOL_RUNNERS``.
+
+Secrets are read first (``tether.secrets``: ``$TETHER_SECRETS_DIR``…), before any tool module is
+imported; only the served tools' own are kept. A request that does not name the tool, or a tool
+from a module that is not an allowed tool module, exits with code 2 before serving. SIGTERM (the
+pod ends) exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from .. import secrets as tether_secrets
+from ..contract import EXIT_TERMINAL
+from ..errors import ConfigError
+from . import command_name, request_is_the_executors
+
+
+def main(argv: list[str]) -> int:
+    try:
+        secrets = tether_secrets.load()  # first: before any tool module is imported
+    except (tether_secrets.SecretsError, OSError) as e:
+        print(f"tether tool-runner: secrets: {e}", file=sys.stderr)
+        return EXIT_TERMINAL
+    p = argparse.ArgumentParser(
+        prog=f"{command_name()} tool-runner",
+        description="Serve the calls of AgentTool(s) of an exec request on a Unix socket, with their own secrets only.",
+    )
+    p.add_argument("--request", required=True, help="exec request JSON file (the agent's)")
+    p.add_argument("--tool", action="append", required=True, help="AgentTool to serve (repeatable)")
+    p.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    args = p.parse_args(argv)
+    from ..toolrunner import load_served, serve
+
+    try:
+        data = Path(args.request).read_bytes()
+        if not request_is_the_executors(data, args.request, "tether tool-runner"):
+            return EXIT_TERMINAL
+        served = load_served(data.decode(), args.tool, secrets)
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"tether tool-runner: {e}", file=sys.stderr)
+        return EXIT_TERMINAL
+    tether_secrets.install_scoped_environ()  # os.environ shows a tool's secrets during its calls
+    asyncio.run(serve(served, args.socket))
+    return 0

@@ -193,5 +193,5 @@ def test_only_an_agent_tools_result_has_its_trailer_normalised() -> None:
     a, b = body(), body()
     for x, value in ((a, "x1"), (b, "y2")):
         block = x["messages"][2]["content"][0]["content"][0]
-        block["text"] = f"  Report.\n  agentId: {value}\n" + block["text"].lstrip(" Done: sunny.\n")
+        block["text"] = f"  Report.\n  agentId: {value}" + block["text"].removeprefix("  Done: sunny.")
     assert fp(CLI, a) != fp(CLI, b)

@@ -142,7 +142,10 @@ SHAPED = [
     ("instructions", "{}", profile),
     ("system_message", "{}", profile),
 ]
-VALUES = {date_line: ("Thursday, December 03, 2026", "Monday, July 14, 2031"), date_block: ("Thursday, December 03, 2026", "Monday, July 14, 2031")}
+VALUES = {
+    date_line: ("Thursday, December 03, 2026", "Monday, July 14, 2031"),
+    date_block: ("Thursday, December 03, 2026", "Monday, July 14, 2031"),
+}
 VALUES |= {host_block: ("6.1.0-mine", "5.4.0-other"), profile: ("/tmp/tether-hermes/slot-0", "/var/tmp/tether-hermes/slot-3")}
 
 

@@ -3,7 +3,7 @@
     python -m tests.conformance.driver '{"kit": ..., "scenario": "multi", "run_id": ..., "store": ...,
                                          "origin": ..., "kill_after_turn": 0, "stream": false, "memory_key": null}'
 
-Prints one JSON line with the result. ``kill_after_turn`` SIGKILLs the process right after the
+(``instructions`` optional: the agent's instructions, "You are a helpful assistant." by default.) Prints one JSON line with the result. ``kill_after_turn`` SIGKILLs the process right after the
 k-th model turn was recorded, like a node dying mid-run; ``kill_after_tool`` right after the first
 live tool call was recorded (an integer n: after the n-th). The suite forks each such process from a
 warm zygote (``tests/support/zygote.py``: ``preload`` once, then ``child(args)`` per attempt).
@@ -80,7 +80,12 @@ async def run_scenario(args: dict, tools: list) -> dict:
         result = await run_agent(adapter, getattr(kit, "MULTI_PROMPT", PROMPTS["delegate"]), agent=agent, **common)
     else:
         result = await run_agent(
-            adapter, PROMPTS[scenario], tools=tools, model=kit.MODEL, instructions="You are a helpful assistant.", **common
+            adapter,
+            PROMPTS[scenario],
+            tools=tools,
+            model=kit.MODEL,
+            instructions=args.get("instructions") or "You are a helpful assistant.",
+            **common,
         )
     return {
         "output": result.output,

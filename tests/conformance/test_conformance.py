@@ -213,3 +213,47 @@ def test_kill_between_parallel_tool_calls_reruns_only_the_unfinished(kit, runner
         assert retry["tool_replayed"] + retry["tool_live"] == PARALLEL_CALLS and len(rerun) == retry["tool_live"]
         assert set(first) | set(rerun) == set(range(1, PARALLEL_CALLS + 1)) and len(set(rerun)) == len(rerun)
     assert all(f"met {i}" in retry["output"] for i in range(1, PARALLEL_CALLS + 1)) and "Error" not in retry["output"], retry["output"]
+
+
+#: Lines of the agent's instructions changed between attempts (old, new): a plain one, and ones
+#: shaped like what a framework writes into its requests and the wire protocols normalise out of
+#: the fingerprint — Hermes' date line and host block, the Claude CLI's date and environment
+#: reminders. Dates far from today's, so the new line is told apart from the framework's own.
+CHANGED_LINES = {
+    "plain": ("Answer in English.", "Answer in French."),
+    "hermes-date": ("Conversation started: Friday, January 01, 1999", "Conversation started: Saturday, January 02, 1999"),
+    "hermes-host": (
+        "Host: Linux (6.1.0-old)\nUser home directory: /home/old\nCurrent working directory: /srv/old",
+        "Host: Linux (5.4.0-new)\nUser home directory: /home/new\nCurrent working directory: /srv/new",
+    ),
+    "claude-date": (
+        "<system-reminder>\nToday's date is 1999-01-01.\n</system-reminder>",
+        "<system-reminder>\nToday's date is 1999-01-02.\n</system-reminder>",
+    ),
+    "claude-environment": (
+        "<system-reminder>\n# Environment\nYou have been invoked in the following environment: \n"
+        " - Primary working directory: /srv/old\n - OS Version: Linux 6.1.0-old\n</system-reminder>",
+        "<system-reminder>\n# Environment\nYou have been invoked in the following environment: \n"
+        " - Primary working directory: /srv/new\n - OS Version: Linux 5.4.0-new\n</system-reminder>",
+    ),
+}
+
+
+@pytest.mark.parametrize("line", CHANGED_LINES)
+def test_changed_instructions_never_replay_an_old_answer(runner, fake, line):
+    """11. Killed after turn 1; before attempt 2 one line of the instructions changes — also a
+    line shaped like one the framework writes and the fingerprint normalises (issue 23). The
+    changed turn goes live with the new line and so do the turns after it: an old answer never
+    reaches a changed request."""
+    old, new = CHANGED_LINES[line]
+    run_id = f"instructions-{line}"
+    runner("multi", run_id, kill_after_turn=1, expect_killed=True, instructions=f"You are a helpful assistant.\n{old}")
+    calls, sent = fake.live_calls(), len(fake.ledger.snapshot())
+    retry = runner("multi", run_id, instructions=f"You are a helpful assistant.\n{new}")
+    assert retry["status"] == "succeeded", retry
+    assert retry["model_replayed"] == 0 and retry["model_live"] == TURNS["multi"], retry
+    assert retry["first_divergence"] is not None
+    assert fake.live_calls() - calls == TURNS["multi"]
+    first = json.loads(fake.ledger.snapshot()[sent].body)
+    marker = new.splitlines()[-2 if new.endswith("</system-reminder>") else -1]
+    assert marker in json.dumps(first), "the changed line did not reach the provider"

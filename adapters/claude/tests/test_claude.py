@@ -137,6 +137,31 @@ def test_rerun_from_another_working_directory_replays(fake: FakeProvider, tmp_pa
     assert again.output == first.output and executions == ["get_weather:Paris"]
 
 
+def test_a_changed_claude_md_line_shaped_like_the_clis_goes_live(fake: FakeProvider, tmp_path: Path) -> None:
+    """The CLI quotes a project's CLAUDE.md in a <system-reminder> of its own: a line there shaped
+    like the CLI's date or kernel line is the user's text. Changed before a re-run, every turn goes
+    live with it (issue 23); unchanged, the re-run replays (the CLI's own date and kernel are still
+    normalised beside it)."""
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def run(lines: str):
+        (project / "CLAUDE.md").write_text(f"Project rules.\n{lines}\n")
+        options_ = ClaudeAgentOptions(model=MODEL, setting_sources=["project"], cwd=str(project), allowed_tools=[tool_name(get_weather)])
+        agent = ClaudeAgent(options_, [get_weather])
+        return asyncio.run(run_agent("weather: how is it in Paris?", agent=agent, **options(fake, tmp_path, "claude-md")))
+
+    first = run("Today's date is 1999-01-01.\nOS Version: Linux 6.1.0-mine")
+    assert first.model_live == 2
+    assert run("Today's date is 1999-01-01.\nOS Version: Linux 6.1.0-mine").model_replayed == 2
+    calls = fake.live_calls()
+    changed = run("Today's date is 1999-01-02.\nOS Version: Linux 6.1.0-mine")
+    assert changed.model_replayed == 0 and changed.model_live == 2 and fake.live_calls() == calls + 2
+    assert "Today's date is 1999-01-02." in fake.ledger.snapshot()[-2].body.decode()
+    changed = run("Today's date is 1999-01-02.\nOS Version: Linux 5.4.0-mine")
+    assert changed.model_replayed == 0 and changed.model_live == 2
+
+
 def test_builtin_tools_off_unless_the_options_list_them(fake: FakeProvider, tmp_path: Path) -> None:
     """A declarative agent offers the model its Tether tools only; a bring-your-own
     ClaudeAgentOptions that lists built-in tools gets exactly those."""

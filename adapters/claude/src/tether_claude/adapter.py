@@ -5,7 +5,10 @@ The SDK drives a CLI subprocess Tether cannot hand an HTTP client, so the CLI is
 run's loopback proxy (``ANTHROPIC_BASE_URL``): each model turn, the main agent's and every
 subagent's, is recorded and replayed per turn. Per attempt:
 
-    HOME        a throwaway directory (the CLI's config, device id and session files), removed after
+    HOME        a throwaway directory (the CLI's config, device id and session files), removed after;
+                one a killed attempt left behind is removed by the next attempt (``reap_homes``)
+    CLI         dies with the agent process (``PR_SET_PDEATHSIG``, ``reaped_cli``): a killed agent
+                leaves no CLI reconnecting to its dead proxy and holding its stderr
     cwd         fixed across attempts: the options' own ``cwd``, else a directory named after the run
     offline     the CLI's telemetry, auto-updater and other non-essential traffic are off (OFFLINE_ENV)
     settings    no user/project settings files are read (``setting_sources=[]``) unless the user's
@@ -25,16 +28,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
 import inspect
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SdkMcpTool, create_sdk_mcp_server, query
+from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from pydantic import create_model
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
@@ -137,6 +144,81 @@ def work_dir() -> str:
     return str(path)
 
 
+#: The per-attempt HOMEs: ``<tmp>/tether-claude-home-<pid>-<random>``, each holding ``OWNER``
+#: locked (``flock``) by its attempt for as long as that process lives.
+HOME_PREFIX = "tether-claude-home-"
+OWNER = ".tether-owner"
+#: A HOME without its lock file is one being made (a few microseconds) or one whose attempt died
+#: in between; the latter are removed once they are this old.
+UNOWNED_AFTER_S = 600.0
+
+
+def new_home() -> tuple[Path, int]:
+    """A new HOME and the descriptor that holds its lock (closed by the kernel when the process
+    dies, however it dies). The lock file gets its name only once locked, so another attempt
+    never sees it unlocked while its owner lives."""
+    home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-"))
+    fd = os.open(home / f"{OWNER}.new", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(home / f"{OWNER}.new", home / OWNER)
+    return home, fd
+
+
+def reap_homes(root: Path | None = None) -> list[Path]:
+    """Remove the HOMEs of attempts that are gone (a SIGKILL skips the ``finally`` that removes
+    them): their lock can be taken. Live attempts' HOMEs, on this node or any sharing the
+    directory, stay. Returns what was removed."""
+    removed = []
+    for home in Path(root or tempfile.gettempdir()).glob(f"{HOME_PREFIX}*"):
+        try:
+            fd = os.open(home / OWNER, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                stale = time.time() - home.stat().st_mtime > UNOWNED_AFTER_S
+            except OSError:
+                continue
+            if stale:
+                shutil.rmtree(home, ignore_errors=True)
+                removed.append(home)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its attempt is alive
+        finally:
+            os.close(fd)  # releases the lock taken above, if any
+        shutil.rmtree(home, ignore_errors=True)
+        removed.append(home)
+    return removed
+
+
+#: Started in place of the CLI: asks the kernel to SIGKILL it when the agent process dies, then
+#: becomes the CLI (exec keeps the request). Without it a killed agent's CLI kept retrying the
+#: dead proxy for minutes, holding the agent's stderr open.
+REAPER = """\
+import ctypes, os, signal, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG
+    sys.exit("tether: prctl(PR_SET_PDEATHSIG) failed: errno %d" % ctypes.get_errno())
+if os.getppid() != {parent}:
+    sys.exit(1)  # the agent died before the request was made
+os.execv({cli!r}, [{cli!r}, *sys.argv[1:]])
+"""
+
+
+def reaped_cli(options: ClaudeAgentOptions, home: Path) -> str | None:
+    """The ``cli_path`` that starts the options' CLI (their own ``cli_path``, else the one the SDK
+    finds) so that it dies with this process; None where the kernel has no parent-death signal."""
+    if not sys.platform.startswith("linux"):
+        return None
+    cli = str(options.cli_path) if options.cli_path is not None else SubprocessCLITransport("", options)._find_cli()
+    wrapper = home / ".tether-cli"
+    wrapper.write_text(f"#!{sys.executable} -I\n" + REAPER.format(parent=os.getpid(), cli=cli))
+    wrapper.chmod(0o700)
+    return str(wrapper)
+
+
 class ClaudeAdapter(Adapter):
     framework = "claude"
     default_provider = "anthropic"
@@ -165,9 +247,12 @@ class ClaudeAdapter(Adapter):
             agent = ClaudeAgent(agent, [])
         stop = _Stop()
         options = self._options(agent, session, stop)
-        home = Path(tempfile.mkdtemp(prefix="tether-claude-home-"))
+        reap_homes()
+        home, owner = new_home()
         try:
             options = dataclasses.replace(options, env={**options.env, **self._env(session, home)})
+            if cli := reaped_cli(options, home):
+                options = dataclasses.replace(options, cli_path=cli)
             cwd = str(options.cwd)
             resumed, written = self._restore(session.history, home, cwd)
             if resumed:
@@ -185,6 +270,7 @@ class ClaudeAdapter(Adapter):
             return result.result or ""
         finally:
             shutil.rmtree(home, ignore_errors=True)
+            os.close(owner)
 
     # -- pieces ----------------------------------------------------------------------------------
     @staticmethod

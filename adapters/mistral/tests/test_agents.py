@@ -263,3 +263,27 @@ def test_what_a_server_side_agent_refuses():
     for extra in ({"instructions": "x"}, {"completion_args": {"temperature": 0}}, {"api": "chat"}, {"agents": [MistralAgent(model=MODEL)]}):
         with pytest.raises(ConfigError, match="server-side agent on the Conversations API"):
             MistralAgent(agent_id="ag_123", **extra)
+
+
+def test_a_retry_or_a_new_run_makes_no_new_agent_version(fake, agents, tmp_path):
+    """The SDK's RunContext writes the registered functions into the entry agent at the start of
+    each attempt, and every update is a new version of the agent on the server. The first attempt
+    adds the tools (one version); the retry of a killed attempt, and a later run with the same
+    tools, find them there and change nothing."""
+    client = Mistral(api_key="k", server_url=fake.base_url("mistral"))
+
+    def versions() -> list[int]:
+        return client.beta.agents.get(agent_id=agents["triage"]).versions
+
+    assert versions() == [0]
+    attempt(fake, tmp_path, agents["triage"], "versions", kill_after_turn=1)
+    assert versions() == [0, 1]  # the functions written into the agent, once
+    tools = client.beta.agents.get(agent_id=agents["triage"]).tools
+    assert sorted(t.function.name for t in tools) == ["find_order", "refund_order"]
+
+    result = attempt(fake, tmp_path, agents["triage"], "versions")
+    assert result["status"] == "succeeded" and (result["model_replayed"], result["model_live"]) == (1, 2)
+    assert versions() == [0, 1], "the retry made a new version of the agent"
+    again = attempt(fake, tmp_path, agents["triage"], "versions-2")
+    assert again["status"] == "succeeded" and versions() == [0, 1], "a run with the same tools made a new version"
+    assert executed(tmp_path) == {"find_order": 2, "refund_order": 2}  # once per run

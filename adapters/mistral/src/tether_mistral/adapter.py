@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from mistralai.client import Mistral
@@ -106,13 +107,43 @@ def _delegate(agent: MistralAgent, run: Any) -> Any:
     return delegate
 
 
+def _dumped(tools: list[Any]) -> list[Any]:
+    return [t.model_dump(mode="json", exclude_none=True, exclude_defaults=True) if hasattr(t, "model_dump") else t for t in tools]
+
+
+class _AgentsUpdatedOnChange:
+    """``beta.agents`` as ``RunContext.prepare_agent_request`` uses it: it reads the server-side
+    agent (``get_async``), then writes the agent's tools plus the registered functions back
+    (``update``), and every update makes a new version of the agent on the server. Sent only
+    when it changes the agent: a retry, or the next run with the same tools, makes none."""
+
+    def __init__(self, agents: Any) -> None:
+        self._agents = agents
+        self._seen: Any = None
+
+    async def get_async(self, **kwargs: Any) -> Any:
+        self._seen = await self._agents.get_async(**kwargs)
+        return self._seen
+
+    def update(self, *, agent_id: str, tools: list[Any], completion_args: Any = None, **rest: Any) -> Any:
+        seen = self._seen
+        if seen is not None and seen.id == agent_id and completion_args is None and not rest:
+            if _dumped(list(seen.tools or [])) == _dumped(tools):
+                return seen
+        return self._agents.update(agent_id=agent_id, tools=tools, completion_args=completion_args, **rest)
+
+
 class LimitedRunContext(RunContext):
     """The SDK's ``RunContext`` with a turn limit: its loop makes one request per tool turn and
-    asks the context to run the calls in between, so that is where a run over ``max_turns`` stops."""
+    asks the context to run the calls in between, so that is where a run over ``max_turns`` stops.
+    With ``agent_id`` the agent is updated only when its tools change (``_AgentsUpdatedOnChange``)."""
 
     def __init__(self, *args: Any, max_turns: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.max_turns = max_turns
+
+    async def prepare_agent_request(self, beta_client: Any) -> Any:
+        return await super().prepare_agent_request(SimpleNamespace(agents=_AgentsUpdatedOnChange(beta_client.agents)))
 
     async def execute_function_calls(self, function_calls: Any) -> Any:
         if self.max_turns is not None and self.request_count >= self.max_turns:
@@ -147,7 +178,8 @@ class Runner:
         if agent.completion_args:
             options["completion_args"] = agent.completion_args
         # With agent_id the SDK reads the agent and updates its tools with the registered functions
-        # (unrecorded calls, each attempt); the conversation then runs on the server's agents.
+        # (unrecorded calls; the update only when the tools change, see LimitedRunContext); the
+        # conversation then runs on the server's agents.
         target = {"agent_id": agent.agent_id} if agent.agent_id else {"model": agent.model}
         # continue_on_fn_error: a Tether tool returns its failure as text already; anything else
         # raising in a function (a delegated agent's loop) reaches the model as an error too.

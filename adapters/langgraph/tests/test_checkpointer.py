@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
 
 from tests.support.s3 import new_bucket, s3_server, set_aws_env
 from tether.agent import AgentSession
@@ -242,3 +244,31 @@ def test_a_thread_id_that_is_no_memory_key_is_refused_with_its_name(tmp_path):
 def test_history_without_a_memory_key_is_refused():
     with pytest.raises(ConfigError, match="needs its memory"):
         TetherCheckpointer(AgentSession(None, "openai", history=[{"ns": ""}]))
+
+
+def _add_each(state: list, writes: list) -> list:
+    for write in writes:
+        state = add_messages(state, write)
+    return state
+
+
+class DeltaMessages(TypedDict):
+    """Messages in LangGraph's beta ``DeltaChannel``: checkpoints hold a sentinel, not the value."""
+
+    messages: Annotated[list, DeltaChannel(_add_each)]
+
+
+async def test_a_delta_channel_is_refused_not_committed_without_its_value(tmp_path):
+    """A graph compiled with TetherCheckpointer itself whose ``messages`` is a ``DeltaChannel``:
+    memory would keep checkpoints without the messages (their value lives in the ancestors'
+    writes), so the first checkpoint is refused with an error naming the channel, and nothing is
+    committed."""
+    builder = StateGraph(DeltaMessages)
+    builder.add_node("echo", lambda state: {"messages": [AIMessage("echo")]})
+    builder.add_edge(START, "echo")
+    saver = _saver(str(tmp_path / "store"), "delta")
+    graph = builder.compile(checkpointer=saver)
+    with pytest.raises(ConfigError, match=r"DeltaChannel 'messages' \(thread 'delta'\).*plain reducer channel"):
+        await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "delta"}})
+    saver.flush()
+    assert Memory(open_store(str(tmp_path / "store")), "default", "delta").load() == []

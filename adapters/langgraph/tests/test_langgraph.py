@@ -9,10 +9,15 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Annotated, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode, tools_condition
 
 import tether_langgraph
 from tether import tool
@@ -303,3 +308,48 @@ async def test_not_a_graph_is_a_config_error(fake, store):
 async def test_package_surface():
     assert tether_langgraph.ADAPTER.framework == "langgraph"
     assert {"ADAPTER", "tool", "run_agent", "run_agent_sync", "TetherCheckpointer"} <= set(tether_langgraph.__all__)
+
+
+def _add_each(state: list, writes: list) -> list:
+    """A ``DeltaChannel`` batch reducer: ``add_messages`` over each write in turn."""
+    for write in writes:
+        state = add_messages(state, write)
+    return state
+
+
+class DeltaMessages(TypedDict):
+    messages: Annotated[list, DeltaChannel(_add_each)]
+
+
+def delta_graph(tools):
+    """The agent loop over a state whose ``messages`` is LangGraph's beta ``DeltaChannel`` (only a
+    sentinel in checkpoints, the value rebuilt from ancestors' writes)."""
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0).bind_tools(tools)
+
+    async def agent(state: DeltaMessages) -> dict:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(DeltaMessages)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(name="delta")
+
+
+async def test_a_delta_channel_graph_keeps_its_memory(fake, store):
+    """A bring-your-own graph whose messages live in a ``DeltaChannel``: the second run with the
+    same memory key sees the first run's conversation (the run's graph holds the value in every
+    checkpoint), stored once, as for any graph. The user's graph keeps its DeltaChannel."""
+
+    graph = delta_graph([langchain_tool(lookup)])
+    first = await run_agent("memory: my name is Ada", agent=graph, memory_key="delta", **common(fake, store, "d1"))
+    second = await run_agent("memory: what is my name?", agent=graph, memory_key="delta", **common(fake, store, "d2"))
+    assert first.status == second.status == "succeeded" and second.output == "Noted."
+    sent = records(store, "d2")[0].request["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "assistant", "user"]
+    assert sent[0]["content"] == "memory: my name is Ada"
+    raw = json.dumps(_memory(store, "delta"))
+    assert raw.count("my name is Ada") == 1 and raw.count("what is my name?") == 1
+    assert isinstance(graph.channels["messages"], DeltaChannel)

@@ -40,7 +40,7 @@ from langgraph.pregel import Pregel
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, current_run, tool_error_text
 from tether.errors import ConfigError, ToolError
 
-from .memory import TetherCheckpointer
+from .memory import TetherCheckpointer, without_delta_channels
 
 #: Environment variables the OpenAI SDK (``OPENAI_BASE_URL``) and ``ChatOpenAI``
 #: (``OPENAI_API_BASE``, read first) take their base URL from.
@@ -207,6 +207,7 @@ def _with_memory(graph: Pregel, session: AgentSession) -> tuple[Pregel, TetherCh
     """
     current = graph.checkpointer
     if session.memory is not None:
+        graph = without_delta_channels(graph)  # memory keeps each checkpoint's values, not the writes
         if isinstance(current, TetherCheckpointer) and current.session is session:
             saver = current
         else:

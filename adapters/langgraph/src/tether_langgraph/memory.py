@@ -33,23 +33,31 @@ take the value of the last commit.
 items: folding it drops everything committed before it (memory is append-only, so the earlier
 segments stay in the store, unread).
 
-Not supported: the beta ``DeltaChannel`` (its values live in the ancestor chain's writes, which
-are not kept), and time travel to checkpoints inside an earlier run (only each run's last
-checkpoint is kept).
+LangGraph's beta ``DeltaChannel`` keeps its value out of checkpoints (a sentinel; the value is
+rebuilt from the ancestor chain's writes, which memory does not keep): ``run_agent`` runs a graph
+with a memory key on a copy whose delta channels are plain reducer channels
+(:func:`without_delta_channels`, the value in every checkpoint); anything else that would commit
+a checkpoint of one (a graph given to this class directly, a ``checkpointer=True`` subgraph with
+one) is refused with a ``ConfigError`` naming the channel, never committed without its value.
+Not supported: time travel to checkpoints inside an earlier run (only each run's last checkpoint
+is kept).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.load import dumpd
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -61,6 +69,8 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.pregel import Pregel
 
 from tether.agent import AgentSession
 from tether.errors import ConfigError
@@ -113,6 +123,41 @@ class _Thread:
 
 #: The memory item ``delete_thread`` commits: folding it drops everything committed before it.
 TOMBSTONE = {"deleted": True}
+
+
+def _refuse_delta_channels(thread_id: str, ns: str, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> None:
+    """A checkpoint memory would keep must hold every channel's value: a ``DeltaChannel``'s is
+    not in it (LangGraph counts its writes since a snapshot in the metadata, or puts a snapshot
+    in the values)."""
+    names = set(metadata.get("counters_since_delta_snapshot") or ())
+    names |= {k for k, v in (checkpoint.get("channel_values") or {}).items() if isinstance(v, _DeltaSnapshot)}
+    if names:
+        where = f"namespace {ns!r} of thread {thread_id!r}" if ns else f"thread {thread_id!r}"
+        raise ConfigError(
+            f"TetherCheckpointer cannot keep the DeltaChannel {', '.join(repr(n) for n in sorted(names))} ({where}): its value "
+            "is rebuilt from every earlier checkpoint's writes, which memory does not keep. Declare it as a plain reducer "
+            "channel (e.g. Annotated[list, add_messages]) or run the graph with tether_langgraph.run_agent, which gives a "
+            "run's top-level graph plain channels"
+        )
+
+
+def _one_batch(reducer: Callable[[Any, list[Any]], Any], current: Any, update: Any) -> Any:
+    """A ``DeltaChannel`` batch reducer as a pairwise one (it is batching-invariant by contract)."""
+    return reducer(current, [update])
+
+
+def without_delta_channels(graph: Pregel) -> Pregel:
+    """A copy of ``graph`` whose ``DeltaChannel`` channels are plain reducer channels over the same
+    reducer, so every checkpoint holds their value (``graph`` itself when it has none)."""
+    if not any(isinstance(ch, DeltaChannel) for ch in graph.channels.values()):
+        return graph
+    channels = dict(graph.channels)
+    for name, ch in graph.channels.items():
+        if isinstance(ch, DeltaChannel):
+            plain = BinaryOperatorAggregate(ch.typ, functools.partial(_one_batch, ch.reducer))
+            plain.key = name
+            channels[name] = plain
+    return graph.copy(update={"channels": channels})
 
 
 class TetherCheckpointer(BaseCheckpointSaver[int]):
@@ -382,6 +427,8 @@ class TetherCheckpointer(BaseCheckpointSaver[int]):
     ) -> RunnableConfig:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        if NS_END not in ns and self._memory(thread_id) is not None:
+            _refuse_delta_channels(thread_id, ns, checkpoint, metadata)
         entry = _Entry(
             ns=ns,
             id=checkpoint["id"],

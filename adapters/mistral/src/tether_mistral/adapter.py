@@ -127,9 +127,9 @@ class _AgentsUpdatedOnChange:
 
     def update(self, *, agent_id: str, tools: list[Any], completion_args: Any = None, **rest: Any) -> Any:
         seen = self._seen
-        if seen is not None and seen.id == agent_id and completion_args is None and not rest:
-            if _dumped(list(seen.tools or [])) == _dumped(tools):
-                return seen
+        unchanged = seen is not None and seen.id == agent_id and completion_args is None and not rest
+        if unchanged and _dumped(list(seen.tools or [])) == _dumped(tools):
+            return seen
         return self._agents.update(agent_id=agent_id, tools=tools, completion_args=completion_args, **rest)
 
 

@@ -411,10 +411,12 @@ def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kub
     (agent,) = spec["containers"]
     store, crm, embed = spec["initContainers"]
     runner = ["python", "-m", "tether", "tool-runner", "--request", "/etc/tether/request/request.json"]
+    agent_env = {e["name"]: e.get("value") for e in agent["env"]}
     want = {
         "name": "tool-0", "image": IMAGE, "restartPolicy": "Always",
         "command": [*runner, "--tool", "crm", "--socket", "/var/run/tether/tools/0.sock"],
-        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"}],
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TETHER_REQUEST_SHA256", "value": agent_env["TETHER_REQUEST_SHA256"]},
+                {"name": "TETHER_SECRETS_DIR", "value": "/var/run/tether/secrets"}],  # the same request hash as the agent's
         "volumeMounts": [{"name": "tool-0-tmp", "mountPath": "/tmp"}, {"name": "tool-sockets", "mountPath": "/var/run/tether/tools"},
                          {"name": "request", "mountPath": "/etc/tether/request", "readOnly": True},
                          {"name": "tool-0-secrets", "mountPath": "/var/run/tether/secrets", "readOnly": True}],

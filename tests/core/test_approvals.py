@@ -115,3 +115,46 @@ async def test_cached_result_skips_approval_only_when_opted_in(tmp_path: Path) -
     # opted in: run two gets run one's cached result without a decision and without a call
     assert await call_tool(spec, {"amount": 5}, run=Run("two", store)) == "refunded 5"
     assert calls == [5] and list_approvals(open_store(store), "two") == []
+
+
+async def test_an_approval_id_cannot_be_known_before_its_request(tmp_path: Path) -> None:
+    """Issue 22: an id was a hash of tool, version and arguments, so a decision could be prepared
+    for a call nobody had asked about yet. Now each request draws a nonce: two runs making the
+    same call get different ids, and an id computed from the call is refused."""
+    from tether.approvals import decide, list_approvals
+    from tether.canonical import sha256_hex
+    from tether.stores import open_store
+    from tether.tools import _step
+
+    calls: list[int] = []
+
+    def refund(amount: int) -> str:
+        calls.append(amount)
+        return f"refunded {amount}"
+
+    spec = ToolSpec("refund", refund, approval=True)
+    store_url = str(tmp_path / "store")
+    store = open_store(store_url)
+    asked: dict[str, str] = {}
+    for run_id in ("one", "two"):
+        with pytest.raises(Suspended) as suspended:
+            await call_tool(spec, {"amount": 4000}, run=Run(run_id, store_url))
+        asked[run_id] = suspended.value.approval_id
+    assert asked["one"] != asked["two"], "the same call in two runs got the same approval id"
+    assert [r["id"] for r in list_approvals(store, "one")] == [asked["one"]]
+
+    # What an attacker computes from the call alone (the step key: tool, version, arguments, occurrence).
+    computed = sha256_hex(f"tool/{_step(spec, {'amount': 4000})[1]}/1".encode())[:12]
+    assert asked["one"].startswith(computed)  # the step's slot: computable, but not the id
+    for attempt in (computed, asked["two"]):  # computed, or another run's
+        with pytest.raises(ConfigError, match="has no approval request"):
+            decide(store, "one", attempt, True, by="mallory")
+    with pytest.raises(Suspended) as again:  # a later attempt of the step finds the same request
+        await call_tool(spec, {"amount": 4000}, run=Run("one", store_url))
+    assert again.value.approval_id == asked["one"] and calls == []
+
+    decide(store, "one", asked["one"], True, by="alice")
+    assert await call_tool(spec, {"amount": 4000}, run=Run("one", store_url)) == "refunded 4000"
+    with pytest.raises(Suspended):  # run two still waits for its own decision
+        await call_tool(spec, {"amount": 4000}, run=Run("two", store_url))
+    assert calls == [4000]

@@ -72,7 +72,14 @@ def tether_release(kube: ControlPlane) -> Release:
         "executor.kind=local",
         "--wait=false",
     )
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/agentruns.tether.dev", "crd/agenttools.tether.dev")
+    kube.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/agentruns.tether.dev",
+        "crd/agenttools.tether.dev",
+        "crd/agentapprovals.tether.dev",
+    )
     return Release(RELEASE_NS, SA, SERVED, UNSERVED)
 
 

@@ -103,7 +103,7 @@ def test_allowed_base_urls_reach_the_operator(helm: Path) -> None:
 
 def test_crds_switch_and_keep_policy(helm: Path) -> None:
     crds = of_kind(render(helm), "CustomResourceDefinition")
-    assert sorted(c["metadata"]["name"] for c in crds) == ["agentruns.tether.dev", "agenttools.tether.dev"]
+    assert sorted(c["metadata"]["name"] for c in crds) == ["agentapprovals.tether.dev", "agentruns.tether.dev", "agenttools.tether.dev"]
     assert all(c["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for c in crds)
     # the chart's copy is the generated one, unchanged apart from metadata
     generated = yaml.safe_load((CHART.parents[1] / "crds" / "tether.dev_agentruns.yaml").read_text())
@@ -147,7 +147,10 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
         assert ("", "secrets", "get") in rules
         assert not [r for r in rules if r[1] == "secrets" and r[2] != "get"], "Secrets: get by name only"
         assert all(r[2] != "*" and r[1] != "*" and r[0] != "*" for r in rules)
-        assert {r[1] for r in rules} <= {"agentruns", "agenttools", "agentruns/status", "agenttools/status", "secrets", "events"}
+        assert {r[1] for r in rules} <= {"agentruns", "agenttools", "agentapprovals", "secrets", "events"} | {
+            f"{k}/status" for k in ("agentruns", "agenttools", "agentapprovals")
+        }
+        assert not [r for r in rules if r[1] == "agentapprovals" and r[2] == "create"], "the operator never approves"
     bindings = of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding")
     assert all(s["name"] == "tether" for b in bindings for s in b["subjects"])
     assert not of_kind(docs, "ServiceAccount")[1:], "the local executor needs no runner ServiceAccount"
@@ -170,6 +173,8 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_reads_no_secrets(helm: 
             [
                 *((g, r, v) for g in ("tether.dev",) for r in ("agentruns", "agenttools") for v in ("get", "list", "watch", "patch")),
                 *(("tether.dev", r, v) for r in ("agentruns/status", "agenttools/status") for v in ("get", "patch")),
+                *(("tether.dev", "agentapprovals", v) for v in ("get", "list", "watch", "patch")),
+                *(("tether.dev", "agentapprovals/status", v) for v in ("get", "patch")),
                 *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
                 *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
                 *(("", "configmaps", v) for v in ("get", "create", "delete")),
@@ -197,11 +202,17 @@ def test_rbac_allows_what_the_operator_needs(kube: ControlPlane, tether_release:
             assert can(kube, tether_release, verb, "agenttools.tether.dev", ns), (verb, ns)
         assert can(kube, tether_release, "patch", "agentruns.tether.dev/status", ns)
         assert can(kube, tether_release, "patch", "agenttools.tether.dev/status", ns)
+        for verb in ("get", "list", "watch", "patch"):
+            assert can(kube, tether_release, verb, "agentapprovals.tether.dev", ns), (verb, ns)
+        assert can(kube, tether_release, "patch", "agentapprovals.tether.dev/status", ns)
         assert can(kube, tether_release, "get", "secrets", ns)
         assert can(kube, tether_release, "create", "events", ns)
     # kopf's cluster-wide scanning: read-only
     assert can(kube, tether_release, "list", "customresourcedefinitions.apiextensions.k8s.io")
     assert can(kube, tether_release, "watch", "namespaces")
+    # whether the approvals policy is bound (by name only)
+    assert can(kube, tether_release, "get", "validatingadmissionpolicybindings.admissionregistration.k8s.io/tether-approvals")
+    assert not can(kube, tether_release, "get", "validatingadmissionpolicybindings.admissionregistration.k8s.io/other")
 
 
 def test_rbac_denies_everything_else(kube: ControlPlane, tether_release: Release) -> None:
@@ -226,6 +237,7 @@ def test_rbac_denies_everything_else(kube: ControlPlane, tether_release: Release
         for resource in ("pods", "deployments.apps", "configmaps", "roles.rbac.authorization.k8s.io", "serviceaccounts", "jobs.batch"):
             assert not can(kube, tether_release, "create", resource, ns), resource
         assert not can(kube, tether_release, "create", "agentruns.tether.dev", ns)
+        assert not can(kube, tether_release, "create", "agentapprovals.tether.dev", ns)  # the operator never approves
         assert not can(kube, tether_release, "delete", "agentruns.tether.dev", ns)
     assert not can(kube, tether_release, "create", "serviceaccounts/token", tether_release.namespace)
     assert not can(kube, tether_release, "impersonate", "serviceaccounts", tether_release.namespace)
@@ -253,3 +265,16 @@ def test_tool_allowlist_runtime_env_and_secret_policy(helm: Path) -> None:
     assert of_kind(default, "ValidatingAdmissionPolicy")
     assert not of_kind(render(helm, "secretAccessPolicy.enabled=false"), "ValidatingAdmissionPolicy")
     assert "allowedModules" in render(helm, "tools.allowedModules={os system}", check=False)  # the schema refuses it
+
+
+def test_approval_policy_binds_the_approver_to_the_creator(helm: Path) -> None:
+    docs = render(helm)
+    (policy,) = [p for p in of_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == "tether-approvals"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["agentapprovals"], ["CREATE"])
+    assert "request.userInfo.username" in policy["spec"]["validations"][0]["expression"]
+    (binding,) = [b for b in of_kind(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"] == "tether-approvals"]
+    assert binding["spec"] == {"policyName": "tether-approvals", "validationActions": ["Deny"]}
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_APPROVAL_POLICY_BINDING"] == "tether-approvals"

@@ -4,7 +4,8 @@ against Tether's fake OpenAI provider.
 
     apply -> kubectl wait --for=condition=Succeeded; status holds result, steps and usage
     runtime killed mid-run -> the retry replays; the provider saw no completed turn twice
-    approvals: approve by annotation, decline with `tether approve`, timeout -> default action
+    approvals: approve with `tether approve NS/NAME` (an AgentApproval), decline through the store,
+    timeout -> default action
     a diverged run keeps updating status; unreadable progress -> condition + Event; a failed
     start shows its cause
     operator killed mid-run and restarted -> one execution, the run completes
@@ -72,8 +73,9 @@ def fake() -> Iterator[FakeProvider]:
 
 @pytest.fixture(scope="module")
 def agent_operator(kube: ControlPlane, tether_release: Release, operator_kubeconfig: Path, tmp_path_factory) -> Iterator[Operator]:
-    kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789")
-    kube.kubectl("label", "secret", "openai", "-n", NS, "tether.dev/usable=true")
+    # check=False: test_approval_identity.py runs this operator too (one module after the other)
+    kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-e2e-0123456789", check=False)
+    kube.kubectl("label", "secret", "openai", "-n", NS, "tether.dev/usable=true", "--overwrite")
     op = Operator(
         operator_kubeconfig,
         tmp_path_factory.mktemp("agent-operator"),
@@ -201,7 +203,14 @@ def _pending_approval(kube: ControlPlane, name: str) -> dict[str, Any]:
     return approval
 
 
-def test_approval_by_annotation(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
+def tether_approve(kube: ControlPlane, user: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """`tether approve` as a person with the given user's kubeconfig (None: the admin's)."""
+    kubeconfig = kube.kubeconfig if user is None else kube.kubeconfig_for(user)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "tether", "approve", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_approval_with_tether_approve(kube: ControlPlane, fake: FakeProvider, agent_operator: Operator) -> None:
     name = apply_example(kube, fake, "refund", name="refund-yes")
     approval = _pending_approval(kube, name)
     reasons = [
@@ -211,10 +220,11 @@ def test_approval_by_annotation(kube: ControlPlane, fake: FakeProvider, agent_op
         )["items"]
     ]
     assert "AwaitingApproval" in reasons
-    kube.kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={approval['id']}", "tether.dev/decided-by=alice")
+    approved = tether_approve(kube, None, f"{NS}/{name}", approval["id"], "--yes")
+    assert approved.returncode == 0 and "Applied: approval" in approved.stdout, approved.stdout + approved.stderr
     obj = wait_condition(kube, name, "Succeeded")
     (decided,) = obj["status"]["approvals"]
-    assert (decided["decision"], decided["by"]) == ("approved", "alice")
+    assert (decided["decision"], decided["by"]) == ("approved", "tether-admin")  # who the apiserver says decided
     assert "Refunded" in obj["status"]["result"]["output"]
 
 
@@ -305,7 +315,7 @@ def test_unreadable_progress_is_a_condition_and_an_event(kube: ControlPlane, fak
     events = kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
     assert "ProgressUnreadable" in {e["reason"] for e in json.loads(events)["items"]}
     # The run goes on, and status with it.
-    kube.kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={approval['id']}")
+    assert tether_approve(kube, None, f"{NS}/{name}", approval["id"], "--yes").returncode == 0
     obj = wait_condition(kube, name, "Succeeded")
     assert condition(obj, "ProgressReadable")["status"] == "True"
     assert "Refunded" in obj["status"]["result"]["output"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ def k8s_operator(kube: ControlPlane, releases: tuple[Release, Release], tmp_path
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_RESYNC_SECONDS="1",
         TETHER_GPU_NODE_POOLS=json.dumps(POOLS),
+        TETHER_APPROVAL_POLICY_BINDING="tether-k8s-approvals",  # as the chart sets it for this release
     )
     op.start()
     yield op
@@ -346,20 +348,23 @@ def test_suspended_run_holds_no_pod_and_approval_starts_the_next(kube: ControlPl
     kubelet(kube, first, "Running")
     # what the runtime writes before it exits 3
     store = open_store(f"{k8s_operator.store_url}/{NS}")
-    request = {"id": "a1b2c3", "tool": "issue-refund", "prompt": "Refund 20?", "arguments": {"amount": 20}, "requestedAt": 1.0}
-    store.create(f"approvals/{uid}/a1b2c3.request.json", json.dumps(request).encode())
+    aid = "a1b2c3d4e5f6" + "9f" * 8  # the step's slot and the request's nonce
+    request = {"id": aid, "tool": "issue-refund", "prompt": "Refund 20?", "arguments": {"amount": 20}, "requestedAt": time.time()}
+    store.create(f"approvals/{uid}/a1b2c3d4e5f6.request.json", json.dumps(request).encode())
     kubelet(kube, first, "Failed", 3)
     wait_for(lambda: phase_of(kube, "asks") == "AwaitingApproval", what="AwaitingApproval")
     wait_for(lambda: not pods_of(kube, run), what="no pod while suspended")
     wait_for(lambda: not finalizers(kube, "asks"), what="no finalizer while suspended")
-    kube.kubectl("annotate", "agentrun", "asks", "-n", NS, "tether.dev/approve=a1b2c3", "tether.dev/decided-by=alice")
+    decision = {"run": "asks", "approvalId": aid, "decision": "approve", "decidedBy": "tether-admin"}  # the test's kubeconfig user
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentApproval", "metadata": {"name": "asks-yes"}, "spec": decision}
+    kube.kubectl("create", "-n", NS, "-f", "-", input=json.dumps(doc))
     second = wait_pod(kube, run, 2)
     assert FINALIZER in finalizers(kube, "asks")
     kubelet(kube, second, "Succeeded", 0)
     kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/asks")
     obj = get(kube, "agentrun", NS, "asks")
     assert obj["status"]["attempts"] == 2
-    assert obj["status"]["approvals"][0]["decision"] == "approved" and obj["status"]["approvals"][0]["by"] == "alice"
+    assert obj["status"]["approvals"][0]["decision"] == "approved" and obj["status"]["approvals"][0]["by"] == "tether-admin"
     assert wait_for(lambda: not finalizers(kube, "asks"), what="finished runs hold no finalizer")
 
 

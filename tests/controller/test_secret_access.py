@@ -4,7 +4,7 @@ and tools come only from allowed modules.
 - The chart's ValidatingAdmissionPolicy checks, with the request's own user, `get` on every Secret
   an AgentRun or AgentTool names: a user who may create AgentRuns but not read Secrets cannot name
   `db-creds` (refused at admission; the fake provider it pointed at hears nothing); a user allowed
-  to read the Secret can; approving (annotating) a run is not a spec change and is not checked.
+  to read the Secret can; annotating a run is not a spec change and is not checked.
 - The operator reads only Secrets labelled tether.dev/usable=true (SecretNotUsable until labelled).
 - An AgentTool from the standard library or a module outside tools.allowedModules is Ready=False
   (ToolNotAllowed); one whose module cannot be imported where the runtime runs is Ready=False
@@ -94,7 +94,7 @@ def test_a_creator_who_cannot_read_a_secret_cannot_name_it(
     nowhere = "http://127.0.0.1:9/v1"  # should it execute, it fails fast
     assert _as(kube, users, ALICE, _run("allowed", "shared-key", nowhere)).returncode == 0
     kube.kubectl("wait", "-n", NS, "--for=condition=Accepted", "--timeout=30s", "agentrun/allowed")
-    # Approving is an annotation, not a spec change: a user who cannot read the Secret may still do it.
+    # Editing metadata is not a spec change: a user who cannot read the Secret may still do it.
     annotate = kube.kubectl("annotate", "agentrun", "allowed", "-n", NS, "tether.dev/reason=looked", kubeconfig=users[MALLORY], check=False)
     assert annotate.returncode == 0, annotate.stderr
     # A run naming no Secret is the creator's own business.

@@ -79,6 +79,15 @@ def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: f
     return proc.stdout
 
 
+def approve(run: str, approval_id: str, decision: str = "approve", namespace: str = NS) -> None:
+    """Decide one approval as the kubeconfig's user: an AgentApproval whose decidedBy is who the
+    apiserver says we are (the chart's admission policy refuses anyone else)."""
+    me = kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").strip()
+    spec = {"run": run, "approvalId": approval_id, "decision": decision, "decidedBy": me}
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentApproval", "metadata": {"generateName": f"{run}-"}, "spec": spec}
+    kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+
 def helm(*args: str, timeout: float = 600) -> str:
     proc = subprocess.run(["helm", *args], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:

@@ -20,6 +20,7 @@ from tests.e2e.cluster import (
     NS,
     RELEASE,
     apply,
+    approve,
     delete_run,
     example,
     fake_provider,
@@ -40,11 +41,11 @@ def unique(prefix: str) -> str:
 
 
 def approve_pending(name: str) -> int:
-    """Approve every pending approval of the run with kubectl (the operator writes the decision)."""
+    """Approve every pending approval of the run with kubectl (AgentApprovals; the operator writes the decision)."""
     s = wait_phase(name, "AwaitingApproval", "Succeeded")
     pending = [a for a in s.get("approvals") or [] if not a.get("decision")]
     for a in pending:
-        kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={a['id']}", "tether.dev/decided-by=e2e", "--overwrite")
+        approve(name, a["id"])
     return len(pending)
 
 

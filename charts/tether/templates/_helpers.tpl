@@ -63,6 +63,13 @@ for the configured executor. */}}
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# AgentApprovals: read them, own them by their run (metadata) and say whether they were applied.
+- apiGroups: ["tether.dev"]
+  resources: ["agentapprovals"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["tether.dev"]
+  resources: ["agentapprovals/status"]
+  verbs: ["get", "patch"]
 {{- if eq .Values.executor.kind "kubernetes" }}
 # Runner pods (one per attempt) and the request ConfigMap of each execution. No Secrets: the
 # pods mount the ones their run names; the operator never reads a value.

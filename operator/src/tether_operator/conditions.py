@@ -22,6 +22,8 @@ RECONCILING = "Reconciling"
 STALLED = "Stalled"
 #: False while the runtime's progress document cannot be read (status then follows the executor only).
 PROGRESS_READABLE = "ProgressReadable"
+#: An AgentApproval's: True once its decision is recorded for the run, False with the reason why not.
+APPLIED = "Applied"
 
 
 class Reason:
@@ -48,6 +50,7 @@ class Reason:
     RETRYING = "Retrying"
     AWAITING_APPROVAL = "AwaitingApproval"
     APPROVAL_DECIDED = "ApprovalDecided"
+    APPROVAL_ANNOTATION_IGNORED = "ApprovalAnnotationIgnored"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     RETRIES_EXHAUSTED = "RetriesExhausted"
@@ -64,6 +67,13 @@ class Reason:
     PROGRESS_READ = "ProgressRead"
     # AgentTool
     VALID = "Valid"
+    # AgentApproval (condition Applied)
+    APPLIED = "Applied"
+    NO_SUCH_RUN = "NoSuchRun"
+    NO_SUCH_REQUEST = "NoSuchRequest"
+    DECIDED_BEFORE_REQUEST = "DecidedBeforeRequest"
+    ALREADY_DECIDED = "AlreadyDecided"
+    APPROVAL_POLICY_MISSING = "ApprovalPolicyMissing"
 
 
 def now() -> str:

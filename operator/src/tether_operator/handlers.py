@@ -7,6 +7,7 @@ agentrun-events    every AgentRun event: a deleted run's execution is aborted (i
                    process) and our finalizer released; a run gone for good stops its daemon
 runner-pods        (kubernetes executor) watch events of runner pods wake their execution
 agenttool-status   timer per AgentTool: Ready/Reconciling/Stalled
+agentapproval      a new AgentApproval: checked and, if it holds, recorded (approvals.py)
 
 kopf ties a finalizer to every daemon and timer for as long as it exists; Tether's finalizer
 (`runs.FINALIZER`) is held only while something runs, so both are registered without one.
@@ -25,6 +26,7 @@ from tether.api import GROUP, VERSION
 from tether.stores import Store, open_store
 
 from . import kube, metrics
+from .approvals import apply_approval
 from .executors.base import Executor, execution_name
 from .executors.flyte import FlyteExecutor
 from .executors.kubernetes import EXECUTION_LABEL, KubernetesExecutor
@@ -96,9 +98,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
 
     @kopf.on.login(id="login", registry=registry)
     async def login(**_: Any) -> kopf.AiohttpSession:
-        # Watch streams hold a connection each (2 resources per namespace, plus kopf's scanning
+        # Watch streams hold a connection each (3 resources per namespace, plus kopf's scanning
         # of namespaces and CRDs); the rest is the pool for patches and Events.
-        watches = 2 * max(1, len(settings.namespaces)) + 2
+        watches = 3 * max(1, len(settings.namespaces)) + 2
         return kube.kopf_session(watches + 16)
 
     @kopf.on.startup(id="startup", registry=registry)
@@ -188,6 +190,10 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         @kopf.on.event("v1", "pods", id="runner-pods", registry=registry, labels={EXECUTION_LABEL: kopf.PRESENT})
         async def runner_pods(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
             memo.executor.observe(event)
+
+    @kopf.on.create(GROUP, VERSION, "agentapprovals", id="agentapproval", registry=registry, backoff=2.0)
+    async def agentapproval(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        await apply_approval(body, memo.settings, memo.store_for(body.meta["namespace"]))
 
     @kopf.timer(
         GROUP,

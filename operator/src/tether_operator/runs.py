@@ -9,7 +9,8 @@ sequential on purpose (one writer of the run's status, no races between handlers
              adopts its execution instead of starting a second one)
     follow   mirror the executor's state and the runtime's progress into status, at most one
              patch per `status_interval_seconds` except on phase changes
-    approve  while suspended: apply approval annotations and timeouts, resume when all decided
+    approve  while suspended: apply timeouts, resume when all decided (a person's decision is an
+             AgentApproval, recorded in the store by approvals.py; annotations are not honoured)
 
 The finalizer `tether.dev/cleanup` is held only while the executor runs something (a pod, a
 process) that deleting the run must stop: not while waiting to be accepted, not while suspended
@@ -43,15 +44,7 @@ from tether.api import (
     read_spec,
     validation_problems,
 )
-from tether.contract import (
-    APPROVE_ANNOTATION,
-    DECIDED_BY_ANNOTATION,
-    DECLINE_ANNOTATION,
-    REASON_ANNOTATION,
-    RUN_LABEL,
-    RUN_UID_LABEL,
-    progress_key,
-)
+from tether.contract import LEGACY_APPROVAL_ANNOTATIONS, RUN_LABEL, RUN_UID_LABEL, progress_key
 from tether.secrets import Secrets
 from tether.stores import Store
 
@@ -105,10 +98,6 @@ def secret_files(spec: AgentRunSpec, tools: dict[str, AgentToolSpec]) -> list[Se
     return files
 
 
-def _ids(annotation: str | None) -> set[str]:
-    return {part.strip() for part in (annotation or "").split(",") if part.strip()}
-
-
 class RunLoop:
     def __init__(
         self,
@@ -140,6 +129,7 @@ class RunLoop:
         self._sent: dict[str, Any] | None = None
         self._sent_at = 0.0
         self._announced: set[str] = set(a["id"] for a in self.status.get("approvals") or [] if a.get("id"))
+        self._ignored: dict[str, str] = {}  # approval annotations already warned about
 
     # ------------------------------------------------------------------------------ status
 
@@ -185,6 +175,7 @@ class RunLoop:
     async def run(self, stopped: Any = None) -> None:
         if self.status.get("phase") in FINISHED:
             return
+        self._warn_annotations()
         try:
             spec = read_spec(AgentRunSpec, dict(self.body.spec))
         except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
@@ -372,18 +363,25 @@ class RunLoop:
         verdict = "approved" if approved else "declined"
         self.event(Reason.APPROVAL_DECIDED, f"approval {request['id']} ({request.get('tool')}) {verdict} by {by}")
 
-    async def _settle(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Apply approval annotations, then timeouts, to pending requests."""
+    def _warn_annotations(self) -> None:
+        """Approval annotations decide nothing (anyone who may create or annotate the run could
+        set them, naming any approver): say so, once per value, with what to do instead."""
         annotations = self.body.meta.get("annotations") or {}
-        approve, decline = _ids(annotations.get(APPROVE_ANNOTATION)), _ids(annotations.get(DECLINE_ANNOTATION))
-        by = annotations.get(DECIDED_BY_ANNOTATION) or "annotation"
-        reason = annotations.get(REASON_ANNOTATION)
+        found = {k: str(annotations[k]) for k in LEGACY_APPROVAL_ANNOTATIONS if k in annotations}
+        if found and found != self._ignored:
+            self._ignored = found
+            self.event(
+                Reason.APPROVAL_ANNOTATION_IGNORED,
+                f"annotations {', '.join(sorted(found))} are ignored: nothing was decided. An approver creates an "
+                f"AgentApproval: tether approve {self.namespace}/{self.name} ID --yes (or kubectl create -f, see operator/README.md)",
+                warning=True,
+            )
+
+    async def _settle(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Apply timeouts to pending requests (people decide with AgentApprovals, approvals.py)."""
+        self._warn_annotations()
         for request in requests:
             if request.get("decision") is not None:
-                continue
-            rid = request["id"]
-            if rid in approve or rid in decline:
-                await self._decide(request, rid in approve, by, reason)
                 continue
             tool = self.tools.get(request.get("tool") or "")
             policy = tool.approval if tool else None
@@ -437,7 +435,7 @@ class RunLoop:
         if state is ExecutionState.SUSPENDED and pending:
             changed = self._phase(Phase.AWAITING_APPROVAL)
             ids = ", ".join(r["id"] for r in pending)
-            message = f"waiting for approval of {ids}: annotate {APPROVE_ANNOTATION}=<id> or {DECLINE_ANNOTATION}=<id>, or `tether approve`"
+            message = f"waiting for approval of {ids}: an approver runs `tether approve {self.namespace}/{self.name} <id> --yes|--no` (an AgentApproval)"
             self._set(C.RUNNING, False, Reason.AWAITING_APPROVAL, "suspended; no process is held")
             self._set(C.AWAITING_APPROVAL, True, Reason.AWAITING_APPROVAL, message)
             self._kstatus(reconciling=(Reason.AWAITING_APPROVAL, message))

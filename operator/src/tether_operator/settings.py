@@ -130,6 +130,13 @@ class Settings:
     allow_auto_approve: bool = False
     """Honour `approval.defaultAction: approve` (env TETHER_ALLOW_AUTO_APPROVE, chart value
     approvals.allowAutoApprove). Off: such a tool is not Ready and a timeout can only decline."""
+    approval_policy_binding: str = "tether-approvals"
+    """The ValidatingAdmissionPolicyBinding that binds an AgentApproval's spec.decidedBy to its
+    creator (env TETHER_APPROVAL_POLICY_BINDING, set by the chart). While it is missing no
+    AgentApproval is honoured: anyone could name any approver."""
+    single_tenant: bool = False
+    """Honour AgentApprovals without that binding (env TETHER_SINGLE_TENANT): only where everyone
+    who may create AgentApprovals is trusted to name the approver truthfully."""
 
     def startup_error(self) -> str | None:
         """Why the operator must not start with these settings, or None."""
@@ -193,6 +200,8 @@ class Settings:
             allowed_base_urls=tuple(json.loads(env.get("TETHER_ALLOWED_BASE_URLS") or "[]")),
             tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
             allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
+            approval_policy_binding=env.get("TETHER_APPROVAL_POLICY_BINDING") or "tether-approvals",
+            single_tenant=env.get("TETHER_SINGLE_TENANT", "").strip().lower() in ("1", "true", "yes"),
         )
 
 

@@ -26,11 +26,13 @@ def progress_key(run_id: str) -> str:
     return f"runs/{run_id}/progress.json"
 
 
-# -- AgentRun annotations (written by `tether approve` or a person, read by the operator) ---------
-APPROVE_ANNOTATION = "tether.dev/approve"
-DECLINE_ANNOTATION = "tether.dev/decline"
-DECIDED_BY_ANNOTATION = "tether.dev/decided-by"
-REASON_ANNOTATION = "tether.dev/reason"
+# -- approvals on Kubernetes ----------------------------------------------------------------------
+#: A decision is an AgentApproval (created by `tether approve NAMESPACE/NAME` or kubectl), whose
+#: spec.decidedBy the chart's admission policy binds to its creator.
+APPROVAL_PLURAL = "agentapprovals"
+#: AgentRun annotations that once carried decisions. Anyone who could create or annotate a run
+#: could set them (and name any approver), so they are never honoured: the operator warns instead.
+LEGACY_APPROVAL_ANNOTATIONS = ("tether.dev/approve", "tether.dev/decline", "tether.dev/decided-by")
 
 # -- labels the operator puts on what it creates for a run ----------------------------------------
 RUN_LABEL = "tether.dev/run"

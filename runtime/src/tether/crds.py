@@ -1,4 +1,4 @@
-"""Generate the AgentRun and AgentTool CRDs from `tether.api` (`tether crds [--check] [--out DIR]`).
+"""Generate the AgentRun, AgentTool and AgentApproval CRDs from `tether.api` (`tether crds [--check] [--out DIR]`).
 
 The pydantic models are the only source. Their JSON Schema is rewritten into a Kubernetes
 structural schema: `$ref`s inlined, `Optional` unwrapped, titles dropped, `const` turned into
@@ -235,6 +235,25 @@ def render() -> dict[str, str]:
                 {"name": "Implementation", "type": "string", "jsonPath": ".spec.implementation"},
                 {"name": "Approval", "type": "boolean", "jsonPath": ".spec.approval.required"},
                 {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                _age(),
+            ],
+        ),
+        _crd(
+            "AgentApproval",
+            "agentapprovals",
+            "aa",
+            api.AgentApprovalSpec,
+            api.AgentApprovalStatus,
+            "AgentApproval decides one pending approval request of an AgentRun. Its creator is the "
+            "approver: spec.decidedBy must be their Kubernetes identity (the chart's admission policy), "
+            "and who may approve is who may create AgentApprovals. The spec is immutable; the first "
+            "decision on a request wins.",
+            [
+                {"name": "Run", "type": "string", "jsonPath": ".spec.run"},
+                {"name": "Approval", "type": "string", "jsonPath": ".spec.approvalId"},
+                {"name": "Decision", "type": "string", "jsonPath": ".spec.decision"},
+                {"name": "By", "type": "string", "jsonPath": ".spec.decidedBy"},
+                {"name": "Applied", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Applied")].reason'},
                 _age(),
             ],
         ),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import NS, apply, delete_run, kubectl, poll, status, wait_phase
+from tests.e2e.cluster import NS, apply, approve, delete_run, kubectl, poll, status, wait_phase
 from tests.e2e.cluster import example as e2e_example
 from tests.e2e.flyte.conftest import RUNTIME_IMAGE, Fake, FlyteAPI
 from tether.testing.fake_provider import BASE_PATHS
@@ -122,7 +122,7 @@ def test_an_approval_given_with_kubectl_resumes_the_run_as_its_next_flyte_run(fl
         # The suspended segment ended: its Flyte run finished, and nothing runs while a human decides.
         poll(f"Flyte run {first} finished", lambda: flyte_api.phase(first) == "succeeded", 120)
         assert all(p["status"].get("phase") != "Running" for p in task_pods(first))
-        kubectl("annotate", "agentrun", name, "-n", NS, f"tether.dev/approve={pending[0]['id']}", "tether.dev/decided-by=e2e")
+        approve(name, pending[0]["id"])
         wait_phase(name, "Succeeded", timeout=600)
         second = f"{first}-2"  # the decision started the next segment, which replayed to the approval
         assert flyte_api.phase(second) == "succeeded"

@@ -135,8 +135,8 @@ class Settings:
     creator (env TETHER_APPROVAL_POLICY_BINDING, set by the chart). While it is missing no
     AgentApproval is honoured: anyone could name any approver."""
     single_tenant: bool = False
-    """Honour AgentApprovals without that binding (env TETHER_SINGLE_TENANT): only where everyone
-    who may create AgentApprovals is trusted to name the approver truthfully."""
+    """Honour AgentApprovals without that binding (env TETHER_TENANCY=single-tenant): only where
+    everyone who may create AgentApprovals is trusted to name the approver truthfully."""
 
     def startup_error(self) -> str | None:
         """Why the operator must not start with these settings, or None."""
@@ -201,7 +201,7 @@ class Settings:
             tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
             allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
             approval_policy_binding=env.get("TETHER_APPROVAL_POLICY_BINDING") or "tether-approvals",
-            single_tenant=env.get("TETHER_SINGLE_TENANT", "").strip().lower() in ("1", "true", "yes"),
+            single_tenant=env.get("TETHER_TENANCY", "").strip() == "single-tenant",
         )
 
 

@@ -781,13 +781,16 @@ class ApprovalStatus(_Wire):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str = Field(max_length=128, description="Approval id; approve with `tether approve`.")
+    id: str = Field(
+        max_length=128,
+        description="Approval id (unguessable: a random nonce); decide with `tether approve NAMESPACE/NAME ID` or an AgentApproval.",
+    )
     tool: str | None = Field(default=None, description="Tool awaiting approval.")
     prompt: str | None = Field(default=None, description="Question to the approver.")
     arguments: str | None = Field(default=None, description="The call's arguments as JSON, truncated to 1 KiB.")
     requested_at: datetime | None = Field(default=None, description="When it was requested.")
     decision: Literal["approved", "declined"] | None = Field(default=None, description="approved or declined; empty while pending.")
-    by: str | None = Field(default=None, description="Who decided (or `timeout`).")
+    by: str | None = Field(default=None, description="Who decided: the Kubernetes user who created the AgentApproval (or `timeout`).")
     decided_at: datetime | None = Field(default=None, description="When it was decided.")
     reason: str | None = Field(default=None, description="Reason given with the decision.")
 

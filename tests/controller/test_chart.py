@@ -255,15 +255,16 @@ def test_tool_allowlist_runtime_env_and_secret_policy(helm: Path) -> None:
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TETHER_TOOL_MODULES"] == "shop.tools,billing" and env["TETHER_RUNTIME_ENV"] == "HTTPS_PROXY"
-    (policy,) = of_kind(docs, "ValidatingAdmissionPolicy")
-    (binding,) = of_kind(docs, "ValidatingAdmissionPolicyBinding")
+    (policy,) = [p for p in of_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == "tether-secret-access"]
+    (binding,) = [b for b in of_kind(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"] == "tether-secret-access"]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
     # Defaults: the image's declared tool modules (no variable), the policy on.
     default = render(helm)
     (deploy,) = of_kind(default, "Deployment")
     assert "TETHER_TOOL_MODULES" not in {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert of_kind(default, "ValidatingAdmissionPolicy")
-    assert not of_kind(render(helm, "secretAccessPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    left = of_kind(render(helm, "secretAccessPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    assert [p["metadata"]["name"] for p in left] == ["tether-approvals"]  # the approvals policy is not optional
     assert "allowedModules" in render(helm, "tools.allowedModules={os system}", check=False)  # the schema refuses it
 
 

@@ -7,7 +7,8 @@ apiserver with the chart installed, played by users with only the RBAC rights na
   the refund does not run, the run awaits approval with its AwaitingApproval Event and a Warning
   that the annotations were ignored. Annotating later (even as the admin) decides nothing either.
 - Carol may create AgentApprovals: naming cfo@example.com as the approver is refused at
-  admission with a message naming her own identity; Mallory may not create one at all.
+  admission with a message naming her own identity (naming nobody, she is filled in); Mallory
+  may not create one at all.
 - An AgentApproval of an id the run has no request for (another run's), or of a run that does
   not exist, is refused with condition Applied=False (NoSuchRequest, NoSuchRun) and a Warning
   Event; nothing runs.
@@ -147,6 +148,14 @@ def test_an_approver_cannot_name_someone_else(kube: ControlPlane, users: dict[st
     forged = _create(kube, users, CAROL, _approval("refund-probe", probe_id, CFO))
     assert forged.returncode != 0
     assert f"spec.decidedBy must be your own identity: you are {CAROL}" in forged.stderr, forged.stderr
+    # Naming nobody: the chart's MutatingAdmissionPolicy (v1 on this apiserver) names the creator.
+    unnamed = json.loads(_approval("refund-probe", probe_id, ""))
+    del unnamed["spec"]["decidedBy"]
+    filled = kube.kubectl(
+        "create", "-n", NS, "-f", "-", "--dry-run=server", "-o", "json", input=json.dumps(unnamed), kubeconfig=users[CAROL], check=False
+    )
+    assert filled.returncode == 0, filled.stderr
+    assert json.loads(filled.stdout)["spec"]["decidedBy"] == CAROL
     # Creating runs is not approving them.
     assert _create(kube, users, MALLORY, _approval("refund-probe", probe_id, MALLORY)).returncode != 0
     assert kube.kubectl("auth", "can-i", "create", "agentapprovals.tether.dev", "-n", NS, f"--as={MALLORY}", check=False).returncode != 0

@@ -15,6 +15,8 @@ apiserver with the chart installed, played by users with only the RBAC rights na
 - Carol approves with `tether approve NAMESPACE/NAME ID --yes`: the refund runs, status records
   her identity, time and reason, the AgentApproval is owned by the run; a second decision on the
   same request is AlreadyDecided. The documented YAML works with `kubectl create -f`.
+- An AgentApproval created before its request (DecidedBeforeRequest), or while the approval
+  policy binding is missing (ApprovalPolicyMissing), decides nothing.
 
 The agents are the OpenAI Agents SDK examples run by the operator's local executor against the
 fake provider (the operator of test_e2e_openai.py, serving op-b).
@@ -246,3 +248,39 @@ def test_a_decision_dated_before_its_request_is_refused(kube: ControlPlane, teth
     applied = condition(obj, "Applied")
     assert (applied["status"], applied["reason"]) == ("False", "DecidedBeforeRequest"), applied
     assert open_store(f"{operator.store_url}/{ns}").get(f"approvals/{uid}/{aid[:12]}.decision.json") is None
+
+
+def test_no_approval_is_honoured_without_the_policy_binding(kube: ControlPlane, tether_release: Release, operator: Operator) -> None:
+    """With the binding gone anyone who may create an AgentApproval could name any approver: the
+    operator (not single-tenant) applies none, says why, and decides nothing."""
+    ns = SERVED[0]
+    spec = {"framework": "openai", "model": {"name": "gpt-4.1", "baseURL": "http://127.0.0.1:9/v1"}, "input": "hi", "retries": 0}
+    body = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "unbound"}, "spec": spec}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+    uid = get(kube, "agentrun", ns, "unbound")["metadata"]["uid"]
+    aid = "0123456789ab" + "e" * 16
+    request = {"id": aid, "tool": "issue-refund", "prompt": "Refund?", "arguments": {}, "requestedAt": time.time() - 60}
+    store = open_store(f"{operator.store_url}/{ns}")
+    store.create(f"approvals/{uid}/{aid[:12]}.request.json", json.dumps(request).encode())
+    saved = json.loads(kube.kubectl("get", "validatingadmissionpolicybinding", "tether-approvals", "-o", "json").stdout)
+    kube.kubectl("delete", "validatingadmissionpolicybinding", "tether-approvals")
+    try:
+        forged = json.loads(_approval("unbound", aid, CFO))  # nothing at admission stops this now
+        # the apiserver's policy cache notices the deletion within a moment
+        created = wait_for(
+            lambda: (p := kube.kubectl("create", "-n", ns, "-f", "-", "-o", "name", input=json.dumps(forged), check=False)).returncode == 0
+            and p,
+            what="admitted without the binding",
+        )
+        name = created.stdout.strip().split("/")[-1]
+        obj = wait_for(lambda: condition(o := get(kube, "agentapproval", ns, name), "Applied") and o, what="looked at")
+    finally:
+        meta = saved["metadata"]
+        saved["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+        kube.kubectl("create", "-f", "-", input=json.dumps(saved))
+        dry = ("create", "-n", ns, "-f", "-", "--dry-run=server")
+        wait_for(lambda: kube.kubectl(*dry, input=json.dumps(forged), check=False).returncode != 0, what="the binding in force again")
+    applied = condition(obj, "Applied")
+    assert (applied["status"], applied["reason"]) == ("False", "ApprovalPolicyMissing"), applied
+    assert "ValidatingAdmissionPolicyBinding tether-approvals does not exist" in applied["message"]
+    assert store.get(f"approvals/{uid}/{aid[:12]}.decision.json") is None

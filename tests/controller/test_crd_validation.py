@@ -325,8 +325,22 @@ def test_spec_is_immutable(kube: ControlPlane, tether_release: Release) -> None:
     proc = kube.kubectl("patch", "agentrun", "frozen", "-n", ns, "--type=merge", "-p", '{"spec":{"input":"changed"}}', check=False)
     assert proc.returncode != 0
     assert "spec is immutable: create a new AgentRun instead of changing this one" in proc.stderr
-    # metadata stays editable: that is how approvals are given
-    kube.kubectl("annotate", "agentrun", "frozen", "-n", ns, "tether.dev/approve=abc")
+    # metadata stays editable (approvals are AgentApprovals, not annotations)
+    kube.kubectl("annotate", "agentrun", "frozen", "-n", ns, "example.com/ticket=abc")
+
+
+def test_approval_spec_is_immutable(kube: ControlPlane, tether_release: Release) -> None:
+    """A decision cannot be changed after admission (its approver was checked at creation)."""
+    ns = tether_release.unserved
+    spec = {"run": "frozen", "approvalId": "0123456789ab" + "c" * 16, "decision": "decline", "decidedBy": "tether-admin"}
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentApproval", "metadata": {"name": "frozen-decision"}, "spec": spec}
+    kube.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(doc))
+    for change in ('{"spec":{"decision":"approve"}}', '{"spec":{"decidedBy":"cfo@example.com"}}'):
+        proc = kube.kubectl("patch", "agentapproval", "frozen-decision", "-n", ns, "--type=merge", "-p", change, check=False)
+        assert proc.returncode != 0 and "spec is immutable: create a new AgentApproval instead" in proc.stderr, proc.stderr
+    bad = {**doc, "metadata": {"name": "bad-decision"}, "spec": {**spec, "decision": "maybe", "approvalId": "../x"}}
+    proc = kube.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bad), check=False)
+    assert proc.returncode != 0 and "spec.decision" in proc.stderr and "spec.approvalId" in proc.stderr, proc.stderr
 
 
 def test_tool_spec_is_immutable(kube: ControlPlane, tether_release: Release) -> None:

@@ -26,7 +26,7 @@ from . import command_name
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog=f"{command_name()} approve", description=__doc__.split("\n\n")[0])
-    p.add_argument("run")
+    p.add_argument("run", help="a run id (decided in the store) or NAMESPACE/NAME of an AgentRun (an AgentApproval, as you)")
     p.add_argument("id", nargs="?", help="approval id (omit to list the run's approvals)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--yes", action="store_true")

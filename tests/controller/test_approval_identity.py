@@ -193,6 +193,8 @@ def test_a_legitimate_approver_continues_the_run(
 ) -> None:
     run = _settled(kube, "refund-forged")
     rid = run["status"]["approvals"][0]["id"]
+    lie = tether_approve(kube, CAROL, f"{NS}/refund-forged", rid, "--yes", "--by", CFO)
+    assert lie.returncode == 2 and f"the approver is who you are ({CAROL}), not --by {CFO}" in lie.stderr, lie.stderr
     proc = tether_approve(kube, CAROL, f"{NS}/refund-forged", rid, "--yes", "--reason", "customer is right")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"approve {rid} of AgentRun {NS}/refund-forged as {CAROL}" in proc.stdout

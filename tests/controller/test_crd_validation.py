@@ -63,6 +63,8 @@ DELETE = object()
 # (manifest, what the apiserver's message must contain)
 MALFORMED = {
     "wrong framework": (edit(RUN, "spec.framework", "autogen"), 'Unsupported value: "autogen"'),
+    # a bring-your-own agent brings its own tools: spec.tools would never reach it (RUN names one)
+    "tools beside a byo agent": (edit(RUN, "spec.agent", "shop.agents:triage"), "a bring-your-own agent (spec.agent) brings its own tools"),
     "negative gpu count": (edit(RUN, "spec.resources.gpu.count", -1), "spec.resources.gpu.count: Invalid value: -1"),
     "gpu count without type": (edit(RUN, "spec.resources.gpu", {"count": 2}), "gpu.type is required when gpu.count > 0"),
     "bad memory quantity": (

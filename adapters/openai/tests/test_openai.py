@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from agents import Agent
 
+from tether.errors import ConfigError
 from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
@@ -462,3 +463,28 @@ def test_kill_during_a_tool_then_resume_replays_finished_steps(tmp_path):
         assert (replay["model_live"], replay["tool_live"], replay["output"]) == (0, 0, result["output"])
         assert provider.live_calls() == 3
         print(f"retry process wall time {time.time() - started:.2f}s")
+
+
+async def test_a_byo_agents_cached_tether_tool_is_reused_across_runs_and_shown_as_cached(fake, store):
+    """cache="auto" on a Tether tool of a bring-your-own agent: three runs (three run ids) call the
+    tool once; the later runs show the result as cached (from another run), not replayed."""
+    from agents import Agent
+
+    from tether_openai.adapter import function_tool
+
+    cached = tool(cache="auto")(get_weather.fn)
+    agent = Agent(name="byo", instructions="Be brief.", model=MODEL, tools=[function_tool(cached)])
+    results = [await run_agent("Weather in Paris?", agent=agent, run_id=f"byo-cache-{i}", **common(fake, store)) for i in range(3)]
+    assert all(r.status == "succeeded" for r in results)
+    assert executions == [("get_weather", {"city": "Paris"})], "cache=auto ran the tool again in another run"
+    assert [[e.mode for e in r.events if e.kind == "tool"] for r in results] == [["live"], ["cached"], ["cached"]]
+
+
+async def test_tools_or_instructions_beside_a_byo_agent_are_refused(fake, store):
+    """They would never reach it: refused, never silently ignored."""
+    from byo_agents import make_agent
+
+    for extra in ({"tools": TOOLS}, {"instructions": "Be terse."}):
+        with pytest.raises(ConfigError, match="bring-your-own agent brings its own tools and instructions"):
+            await run_agent("plain: hi", agent=make_agent(), run_id="byo-extra", **common(fake, store), **extra)
+    assert fake.live_calls() == 0

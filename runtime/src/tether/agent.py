@@ -418,6 +418,11 @@ async def run_agent(
     """
     if model is None and agent is None:
         raise ConfigError("run_agent needs a model (declarative) or an agent (bring your own)")
+    if agent is not None and (tools or instructions):  # they would not reach it: never silently ignored
+        raise ConfigError(
+            "run_agent: a bring-your-own agent brings its own tools and instructions; tools= and instructions= would "
+            "not reach it (make its tools Tether tools with the adapter's @tool, so that they are journaled)"
+        )
     prov, model_name = infer_provider(model or "", provider or adapter.default_provider)
     prov = provider or prov
     # Store I/O never runs on the event loop (opening an S3 store, loading the journal, memory,

@@ -431,8 +431,27 @@ class Limits(_Wire):
     )
 
 
+BYO_AGENT_OWN_TOOLS = (
+    "a bring-your-own agent (spec.agent) brings its own tools and instructions: spec.tools and "
+    "spec.instructions would not reach it; remove them, and make its tools Tether tools (the adapter's @tool) "
+    "so that they are journaled"
+)
+
+
 class AgentRunSpec(_Wire):
     """What to run: an agent in one framework, a model, instructions, an input, tools."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(self.agent) || ((!has(self.tools) || size(self.tools) == 0) && !has(self.instructions))",
+                    BYO_AGENT_OWN_TOOLS,
+                    fieldPath=".agent",
+                )
+            ]
+        }
+    )
 
     framework: Framework = Field(description="Agent framework that owns the loop.")
     model: Model = Field(description="Model the agent calls.")
@@ -495,6 +514,12 @@ class AgentRunSpec(_Wire):
         if duplicates:
             raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
         return tools
+
+    @model_validator(mode="after")
+    def _byo_agent_brings_its_own(self) -> AgentRunSpec:
+        if self.agent and (self.tools or self.instructions):  # a field nothing implements is refused
+            raise ValueError(BYO_AGENT_OWN_TOOLS)
+        return self
 
     @property
     def timeout_seconds(self) -> float:

@@ -71,8 +71,13 @@ for the configured executor. */}}
   resources: ["agentapprovals/status"]
   verbs: ["get", "patch"]
 {{- if eq .Values.executor.kind "kubernetes" }}
-# Runner pods (one per attempt) and the request ConfigMap of each execution. No Secrets: the
-# pods mount the ones their run names; the operator never reads a value.
+# Secrets: `get` by name (never list/watch). The operator asks for metadata only
+# (PartialObjectMetadata: is it there, is it labelled tether.dev/usable=true); RBAC cannot limit
+# `get` to metadata, the operator's code never asks for data. The pods mount the values.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+# Runner pods (one per attempt) and the request ConfigMap of each execution.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
@@ -86,7 +91,11 @@ for the configured executor. */}}
   verbs: ["get", "create"]
 {{- else if eq .Values.executor.kind "flyte" }}
 # Flyte executor: runs live on the Flyte backend (reached over its API, not the apiserver); its
-# pods get their Secrets from Flyte's secret injection. Nothing more in the served namespaces.
+# pods get their Secrets from Flyte's secret injection. Secrets: `get` by name, metadata only
+# (as for the kubernetes executor: is the Secret a run names there and labelled for Tether).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- else }}
 # Local (development) executor: API keys and tools' env are read by name, never listed or watched.
 - apiGroups: [""]

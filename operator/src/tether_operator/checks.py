@@ -1,13 +1,17 @@
 """Semantic checks the apiserver cannot make: do the things a spec names exist, may it use them?
 
 Each problem is a condition reason plus a message that says exactly what is missing. Missing
-things (an AgentTool, a Secret, a key, the Secret's Tether label) may still appear, so the run
-waits and looks again; invalid ones (a GPU type no node pool offers, a base URL the cluster does
-not allow, a tool implementation from a module the cluster admin did not allow) are terminal.
+things (an AgentTool, a Secret, a key, the Secret's Tether label, the admission policy) may still
+appear, so the run waits and looks again; invalid ones (a GPU type no node pool offers, a base
+URL, image or module the cluster admin did not allow) are terminal.
 
-Secrets: only Secrets labelled ``tether.dev/usable=true`` are ever read, so a run cannot make the
-operator hand out a Secret nobody meant for Tether (the chart's admission policy also checks that
-whoever creates an AgentRun or AgentTool may ``get`` each Secret it names).
+Secrets, in every executor: a Secret is used only if it is labelled ``tether.dev/usable=true``
+(else SecretNotUsable). Executors whose pods mount the Secrets (kubernetes, flyte) make the
+operator read a Secret's metadata only (its labels; the apiserver sends no data); the local
+executor reads the values it hands to its subprocess. Whether the run's creator may use a Secret
+is the chart's admission policy's question (the apiserver asks it with the creator's own identity,
+which the operator never has): runs that would use Secrets wait (AdmissionPolicyMissing) unless
+that policy and its binding are in place, or the cluster is declared single-tenant.
 """
 
 from __future__ import annotations
@@ -15,16 +19,19 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from tether.api import AgentRunSpec, AgentToolSpec, ManifestError, Resources, read_spec
 from tether.secrets import Secrets
-from tether.tools import implementation_refusal
+from tether.tools import agent_refusal, implementation_refusal
 
-from . import kube
+from . import images, kube
 from .conditions import Reason
-from .settings import RESERVED_NAMESPACES
+from .settings import RESERVED_NAMESPACES, Settings
 
 
 @dataclass
@@ -215,16 +222,113 @@ def check_namespace(namespace: str) -> list[Problem]:
     ]
 
 
-async def _secret_value(namespace: str, name: str, key: str, what: str) -> str | Problem:
-    secret = await kube.read_secret(namespace, name)
+async def _secret_value(namespace: str, name: str, key: str, what: str, read_value: bool) -> str | None | Problem:
+    """The value of one Secret key (None when `read_value` is off: only the Secret's metadata is
+    read, and a missing key keeps the pod that mounts it from starting), or why not."""
+    if read_value:
+        secret = await kube.read_secret(namespace, name)
+    else:
+        found = await kube.secret_labels(namespace, name)
+        secret = None if found is None else (found, {})
     if secret is None:
         return Problem(Reason.MISSING_SECRET, f"Secret {namespace}/{name} ({what}) not found")
     labels, data = secret
     if labels.get(USABLE_LABEL) != "true":
         return Problem(Reason.SECRET_NOT_USABLE, f"Secret {namespace}/{name} ({what}) is not labelled {USABLE_LABEL}=true")
+    if not read_value:
+        return None
     if key not in data:
         return Problem(Reason.MISSING_SECRET_KEY, f"Secret {namespace}/{name} has no key {key!r} ({what})")
     return data[key]
+
+
+_POLICY_TTL = 5.0
+# Creation times have whole seconds, and the apiserver applies a new binding a moment after it
+# exists: an object created this soon after the policy may have been admitted without it.
+_POLICY_GRACE = 2.0
+
+
+@dataclass
+class _Guard:
+    missing: str | None  # why the policy does not guard every AgentRun and AgentTool
+    since: float = 0.0  # when the policy and its binding both existed (epoch seconds)
+    checked: float = 0.0
+
+
+_guards: dict[str, _Guard] = {}
+
+
+def _epoch(timestamp: str | None) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() if timestamp else 0.0
+
+
+def _guard_of(name: str, policy: dict[str, Any] | None, binding: dict[str, Any] | None) -> _Guard:
+    if policy is None:
+        return _Guard(f"ValidatingAdmissionPolicy {name} not found")
+    if (policy.get("spec") or {}).get("failurePolicy") == "Ignore":
+        return _Guard(f"ValidatingAdmissionPolicy {name} has failurePolicy Ignore")
+    if binding is None:
+        return _Guard(f"ValidatingAdmissionPolicyBinding {name} not found")
+    spec = binding.get("spec") or {}
+    if spec.get("policyName") != name or "Deny" not in (spec.get("validationActions") or []):
+        return _Guard(f"ValidatingAdmissionPolicyBinding {name} does not deny with policy {name}")
+    if spec.get("matchResources"):  # the chart's binding matches everything: a narrower one leaves gaps
+        return _Guard(f"ValidatingAdmissionPolicyBinding {name} is narrowed by matchResources")
+    created = [_epoch((o.get("metadata") or {}).get("creationTimestamp")) for o in (policy, binding)]
+    return _Guard(None, max(created))
+
+
+async def check_admission_policy(settings: Settings, created: str | None = None, what: str = "") -> list[Problem]:
+    """Secrets may be used only while the apiserver checks their users' rights (the chart's
+    secretAccessPolicy), or on a cluster declared single-tenant. `created`: the creation time of
+    the object `what` that names the Secrets (specs are immutable: it was admitted then); one
+    created before the policy was in place was never checked, and never will be.
+    The policy is looked up at most every few seconds (many waiting runs ask)."""
+    if settings.single_tenant:
+        return []
+    name = settings.secret_access_policy
+    guard = _guards.get(name)
+    if guard is None or time.monotonic() - guard.checked > _POLICY_TTL:
+        try:
+            guard = _guard_of(name, *await kube.admission_policy(name))
+        except kube.KubeError as exc:  # e.g. 403: the operator may not look (its RBAC is not the chart's)
+            guard = _Guard(f"cannot read ValidatingAdmissionPolicy {name}: HTTP {exc.status}")
+        guard.checked = time.monotonic()
+        _guards[name] = guard
+    if guard.missing is not None:
+        return [
+            Problem(
+                Reason.ADMISSION_POLICY_MISSING,
+                f"{guard.missing}: without it nobody checks that the creator may use the Secrets named; "
+                "install it (chart value secretAccessPolicy.enabled: true) or declare the cluster single-tenant "
+                "(chart value tenancy: single-tenant)",
+            )
+        ]
+    if created is not None and _epoch(created) < guard.since + _POLICY_GRACE:
+        since = datetime.fromtimestamp(guard.since, UTC).isoformat().replace("+00:00", "Z")
+        return [
+            Problem(
+                Reason.ADMISSION_POLICY_MISSING,
+                f"{what} was created at {created}, before ValidatingAdmissionPolicy {name} and its binding were in place "
+                f"(since {since}): nobody checked that its creator may use the Secrets it names; delete and recreate it",
+                terminal=True,
+            )
+        ]
+    return []
+
+
+def check_image(image: str | None, allowed: tuple[str, ...], field: str) -> list[Problem]:
+    refusal = images.refusal(image, allowed, field) if image else None
+    return [Problem(Reason.IMAGE_NOT_ALLOWED, refusal, terminal=True)] if refusal else []
+
+
+def check_agent(agent: str | None, allowed: tuple[str, ...] | None) -> list[Problem]:
+    """As for tools (`check_implementation`): None means the runtime image's default, which the
+    runtime enforces; the standard library is refused here."""
+    if not agent:
+        return []
+    refusal = agent_refusal(agent, allowed if allowed is not None else (agent.partition(":")[0],))
+    return [Problem(Reason.AGENT_NOT_ALLOWED, f"spec.agent: {refusal}", terminal=True)] if refusal else []
 
 
 def check_implementation(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None) -> list[Problem]:
@@ -252,48 +356,42 @@ def check_approval(spec: AgentToolSpec, what: str, allow_auto_approve: bool) -> 
 
 
 async def check_tool(
-    namespace: str,
-    name: str,
-    spec: AgentToolSpec,
-    gpu_node_pools: dict[str, object],
-    allowed: tuple[str, ...] | None = None,
-    *,
-    allow_auto_approve: bool = False,
-    read_secrets: bool = True,
+    namespace: str, name: str, spec: AgentToolSpec, settings: Settings, *, read_secrets: bool = True, created: str | None = None
 ) -> Resolved:
+    """`created`: the AgentTool's creationTimestamp (its Secrets were checked against its creator then)."""
     if refused := check_namespace(namespace):
         return Resolved(problems=refused)
-    out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, f"AgentTool {name}"))
-    out.problems += check_approval(spec, f"AgentTool {name}", allow_auto_approve)
-    out.problems += check_implementation(name, spec, allowed)
+    out = Resolved(problems=check_resources(spec.resources, settings.gpu_node_pools, f"AgentTool {name}"))
+    out.problems += check_approval(spec, f"AgentTool {name}", settings.allow_auto_approve)
+    out.problems += check_implementation(name, spec, settings.tool_modules)
+    out.problems += check_image(spec.image, settings.images_allowed, f"spec.image of AgentTool {name}")
     env: dict[str, str] = {}
-    for item in (spec.env or []) if read_secrets else []:
+    for item in spec.env or []:
         ref = item.secret_key_ref
-        value = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}")
+        value = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}", read_secrets)
         if isinstance(value, Problem):
             out.problems.append(value)
-        else:
+        elif value is not None:
             env[item.name] = value
+    if spec.env:
+        out.problems += await check_admission_policy(settings, created, f"AgentTool {name}")
     out.tool_env[name] = env
     return out
 
 
 async def check_run(
-    namespace: str,
-    spec: AgentRunSpec,
-    gpu_node_pools: dict[str, object],
-    allowed: tuple[str, ...] | None = None,
-    allowed_base_urls: tuple[str, ...] = (),
-    *,
-    allow_auto_approve: bool = False,
-    read_secrets: bool = True,
+    namespace: str, spec: AgentRunSpec, settings: Settings, *, read_secrets: bool = True, created: str | None = None
 ) -> Resolved:
-    """`read_secrets=False` (executors whose pods mount the Secrets): Secrets are neither read
-    nor checked by the operator; a missing one keeps the runner pod from starting."""
+    """`read_secrets=False` (executors whose pods mount the Secrets): only the Secrets' metadata
+    is read (exists, labelled); a missing key keeps the runner pod from starting. `created`: the
+    run's creationTimestamp. A tool's Secrets are authorised by the tool's creator (checked when
+    the AgentTool was admitted), the run's own API key by the run's creator."""
     if refused := check_namespace(namespace):  # nothing there is looked at, Secrets and tools included
         return Resolved(problems=refused)
-    out = Resolved(problems=check_resources(spec.resources, gpu_node_pools, "the run"))
-    out.problems += await check_base_url(spec.model.base_url, allowed_base_urls)
+    out = Resolved(problems=check_resources(spec.resources, settings.gpu_node_pools, "the run"))
+    out.problems += check_image(spec.image, settings.images_allowed, "spec.image")
+    out.problems += check_agent(spec.agent, settings.agent_modules)
+    out.problems += await check_base_url(spec.model.base_url, settings.allowed_base_urls)
     for name in spec.tools:
         obj = await kube.get_tool(namespace, name)
         if obj is None:
@@ -304,17 +402,18 @@ async def check_run(
         except ManifestError as exc:  # an older or newer CRD version than this operator knows
             out.problems.append(Problem(Reason.TOOL_NOT_READY, f"AgentTool {name}: {exc}"))
             continue
-        resolved = await check_tool(
-            namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve, read_secrets=read_secrets
-        )
+        created_tool = (obj.get("metadata") or {}).get("creationTimestamp")
+        resolved = await check_tool(namespace, name, tool, settings, read_secrets=read_secrets, created=created_tool)
         out.problems += resolved.problems
         out.tool_env.update(resolved.tool_env)
         out.tools[name] = tool
     ref = spec.model.api_key_secret_ref
-    if ref is not None and read_secrets:
-        value = await _secret_value(namespace, ref.name, ref.key, "model API key")
+    if ref is not None:
+        value = await _secret_value(namespace, ref.name, ref.key, "model API key", read_secrets)
         if isinstance(value, Problem):
             out.problems.append(value)
         else:
             out.model_key = value
+        out.problems += await check_admission_policy(settings, created, "the AgentRun")
+    out.problems = list({p.message: p for p in out.problems}.values())  # the policy, once for all tools
     return out

@@ -27,6 +27,7 @@ from tether.stores import Store, open_store
 
 from . import kube, metrics
 from .approvals import apply_approval
+from .checks import check_admission_policy
 from .executors.base import Executor, execution_name
 from .executors.flyte import FlyteExecutor
 from .executors.kubernetes import EXECUTION_LABEL, KubernetesExecutor
@@ -124,6 +125,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         memo.store_for = store_for
         if memo.settings.metrics_port:
             memo.metrics = await metrics.serve(memo.settings.metrics_port, memo.executor)
+        for problem in await check_admission_policy(memo.settings):  # said once here; runs naming Secrets wait
+            log.warning("%s: %s", problem.reason, problem.message)
         log.info(
             "tether operator: executor=%s store=%s namespaces=%s",
             memo.executor.kind,
@@ -211,11 +214,10 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             body.meta.get("generation", 1),
             dict(body.spec),
             dict(body.get("status") or {}),
-            memo.settings.gpu_node_pools,
-            memo.settings.tool_modules,
+            memo.settings,
             memo.executor.probe_tool,
-            allow_auto_approve=memo.settings.allow_auto_approve,
             read_secrets=memo.executor.reads_secrets,
+            created=body.meta.get("creationTimestamp"),
         )
         if change is not None:
             reason, message = change

@@ -89,12 +89,14 @@ async def close() -> None:
         _session = None
 
 
-async def request(method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+async def request(method: str, path: str, body: Any = None, content_type: str = "application/json", accept: str = "") -> Any:
     """JSON in, JSON out; None on 404. A 401 re-reads the credentials once (token rotation)."""
     for attempt in (1, 2):
         session = await _open()
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": content_type} if body is not None else {}
+        if accept:
+            headers["Accept"] = accept
         async with session.request(method, _server + path, data=data, headers=headers) as rsp:
             if rsp.status == 401 and attempt == 1:
                 await close()
@@ -123,6 +125,30 @@ async def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[s
         return None
     labels = (secret.get("metadata") or {}).get("labels") or {}
     return labels, {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+async def secret_labels(namespace: str, name: str) -> dict[str, str] | None:
+    """The Secret's labels, or None if it does not exist. Asks for its metadata only
+    (PartialObjectMetadata): the apiserver sends no data, so no value ever reaches the operator."""
+    meta = await request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}", accept=METADATA_ONLY)
+    if meta is None:
+        return None
+    labels: dict[str, str] = (meta.get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+async def admission_policy(name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The ValidatingAdmissionPolicy `name` and the binding of the same name (None: missing,
+    including on a cluster without the API)."""
+    policy = await request("GET", f"{ADMISSION}/validatingadmissionpolicies/{name}")
+    binding = await request("GET", f"{ADMISSION}/validatingadmissionpolicybindings/{name}")
+    return policy, binding
 
 
 async def get_tool(namespace: str, name: str) -> dict[str, Any] | None:

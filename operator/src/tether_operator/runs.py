@@ -47,6 +47,7 @@ from tether.api import (
 from tether.contract import LEGACY_APPROVAL_ANNOTATIONS, RUN_LABEL, RUN_UID_LABEL, progress_key
 from tether.secrets import Secrets
 from tether.stores import Store
+from tether.tools import AGENT_MODULES_ENV
 
 from . import conditions as C
 from . import kube, metrics
@@ -193,11 +194,9 @@ class RunLoop:
             resolved = await check_run(
                 self.namespace,
                 spec,
-                self.settings.gpu_node_pools,
-                self.settings.tool_modules,
-                self.settings.allowed_base_urls,
-                allow_auto_approve=self.settings.allow_auto_approve,
+                self.settings,
                 read_secrets=self.executor.reads_secrets,
+                created=self.body.meta.get("creationTimestamp"),
             )
             refused = unsupported(spec, resolved.tools, self.executor.supports)
             if refused:
@@ -251,6 +250,7 @@ class RunLoop:
                 name=self.exec_name,
                 request=request,
                 secrets=self.run_secrets,
+                env=self._runtime_env(),
                 retries=spec.retries,
                 timeout_seconds=spec.timeout_seconds,
                 attempts=int(self.status.get("attempts") or 0),
@@ -314,6 +314,12 @@ class RunLoop:
                 return
 
     # ------------------------------------------------------------------------------ pieces
+
+    def _runtime_env(self) -> dict[str, str]:
+        """The cluster admin's agent allowlist, for the runtime to enforce too (the operator's
+        check might be bypassed); unset, the runtime image's own declared agent modules."""
+        modules = self.settings.agent_modules
+        return {} if modules is None else {AGENT_MODULES_ENV: ",".join(modules)}
 
     async def _hold(self, held: bool) -> None:
         """Hold the finalizer while the executor runs something, drop it when nothing runs."""

@@ -11,6 +11,8 @@ from typing import Any
 
 from tether.api import quantity_value
 
+from .images import repository
+
 # Namespaces Tether never serves, even cluster-wide: the cluster's own (a ClusterRole cannot leave
 # them out, so the operator refuses runs there itself and the chart refuses to list them).
 RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
@@ -134,9 +136,27 @@ class Settings:
     """The ValidatingAdmissionPolicyBinding that binds an AgentApproval's spec.decidedBy to its
     creator (env TETHER_APPROVAL_POLICY_BINDING, set by the chart). While it is missing no
     AgentApproval is honoured: anyone could name any approver."""
+    allowed_images: tuple[str, ...] = ()
+    """Images a run's `spec.image` and an AgentTool's `image` may name (env TETHER_ALLOWED_IMAGES,
+    JSON list; chart value images.allowed): an entry ending in `/` allows every repository under
+    it, any other entry one repository (any tag or digest) or, with a tag or digest, that image
+    alone. The repository of `executor.runtime_image` is always allowed (`images_allowed`)."""
+    agent_modules: tuple[str, ...] | None = None
+    """Modules a run's `spec.agent` may come from (env TETHER_AGENT_MODULES, comma-separated;
+    chart value agents.allowedModules). None: the runtime image's default (the modules installed
+    distributions declare in the entry-point group `tether.agents`), enforced by the runtime."""
     single_tenant: bool = False
-    """Honour AgentApprovals without that binding (env TETHER_TENANCY=single-tenant): only where
-    everyone who may create AgentApprovals is trusted to name the approver truthfully."""
+    """Everyone who may create AgentRuns in a served namespace may use every Secret Tether may
+    use there (env TETHER_TENANCY=single-tenant, chart value tenancy). Off (multi-tenant, the
+    default): runs that name Secrets wait (AdmissionPolicyMissing) unless the chart's Secret
+    access admission policy and its binding are in place."""
+    secret_access_policy: str = "tether-secret-access"
+    """Name of that ValidatingAdmissionPolicy and of its binding (env TETHER_SECRET_ACCESS_POLICY)."""
+
+    @property
+    def images_allowed(self) -> tuple[str, ...]:
+        own = repository(self.executor.runtime_image)
+        return self.allowed_images if own in self.allowed_images else (own, *self.allowed_images)
 
     def startup_error(self) -> str | None:
         """Why the operator must not start with these settings, or None."""
@@ -201,7 +221,10 @@ class Settings:
             tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
             allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
             approval_policy_binding=env.get("TETHER_APPROVAL_POLICY_BINDING") or "tether-approvals",
-            single_tenant=env.get("TETHER_TENANCY", "").strip() == "single-tenant",
+            allowed_images=tuple(json.loads(env.get("TETHER_ALLOWED_IMAGES") or "[]")),
+            agent_modules=_names(env["TETHER_AGENT_MODULES"]) if env.get("TETHER_AGENT_MODULES", "").strip() else None,
+            single_tenant=_tenancy(env.get("TETHER_TENANCY", "")),
+            secret_access_policy=env.get("TETHER_SECRET_ACCESS_POLICY") or "tether-secret-access",
         )
 
 
@@ -234,3 +257,14 @@ def _flag(text: str) -> bool:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _tenancy(value: str) -> bool:
+    """True for `single-tenant`; `multi-tenant` (or nothing) is the default. Anything else is a
+    typo that must not silently weaken (or strengthen) who may use which Secret."""
+    value = value.strip().lower()
+    if value in ("", "multi-tenant"):
+        return False
+    if value == "single-tenant":
+        return True
+    raise ValueError(f"TETHER_TENANCY={value!r}: expected multi-tenant or single-tenant (chart value tenancy)")

@@ -1,5 +1,6 @@
 """AgentTool status: Ready when its implementation is allowed and importable where it will run,
-every Secret its env names exists (labelled for Tether) and its resources are valid."""
+its image is allowed, every Secret its env names exists (labelled for Tether, and guarded by the
+Secret access policy) and its resources are valid."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from . import conditions as C
 from . import kube
 from .checks import Problem, check_tool
 from .conditions import Reason
+from .settings import Settings
 
 
 def _essence(conditions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -25,22 +27,17 @@ async def reconcile_tool(
     generation: int,
     spec: dict[str, Any],
     status: dict[str, Any],
-    gpu_node_pools: dict[str, Any],
-    allowed: tuple[str, ...] | None = None,
+    settings: Settings,
     probe: Callable[[str], Awaitable[str | None]] | None = None,
     *,
-    allow_auto_approve: bool = False,
     read_secrets: bool = True,
+    created: str | None = None,
 ) -> tuple[str, str] | None:
     """Check the tool and patch its status if it changed; returns (reason, message) on a change."""
     conditions = list(status.get("conditions") or [])
     try:
         tool = read_spec(AgentToolSpec, spec)
-        problems = (
-            await check_tool(
-                namespace, name, tool, gpu_node_pools, allowed, allow_auto_approve=allow_auto_approve, read_secrets=read_secrets
-            )
-        ).problems
+        problems = (await check_tool(namespace, name, tool, settings, read_secrets=read_secrets, created=created)).problems
         if probe is not None and not any(p.reason in (Reason.TOOL_NOT_ALLOWED, Reason.NAMESPACE_NOT_SERVED) for p in problems):
             # Importability is checked where the runtime runs, never in the operator's process.
             refusal = await probe(tool.implementation)
@@ -49,12 +46,7 @@ async def reconcile_tool(
     except ManifestError as exc:  # past the apiserver, refused by the runtime's model: say which field
         problems = [Problem(Reason.INVALID_SPEC, str(exc), terminal=True)]
     if not problems:
-        reason, message = (
-            Reason.VALID,
-            "the tool's implementation, Secrets and resources resolve"
-            if read_secrets
-            else "the tool's implementation and resources resolve",
-        )
+        reason, message = Reason.VALID, "the tool's implementation, image, Secrets and resources resolve"
         new = C.kstatus(conditions, ready=(reason, message), generation=generation)
     else:
         reason, message = problems[0].reason, "; ".join(p.message for p in problems)

@@ -34,7 +34,14 @@ from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepErro
 from .run import StepEvent
 from .secrets import tool_secrets
 from .toolrunner import RunnerClient, describe_remote, stand_in, tool_runners
-from .tools import TOOL_MODULES_ENV, allowed_tool_modules, implementation_refusal, import_tool
+from .tools import (
+    TOOL_MODULES_ENV,
+    agent_refusal,
+    allowed_agent_modules,
+    allowed_tool_modules,
+    implementation_refusal,
+    import_tool,
+)
 
 env = flyte.TaskEnvironment(name="tether-runtime")
 tool_env = flyte.TaskEnvironment(name="tether-tool")
@@ -158,8 +165,11 @@ async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent
         missing = [name for name in spec.tools if name not in request.tools]
         if missing:
             raise ConfigError(f"unknown AgentTool(s): {', '.join(missing)}")
-        # Tools first: a tool from a module the admin did not allow is refused before any
+        # Agent and tools first: a module the admin did not allow is refused before any
         # framework code loads.
+        refusal = agent_refusal(spec.agent, allowed_agent_modules()) if spec.agent else None
+        if refusal:
+            raise ConfigError(f"spec.agent: {refusal}")
         allowed = allowed_tool_modules()  # once: reading entry points scans every distribution
         tools = [tool_from_spec(name, request.tools[name], allowed) for name in spec.tools]
         adapter = load_adapter(spec.framework)

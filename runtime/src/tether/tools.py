@@ -302,10 +302,23 @@ def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = No
     return run_on_wire_loop(ctx.run(lambda: call_tool(spec, args, run=run or current_run())))
 
 
-# ------------------------------------------------------------- which modules may be tools
+# ------------------------------------------------------ which modules may be tools or agents
 
 TOOL_MODULES_ENV = "TETHER_TOOL_MODULES"
 TOOL_ENTRY_POINTS = "tether.tools"
+AGENT_MODULES_ENV = "TETHER_AGENT_MODULES"
+AGENT_ENTRY_POINTS = "tether.agents"
+
+
+def _allowed_modules(env_name: str, group: str, environ: Mapping[str, str] | None) -> tuple[str, ...]:
+    import os
+
+    raw = (os.environ if environ is None else environ).get(env_name)
+    if raw is not None and raw.strip():
+        return tuple(m.strip() for m in raw.split(",") if m.strip())
+    from importlib.metadata import entry_points
+
+    return tuple(sorted({ep.value.partition(":")[0].strip() for ep in entry_points(group=group)}))
 
 
 def allowed_tool_modules(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -315,29 +328,40 @@ def allowed_tool_modules(environ: Mapping[str, str] | None = None) -> tuple[str,
     otherwise the modules that installed distributions declare in their entry-point group
     ``tether.tools`` (``[project.entry-points."tether.tools"] shop = "shop.tools"``).
     """
-    import os
+    return _allowed_modules(TOOL_MODULES_ENV, TOOL_ENTRY_POINTS, environ)
 
-    raw = (os.environ if environ is None else environ).get(TOOL_MODULES_ENV)
-    if raw is not None and raw.strip():
-        return tuple(m.strip() for m in raw.split(",") if m.strip())
-    from importlib.metadata import entry_points
 
-    return tuple(sorted({ep.value.partition(":")[0].strip() for ep in entry_points(group=TOOL_ENTRY_POINTS)}))
+def allowed_agent_modules(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Modules an AgentRun's ``agent`` (bring your own) may come from, as for tools:
+    ``$TETHER_AGENT_MODULES`` (the chart's ``agents.allowedModules``) when set, otherwise the
+    modules installed distributions declare in the entry-point group ``tether.agents``."""
+    return _allowed_modules(AGENT_MODULES_ENV, AGENT_ENTRY_POINTS, environ)
+
+
+def module_refusal(path: str, allowed: tuple[str, ...], what: str, chart_value: str) -> str | None:
+    """Why ``module:attribute`` may not be loaded as ``what`` (a tool, an agent), or None. The
+    standard library never may, even if listed: ``subprocess:getoutput`` or ``os:system`` would
+    hand the model (or the run's author) a shell."""
+    import sys
+
+    module = path.partition(":")[0]
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
+        return f"{path} is in the Python standard library, which never provides {what}s"
+    if not any(module == a or module.startswith(a + ".") for a in allowed):
+        listed = ", ".join(allowed) or "none"
+        return f"module {module} is not an allowed {what} module (allowed: {listed}; chart value {chart_value})"
+    return None
 
 
 def implementation_refusal(implementation: str, allowed: tuple[str, ...]) -> str | None:
-    """Why ``module:function`` may not be a tool, or None. The standard library never may, even
-    if listed: ``subprocess:getoutput`` or ``os:system`` would hand the model a shell."""
-    import sys
+    """Why ``module:function`` may not be a tool, or None (see :func:`module_refusal`)."""
+    return module_refusal(implementation, allowed, "tool", "tools.allowedModules")
 
-    module = implementation.partition(":")[0]
-    top = module.split(".")[0]
-    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
-        return f"{implementation} is in the Python standard library, which never provides tools"
-    if not any(module == a or module.startswith(a + ".") for a in allowed):
-        listed = ", ".join(allowed) or "none"
-        return f"module {module} is not an allowed tool module (allowed: {listed}; chart value tools.allowedModules)"
-    return None
+
+def agent_refusal(agent: str, allowed: tuple[str, ...]) -> str | None:
+    """Why ``module:attribute`` may not be an AgentRun's ``agent``, or None."""
+    return module_refusal(agent, allowed, "agent", "agents.allowedModules")
 
 
 def probe_implementation(implementation: str) -> str | None:

@@ -261,6 +261,7 @@ def runner_pod(
     ]
     if tool_modules is not None:  # the chart's tools.allowedModules; else the image's own tools
         env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
+    env += [{"name": k, "value": v} for k, v in sorted(sub.env.items())]  # e.g. the agent allowlist
     volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {}},
         {"name": "work", "emptyDir": {}},

@@ -44,7 +44,7 @@ from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest
 from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
 from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
-from ..tools import TOOL_MODULES_ENV, allowed_tool_modules
+from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
 from . import EXIT_CODES_HELP, command_name
 from .exec import GO
@@ -156,6 +156,9 @@ def main(argv: list[str]) -> int:
     mine = {t.spec.implementation.partition(":")[0].split(".")[0] for t in tool_manifests.values()}
     mine = {m for m in mine if (here / f"{m}.py").is_file() or (here / m / "__init__.py").is_file()}
     env[TOOL_MODULES_ENV] = ",".join(sorted(set(allowed_tool_modules(env)) | mine))
+    agent = (spec.agent or "").partition(":")[0].split(".")[0]  # the same for a bring-your-own agent
+    if agent and ((here / f"{agent}.py").is_file() or (here / agent / "__init__.py").is_file()):
+        env[AGENT_MODULES_ENV] = ",".join(sorted(set(allowed_agent_modules(env)) | {agent}))
 
     provider = spec.model.provider
     fake = None

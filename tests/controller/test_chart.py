@@ -140,6 +140,8 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
     docs = render(helm, "watchNamespaces={team-a,team-b}", "executor.kind=local")
     (discovery,) = of_kind(docs, "ClusterRole")  # namespaced mode: the only ClusterRole
     assert {v for _, _, v in _rules(discovery)} == {"get", "list", "watch"}
+    (policy_rule,) = [r for r in discovery["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert policy_rule["verbs"] == ["get"] and policy_rule["resourceNames"] == ["tether-secret-access"]
     roles = of_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
@@ -160,7 +162,7 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
     assert len(of_kind(cluster, "ClusterRole")) == 2
 
 
-def test_kubernetes_executor_is_the_default_and_its_rbac_reads_no_secrets(helm: Path) -> None:
+def test_kubernetes_executor_is_the_default_and_its_rbac_gets_secrets_by_name_only(helm: Path) -> None:
     docs = render(helm, "watchNamespaces={team-a,team-b}")
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -179,6 +181,7 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_reads_no_secrets(helm: 
                 *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
                 *(("", "configmaps", v) for v in ("get", "create", "delete")),
                 *(("", "serviceaccounts", v) for v in ("get", "create")),
+                ("", "secrets", "get"),  # metadata only (PartialObjectMetadata): exists, labelled for Tether
             ]
         )
     runners = [a for a in of_kind(docs, "ServiceAccount") if a["metadata"]["name"] == "tether-runner"]
@@ -255,15 +258,18 @@ def test_tool_allowlist_runtime_env_and_secret_policy(helm: Path) -> None:
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TETHER_TOOL_MODULES"] == "shop.tools,billing" and env["TETHER_RUNTIME_ENV"] == "HTTPS_PROXY"
-    (policy,) = [p for p in of_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == "tether-secret-access"]
-    (binding,) = [b for b in of_kind(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"] == "tether-secret-access"]
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    policies = {p["metadata"]["name"] for p in of_kind(docs, "ValidatingAdmissionPolicy")}
+    assert policies == {"tether-secret-access", "tether-allowed-code", "tether-approvals"}
+    for binding in of_kind(docs, "ValidatingAdmissionPolicyBinding"):
+        assert binding["metadata"]["name"] in policies and binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["policyName"] == binding["metadata"]["name"]
+    assert env["TETHER_SECRET_ACCESS_POLICY"] == "tether-secret-access" and env["TETHER_TENANCY"] == "multi-tenant"
     # Defaults: the image's declared tool modules (no variable), the policy on.
     default = render(helm)
     (deploy,) = of_kind(default, "Deployment")
     assert "TETHER_TOOL_MODULES" not in {e["name"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert of_kind(default, "ValidatingAdmissionPolicy")
-    left = of_kind(render(helm, "secretAccessPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    left = of_kind(render(helm, "secretAccessPolicy.enabled=false", "tenancy=single-tenant"), "ValidatingAdmissionPolicy")
     assert [p["metadata"]["name"] for p in left] == ["tether-approvals"]  # the approvals policy is not optional
     assert "allowedModules" in render(helm, "tools.allowedModules={os system}", check=False)  # the schema refuses it
 

@@ -2,7 +2,7 @@
 the kubelet and patch pod status through the `pods/status` subresource).
 
 A second release of the chart (`tether-k8s`, the chart's default executor) serves k8s-a and
-k8s-b; its operator runs as that release's ServiceAccount, which cannot read Secrets. Checked:
+k8s-b; its operator runs as that release's ServiceAccount, which reads Secrets' metadata only. Checked:
 the exact pod of a table of AgentRuns, ownership, pod death -> attempt + 1, retries exhausted,
 exit 3 -> no pod while suspended, approval -> a new pod, delete -> pods gone, capability
 refusals, the finalizer held only while a pod runs, per-namespace store prefix and credentials,
@@ -44,11 +44,16 @@ def releases(kube: ControlPlane, tether_release: Release) -> tuple[Release, Rele
     session release)."""
     for ns in (NS, NS_B, OTHER):
         kube.kubectl("create", "namespace", ns, check=False)
-    common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--wait=false"]
+    for secret in ("llm", "crm-creds"):  # labelled for Tether: the operator checks their metadata, pods mount them
+        kube.kubectl("create", "secret", "generic", secret, "-n", NS, "--from-literal=x=y", check=False)
+        kube.kubectl("label", "secret", secret, "-n", NS, "tether.dev/usable=true", "--overwrite")
+    # images.allowed: the custom images of the table below (the cluster-wide release's admission policy applies everywhere).
+    common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--set", "images.allowed={registry.example/}", "--wait=false"]
     kube.helm("upgrade", "--install", "tether-k8s", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", *common)  # fmt: skip
+    # For its RBAC only: no admission policies of its own (they would apply in every namespace).
     kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace",
-              "--set", "clusterWide=true", *common)  # fmt: skip
+              "--set", "clusterWide=true", *common, "--set", "secretAccessPolicy.enabled=false", "--set", "tenancy=single-tenant")  # fmt: skip
     return RELEASE, CLUSTER_WIDE
 
 
@@ -65,6 +70,8 @@ def k8s_operator(kube: ControlPlane, releases: tuple[Release, Release], tmp_path
         TETHER_RESYNC_SECONDS="1",
         TETHER_GPU_NODE_POOLS=json.dumps(POOLS),
         TETHER_APPROVAL_POLICY_BINDING="tether-k8s-approvals",  # as the chart sets it for this release
+        TETHER_ALLOWED_IMAGES=json.dumps(["registry.example/"]),  # chart value images.allowed
+        TETHER_SECRET_ACCESS_POLICY="tether-k8s-secret-access",  # set by the chart
     )
     op.start()
     yield op
@@ -258,7 +265,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None:
-    spec, want = CASES[case]  # "secrets": the Secret does not exist: the operator never reads it, the pod mounts it
+    spec, want = CASES[case]  # "secrets": a labelled Secret: the operator reads its metadata only, the pod mounts it
     run = apply_run(kube, f"spec-{case}", **spec)
     execution = execution_name(run["metadata"]["uid"])
     pod = wait_pod(kube, run, 1)
@@ -504,8 +511,9 @@ def test_rbac_namespaced_mode(kube: ControlPlane, releases: tuple[Release, Relea
         for verb in ("get", "list", "watch", "create", "delete"):
             assert can(kube, release, verb, "pods", ns), (verb, ns)
         assert can(kube, release, "create", "configmaps", ns) and can(kube, release, "create", "serviceaccounts", ns)
-        for verb in ("get", "list", "watch"):
-            assert not can(kube, release, verb, "secrets", ns), "pods mount the Secrets; the operator reads none"
+        assert can(kube, release, "get", "secrets", ns), "metadata only: exists, labelled for Tether"
+        for verb in ("list", "watch"):
+            assert not can(kube, release, verb, "secrets", ns), "pods mount the Secrets; the operator lists none"
         assert can(kube, release, "get", "configmaps", ns), "an existing request ConfigMap is checked before use"
         assert not can(kube, release, "update", "configmaps", ns) and not can(kube, release, "list", "configmaps", ns)
         assert not can(kube, release, "create", "pods", ns, sub="exec")
@@ -522,9 +530,8 @@ def test_rbac_cluster_wide_mode(kube: ControlPlane, releases: tuple[Release, Rel
     _, release = releases
     for ns in (NS, OTHER, "kube-system"):
         assert can(kube, release, "create", "pods", ns)
-        for verb in ("get", "list", "watch"):
+        for verb in ("list", "watch"):
             assert not can(kube, release, verb, "secrets", ns), (verb, ns)
-    assert not can(kube, release, "get", "secrets")
     assert not can(kube, release, "update", "pods")
     assert not can(kube, release, "create", "clusterrolebindings.rbac.authorization.k8s.io")
 

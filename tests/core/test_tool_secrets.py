@@ -148,13 +148,14 @@ def look() -> str:
 """
 
 
-def _exec(tmp_path: Path, tools: dict[str, str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _exec(tmp_path: Path, tools: dict[str, str], env: dict[str, str], agent: str | None = None) -> subprocess.CompletedProcess[str]:
+    spec = {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi", "tools": list(tools), "agent": agent}
     request = ExecRequest.model_validate(
         {
             "runId": "r1",
             "namespace": "ns",
             "name": "r1",
-            "spec": {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi", "tools": list(tools)},
+            "spec": {k: v for k, v in spec.items() if v is not None},
             "tools": {name: {"description": "d", "implementation": impl} for name, impl in tools.items()},
         }
     )
@@ -205,3 +206,43 @@ def test_exec_refuses_a_tool_from_a_module_not_allowed(tmp_path: Path, implement
     assert not (tmp_path / "seen.json").exists()  # the module was never imported
     progress = read_progress(open_store(str(tmp_path / "store")), "r1")  # where the operator reads the reason
     assert progress is not None and progress["phase"] == "Failed" and "AgentTool shell: " in progress["error"]
+
+
+# A bring-your-own agent module that records, when imported, that it was.
+SPY_AGENT = """
+import json, os
+json.dump({"imported": True}, open(os.environ["SPY_OUT"], "w"))
+agent = object()
+"""
+
+
+@pytest.mark.parametrize(
+    ("agent", "allowed", "refusal"),
+    [
+        ("os:system", "os", "spec.agent: os:system is in the Python standard library, which never provides agents"),
+        ("subprocess:getoutput", "", "spec.agent: subprocess:getoutput is in the Python standard library"),
+        ("spy_agents:agent", "other", "spec.agent: module spy_agents is not an allowed agent module (allowed: other; chart value agents.allowedModules)"),
+        ("spy_agents:agent", "", "spec.agent: module spy_agents is not an allowed agent module (allowed: none;"),
+    ],
+)  # fmt: skip
+def test_exec_refuses_an_agent_from_a_module_not_allowed(tmp_path: Path, agent: str, allowed: str, refusal: str) -> None:
+    """`spec.agent` goes through its own allowlist ($TETHER_AGENT_MODULES, the chart's
+    agents.allowedModules; else the image's `tether.agents` entry points), never the standard
+    library: refused at start, exit 2, before any framework or agent module loads."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "spy_agents.py").write_text(SPY_AGENT)
+    env = {"SPY_OUT": str(tmp_path / "seen.json")} | ({"TETHER_AGENT_MODULES": allowed} if allowed else {})
+    proc = _exec(tmp_path, {}, env, agent=agent)
+    assert proc.returncode == EXIT_TERMINAL and f"ConfigError: {refusal}" in proc.stderr, proc.stderr
+    assert not (tmp_path / "seen.json").exists()  # the module was never imported
+    progress = read_progress(open_store(str(tmp_path / "store")), "r1")
+    assert progress is not None and progress["phase"] == "Failed" and refusal in progress["error"]
+
+
+def test_exec_lets_an_allowed_agent_module_through(tmp_path: Path) -> None:
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "spy_agents.py").write_text(SPY_AGENT)
+    proc = _exec(tmp_path, {}, {"SPY_OUT": str(tmp_path / "seen.json"), "TETHER_AGENT_MODULES": "spy_agents"}, agent="spy_agents:agent")
+    # Past the allowlist: no adapter in this environment, so the attempt ends there.
+    assert proc.returncode == EXIT_TERMINAL and "no adapter for framework" in proc.stderr, proc.stderr
+    assert "not an allowed agent module" not in proc.stderr

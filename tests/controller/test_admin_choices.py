@@ -159,7 +159,8 @@ def bindings_deleted(kube: ControlPlane, suffix: str, enforced: Any) -> Iterator
     finally:
         for binding in gone:
             meta = {k: v for k, v in binding["metadata"].items() if k in ("name", "labels", "annotations")}
-            kube.kubectl("create", "-f", "-", input=json.dumps({**binding, "metadata": meta, "status": None}))
+            restored = {k: v for k, v in binding.items() if k != "status"} | {"metadata": meta}
+            kube.kubectl("create", "-f", "-", input=json.dumps(restored))
         wait_for(enforced, what="the admission policy enforced again")
 
 
@@ -342,7 +343,9 @@ def test_runs_naming_secrets_wait_while_the_secret_access_policy_is_missing(
 def test_use_on_a_secret_lets_a_user_name_it_without_reading_it(kube: ControlPlane, local_operator: Operator, mallory: Path) -> None:
     nowhere = {"name": "gpt-4.1", "baseURL": "http://127.0.0.1:9/v1", "apiKeySecretRef": {"name": "shared", "key": "key"}}
     assert _create(kube, LOCAL_NS, _run("shared-before", model=nowhere), mallory).returncode != 0
-    kube.kubectl("create", "role", "use-shared", "-n", LOCAL_NS, "--verb=use", "--resource=secrets", "--resource-name=shared")
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "use-shared"},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["shared"], "verbs": ["use"]}]}  # fmt: skip
+    kube.kubectl("create", "-n", LOCAL_NS, "-f", "-", input=json.dumps(role))  # `kubectl create role` knows no `use`
     kube.kubectl("create", "rolebinding", "mallory-uses-shared", "-n", LOCAL_NS, "--role=use-shared", f"--user={MALLORY}")
     assert kube.kubectl("auth", "can-i", "get", "secrets/shared", "-n", LOCAL_NS, f"--as={MALLORY}", check=False).returncode != 0
     wait_for(lambda: _create(kube, LOCAL_NS, _run("shared-use", model=nowhere), mallory).returncode == 0, what="admitted")

@@ -1,5 +1,5 @@
 """The chart in Flyte-executor mode on the real apiserver: its operator's rights, proved by
-impersonation (namespaced mode reads no Secret anywhere and makes no pods), and its declared
+impersonation (namespaced mode gets Secrets' metadata in its namespaces only and makes no pods), and its declared
 capabilities (a run asking for placement the Flyte executor does not pass through is refused,
 Accepted=False naming the field, before anything is submitted). The executor's work against a
 real Flyte backend is tests/flyte/."""
@@ -44,7 +44,8 @@ def test_flyte_mode_rbac_is_its_own_resources_only(kube: ControlPlane, flyte_rel
             kube, release, "patch", "agentruns.tether.dev", ns, sub="status"
         )
         assert can(kube, release, "create", "events", ns)
-        for verb in ("get", "list", "watch"):
+        assert can(kube, release, "get", "secrets", ns), "metadata only: the Secret a run names exists, labelled for Tether"
+        for verb in ("list", "watch"):
             assert not can(kube, release, verb, "secrets", ns), (verb, ns)
         for resource in ("pods", "configmaps", "serviceaccounts"):
             assert not can(kube, release, "create", resource, ns), (resource, ns)

@@ -1,11 +1,15 @@
-"""Small pure pieces of the operator: conditions (kstatus), placement, GitOps metadata, metrics."""
+"""Small pure pieces of the operator: conditions (kstatus), placement, GitOps metadata, metrics, settings."""
 
 from __future__ import annotations
+
+import pytest
 
 from tether.api import Resources, Toleration
 from tether_operator import conditions as C
 from tether_operator import metrics
+from tether_operator.images import repository
 from tether_operator.placement import placement, propagated
+from tether_operator.settings import Settings
 
 
 def test_set_condition_moves_transition_time_only_on_change() -> None:
@@ -192,3 +196,15 @@ def test_the_tool_runner_startup_probe_passes_once_the_runner_listens(tmp_path) 
     finally:
         stop(runner)
     assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0  # gone with the runner
+
+
+def test_tenancy_and_allowed_images_settings() -> None:
+    assert Settings.from_env({}).single_tenant is False
+    assert Settings.from_env({"TETHER_TENANCY": "single-tenant"}).single_tenant is True
+    with pytest.raises(ValueError, match="expected multi-tenant or single-tenant"):
+        Settings.from_env({"TETHER_TENANCY": "single"})  # a typo never changes who may use which Secret
+    # The runtime image's repository is always allowed, besides the chart's images.allowed.
+    settings = Settings.from_env({"TETHER_RUNTIME_IMAGE": "reg:5000/rt:1@sha256:" + "a" * 64, "TETHER_ALLOWED_IMAGES": '["x.io/team/"]'})
+    assert settings.images_allowed == ("reg:5000/rt", "x.io/team/")
+    assert settings.secret_access_policy == "tether-secret-access" and settings.agent_modules is None
+    assert (repository("reg:5000/rt"), repository("rt:1"), repository("a/b@sha256:00")) == ("reg:5000/rt", "rt", "a/b")

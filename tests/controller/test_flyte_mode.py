@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.kube import ControlPlane
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token
+from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -81,7 +81,8 @@ def flyte_operator(kube: ControlPlane, flyte_release: Release, tmp_path_factory:
     work = tmp_path_factory.mktemp("flyte-operator")
     # No backend is reachable at this endpoint: a refused run never gets as far as submitting.
     op = Operator(kubeconfig_with_token(kube, token, work / "kubeconfig"), work, flyte_release.served,
-                  TETHER_EXECUTOR="flyte", TETHER_FLYTE_ENDPOINT="127.0.0.1:9", TETHER_FLYTE_INSECURE="1")  # fmt: skip
+                  TETHER_EXECUTOR="flyte", TETHER_FLYTE_ENDPOINT="127.0.0.1:9", TETHER_FLYTE_INSECURE="1",
+                  TETHER_SECRET_ACCESS_POLICY="tether-fly-secret-access")  # fmt: skip
     op.start()
     yield op
     op.stop()
@@ -97,3 +98,20 @@ def test_placement_the_flyte_executor_does_not_pass_is_refused(kube: ControlPlan
     assert (accepted["status"], accepted["reason"]) == ("False", "UnsupportedByExecutor")
     assert "the flyte executor does not honour spec.nodeSelector, spec.tolerations" in accepted["message"]
     assert "Submitted" not in flyte_operator.logs()
+
+
+def test_the_flyte_executor_uses_only_labelled_secrets(kube: ControlPlane, flyte_operator: Operator) -> None:
+    """The label is checked in every executor: here from the Secret's metadata (Flyte injects the value)."""
+    kube.kubectl("create", "secret", "generic", "unlabelled", "-n", NS, "--from-literal=key=unlabelled-value-5120")
+    model = {"name": "gpt-4.1", "apiKeySecretRef": {"name": "unlabelled", "key": "key"}}
+    doc = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "unlabelled"},
+           "spec": {"framework": "openai", "model": model, "input": "hi"}}  # fmt: skip
+    kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(doc))
+    wait_for(
+        lambda: condition(get(kube, "agentrun", NS, "unlabelled"), "Accepted").get("reason") == "SecretNotUsable", what="SecretNotUsable"
+    )
+    assert (
+        f"Secret {NS}/unlabelled (model API key) is not labelled tether.dev/usable=true"
+        in condition(get(kube, "agentrun", NS, "unlabelled"), "Accepted")["message"]
+    )
+    assert "Submitted" not in flyte_operator.logs() and "unlabelled-value-5120" not in flyte_operator.logs()

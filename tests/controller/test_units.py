@@ -208,3 +208,12 @@ def test_tenancy_and_allowed_images_settings() -> None:
     assert settings.images_allowed == ("reg:5000/rt", "x.io/team/")
     assert settings.secret_access_policy == "tether-secret-access" and settings.agent_modules is None
     assert (repository("reg:5000/rt"), repository("rt:1"), repository("a/b@sha256:00")) == ("reg:5000/rt", "rt", "a/b")
+
+
+def test_single_tenant_does_not_look_for_the_secret_access_policy() -> None:
+    import asyncio
+
+    from tether_operator.checks import check_admission_policy
+
+    # Returns before any API call (none is possible here): the cluster admin said everyone may.
+    assert asyncio.run(check_admission_policy(Settings(single_tenant=True), "2020-01-01T00:00:00Z", "the AgentRun")) == []

@@ -371,7 +371,8 @@ def test_the_operator_reads_secret_metadata_and_its_policy_by_name_only(kube: Co
 
 def test_the_chart_refuses_to_disable_the_policy_unless_single_tenant() -> None:
     helm = ensure_k8s_tools() / "helm"
-    argv = [str(helm), "template", "tether", str(CHART), "--set", "store.s3.bucket=runs", "--set", "secretAccessPolicy.enabled=false"]
+    argv = [str(helm), "template", "tether", str(CHART), "--set", "store.s3.bucket=runs", "--set", "watchNamespaces={team-a}"]
+    argv += ["--set", "secretAccessPolicy.enabled=false"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode != 0 and "tenancy" in proc.stderr and "single-tenant" in proc.stderr, proc.stderr
     proc = subprocess.run([*argv, "--skip-schema-validation"], capture_output=True, text=True)  # the template says why too
@@ -383,9 +384,5 @@ def test_the_chart_refuses_to_disable_the_policy_unless_single_tenant() -> None:
     (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TETHER_TENANCY"] == "single-tenant"
-    proc = subprocess.run(
-        [str(helm), "template", "tether", str(CHART), "--set", "store.s3.bucket=runs", "--set", "tenancy=shared"],
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run([*argv[:-2], "--set", "tenancy=shared"], capture_output=True, text=True)
     assert proc.returncode != 0 and "tenancy" in proc.stderr

@@ -11,20 +11,17 @@ components). An allowlist entry is compared with the reference as written, never
     ghcr.io/org/runtime:1.2         that tag only (with or without a digest after it)
     ghcr.io/org/runtime@sha256:...  that digest only
 
-The chart renders the same rule into its admission policy's CEL (templates/secret-access-policy.yaml).
+The chart renders the same rule into its admission policy's CEL (templates/secret-access-policy.yaml);
+the reference itself is checked by the CRD schema (`tether.api.IMAGE_REF`) before that.
 """
 
 from __future__ import annotations
 
 import re
 
-_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
-_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}"
-REFERENCE = rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
-"""An image reference (also rendered into the chart's admission policy)."""
-_REFERENCE = re.compile(REFERENCE)
+from tether.api import IMAGE_REF
+
+_REFERENCE = re.compile(IMAGE_REF)  # the API's own rule (CRD schema and tether.api)
 
 
 def is_reference(image: str) -> bool:

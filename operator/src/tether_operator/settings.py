@@ -145,13 +145,17 @@ class Settings:
     """Modules a run's `spec.agent` may come from (env TETHER_AGENT_MODULES, comma-separated;
     chart value agents.allowedModules). None: the runtime image's default (the modules installed
     distributions declare in the entry-point group `tether.agents`), enforced by the runtime."""
-    single_tenant: bool = False
-    """Everyone who may create AgentRuns in a served namespace may use every Secret Tether may
-    use there (env TETHER_TENANCY=single-tenant, chart value tenancy). Off (multi-tenant, the
-    default): runs that name Secrets wait (AdmissionPolicyMissing) unless the chart's Secret
-    access admission policy and its binding are in place."""
+    tenancy: str = "multi-tenant"
+    """`multi-tenant` (the default): runs that name Secrets wait (AdmissionPolicyMissing) unless
+    the chart's Secret access admission policy and its binding are in place. `single-tenant`:
+    everyone who may create AgentRuns in a served namespace may use every Secret Tether may use
+    there (env TETHER_TENANCY, chart value tenancy)."""
     secret_access_policy: str = "tether-secret-access"
     """Name of that ValidatingAdmissionPolicy and of its binding (env TETHER_SECRET_ACCESS_POLICY)."""
+
+    @property
+    def single_tenant(self) -> bool:
+        return self.tenancy == "single-tenant"
 
     @property
     def images_allowed(self) -> tuple[str, ...]:
@@ -160,7 +164,13 @@ class Settings:
 
     def startup_error(self) -> str | None:
         """Why the operator must not start with these settings, or None."""
-        return self._scope_error() or _resources_error(self.executor.default_resources)
+        return self._scope_error() or _resources_error(self.executor.default_resources) or self._tenancy_error()
+
+    def _tenancy_error(self) -> str | None:
+        # A typo must never silently change who may use which Secret.
+        if self.tenancy in ("multi-tenant", "single-tenant"):
+            return None
+        return f"TETHER_TENANCY={self.tenancy!r}: expected multi-tenant or single-tenant (chart value tenancy)"
 
     def _scope_error(self) -> str | None:
         if self.cluster_wide and self.namespaces:
@@ -223,7 +233,7 @@ class Settings:
             approval_policy_binding=env.get("TETHER_APPROVAL_POLICY_BINDING") or "tether-approvals",
             allowed_images=tuple(json.loads(env.get("TETHER_ALLOWED_IMAGES") or "[]")),
             agent_modules=_names(env["TETHER_AGENT_MODULES"]) if env.get("TETHER_AGENT_MODULES", "").strip() else None,
-            single_tenant=_tenancy(env.get("TETHER_TENANCY", "")),
+            tenancy=env.get("TETHER_TENANCY", "").strip() or "multi-tenant",
             secret_access_policy=env.get("TETHER_SECRET_ACCESS_POLICY") or "tether-secret-access",
         )
 
@@ -257,14 +267,3 @@ def _flag(text: str) -> bool:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
-
-
-def _tenancy(value: str) -> bool:
-    """True for `single-tenant`; `multi-tenant` (or nothing) is the default. Anything else is a
-    typo that must not silently weaken (or strengthen) who may use which Secret."""
-    value = value.strip().lower()
-    if value in ("", "multi-tenant"):
-        return False
-    if value == "single-tenant":
-        return True
-    raise ValueError(f"TETHER_TENANCY={value!r}: expected multi-tenant or single-tenant (chart value tenancy)")

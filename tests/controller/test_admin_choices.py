@@ -139,6 +139,14 @@ def _create(kube: ControlPlane, ns: str, doc: str, kubeconfig: Path | None = Non
     return kube.kubectl("create", "-n", ns, "-f", "-", input=doc, kubeconfig=kubeconfig, check=False)
 
 
+def _pod(kube: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    """The first pod of run `name` (the run's status in the message if none comes)."""
+    try:
+        return wait_for(lambda: (pods := _pods(kube, ns, get(kube, "agentrun", ns, name))) and pods[0], what="pod")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; run status: {json.dumps(get(kube, 'agentrun', ns, name).get('status'))}") from None
+
+
 def _pods(kube: ControlPlane, ns: str, run: dict[str, Any]) -> list[dict[str, Any]]:
     selector = f"tether.dev/execution={execution_name(run['metadata']['uid'])}"
     return json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout)["items"]
@@ -205,8 +213,7 @@ def test_an_image_outside_images_allowed_is_refused_at_admission_and_by_the_oper
 
     # An allowed image runs, with the tool's Secret mounted for the tool.
     assert _create(kube, K8S_NS, _run("team-image", tools=["weather"], image="registry.example.com/team/agent:1"), mallory).returncode == 0
-    run = get(kube, "agentrun", K8S_NS, "team-image")
-    pod = wait_for(lambda: (pods := _pods(kube, K8S_NS, run)) and pods[0], what="pod")
+    pod = _pod(kube, K8S_NS, "team-image")
     assert pod["spec"]["containers"][0]["image"] == "registry.example.com/team/agent:1"
     assert WEATHER_KEY not in json.dumps(get(kube, "agentrun", K8S_NS, "exfil")) + k8s_operator.logs()
 
@@ -245,8 +252,7 @@ def test_an_agent_module_not_allowed_is_refused(
     assert proc.returncode != 0
     assert "spec.agent: module os is not an allowed agent module (allowed: shop.agents; chart value agents.allowedModules)" in proc.stderr
     assert _create(kube, K8S_NS, _run("byo", agent="shop.agents:triage"), mallory).returncode == 0
-    run = get(kube, "agentrun", K8S_NS, "byo")
-    pod = wait_for(lambda: (pods := _pods(kube, K8S_NS, run)) and pods[0], what="pod")
+    pod = _pod(kube, K8S_NS, "byo")
     assert {"name": "TETHER_AGENT_MODULES", "value": "shop.agents"} in pod["spec"]["containers"][0]["env"]  # the runtime checks too
 
     # The default (the image's declared agents): the operator refuses the standard library.
@@ -294,7 +300,7 @@ def test_the_kubernetes_executor_mounts_only_labelled_secrets(kube: ControlPlane
     assert all(run["status"]["phase"] == "Pending" for run in runs.values())  # waiting, not failed
 
     kube.kubectl("label", "secret", "plain", "-n", K8S_NS, "tether.dev/usable=true")
-    pod = wait_for(lambda: (pods := _pods(kube, K8S_NS, runs["plain-key"])) and pods[0], what="pod")
+    pod = _pod(kube, K8S_NS, "plain-key")
     sources = next(v for v in pod["spec"]["volumes"] if v["name"] == "secrets")["projected"]["sources"]
     assert sources == [{"secret": {"name": "plain", "items": [{"key": "key", "path": "model/apiKey"}]}}]
     assert "plain-value-4471" not in k8s_operator.logs()

@@ -147,9 +147,10 @@ class Settings:
     distributions declare in the entry-point group `tether.agents`), enforced by the runtime."""
     tenancy: str = "multi-tenant"
     """`multi-tenant` (the default): runs that name Secrets wait (AdmissionPolicyMissing) unless
-    the chart's Secret access admission policy and its binding are in place. `single-tenant`:
-    everyone who may create AgentRuns in a served namespace may use every Secret Tether may use
-    there (env TETHER_TENANCY, chart value tenancy)."""
+    the chart's Secret access admission policy and its binding are in place, and AgentApprovals
+    are honoured only with the approvals policy binding. `single-tenant`: everyone who may create
+    AgentRuns in a served namespace may use every Secret Tether may use there, and is trusted to
+    name an approver truthfully (env TETHER_TENANCY, chart value tenancy)."""
     secret_access_policy: str = "tether-secret-access"
     """Name of that ValidatingAdmissionPolicy and of its binding (env TETHER_SECRET_ACCESS_POLICY)."""
 

@@ -69,9 +69,10 @@ def _tool(name: str, secret: str | None = None, **spec: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def releases(kube: ControlPlane, tether_release: Release) -> None:
+def releases(kube: ControlPlane, tether_release: Release) -> Iterator[None]:
     """Both releases (CRDs come with the session release), a labelled Secret in each namespace,
-    and Mallory, who may only create AgentRuns there."""
+    and Mallory, who may only create AgentRuns there. Uninstalled after the module: their
+    cluster-wide admission policies would otherwise apply in other tests' namespaces."""
     for ns in (K8S_NS, LOCAL_NS):
         kube.kubectl("create", "namespace", ns, check=False)
     common = ["--set", "crds.enabled=false", "--wait=false"]
@@ -88,6 +89,9 @@ def releases(kube: ControlPlane, tether_release: Release) -> None:
         kube.kubectl("create", "role", "create-runs", "-n", ns, "--verb=create", "--resource=agentruns.tether.dev")
         kube.kubectl("create", "rolebinding", "mallory-creates-runs", "-n", ns, "--role=create-runs", f"--user={MALLORY}")
     wait_for(lambda: _policy_enforced(kube), what="the releases' admission policies")
+    yield
+    for release in (K8S, LOCAL):
+        kube.helm("uninstall", release.service_account, "-n", release.namespace, "--wait=false", check=False)
 
 
 def _policy_enforced(kube: ControlPlane) -> bool:
@@ -386,7 +390,7 @@ def test_the_chart_refuses_to_disable_the_policy_unless_single_tenant() -> None:
     proc = subprocess.run([*argv, "--set", "tenancy=single-tenant"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert {d["metadata"]["name"] for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")} == {"tether-approvals"}
     (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TETHER_TENANCY"] == "single-tenant"

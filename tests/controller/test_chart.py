@@ -140,8 +140,9 @@ def test_rendered_rbac_is_least_privilege(helm: Path) -> None:
     docs = render(helm, "watchNamespaces={team-a,team-b}", "executor.kind=local")
     (discovery,) = of_kind(docs, "ClusterRole")  # namespaced mode: the only ClusterRole
     assert {v for _, _, v in _rules(discovery)} == {"get", "list", "watch"}
-    (policy_rule,) = [r for r in discovery["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
-    assert policy_rule["verbs"] == ["get"] and policy_rule["resourceNames"] == ["tether-secret-access"]
+    policy_rules = [r for r in discovery["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert all(r["verbs"] == ["get"] for r in policy_rules)
+    assert sorted(n for r in policy_rules for n in r["resourceNames"]) == ["tether-approvals", "tether-secret-access"]
     roles = of_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:

@@ -26,6 +26,7 @@ import kopf
 
 from tether import approvals as tether_approvals
 from tether.api import API_VERSION, AgentApprovalSpec, ManifestError, read_spec
+from tether.contract import APPROVAL_PLURAL
 from tether.errors import ConfigError
 from tether.stores import Store
 
@@ -142,14 +143,14 @@ async def apply_approval(body: kopf.Body, settings: Settings, store: Store) -> N
 
 async def _report(namespace: str, name: str, generation: int, applied: bool, reason: str, message: str) -> None:
     conditions = C.set_condition([], C.APPLIED, applied, reason, message, generation)
-    await kube.patch_status("agentapprovals", namespace, name, {"observedGeneration": generation, "conditions": conditions})
+    await kube.patch_status(APPROVAL_PLURAL, namespace, name, {"observedGeneration": generation, "conditions": conditions})
 
 
 async def _own(namespace: str, name: str, run: dict[str, Any]) -> None:
     """The AgentApproval goes with its run (garbage collection)."""
     meta = run["metadata"]
     owner = {"apiVersion": API_VERSION, "kind": "AgentRun", "name": meta["name"], "uid": meta["uid"]}
-    path = f"/apis/{API_VERSION}/namespaces/{namespace}/agentapprovals/{name}"
+    path = f"/apis/{API_VERSION}/namespaces/{namespace}/{APPROVAL_PLURAL}/{name}"
     current = await kube.request("GET", path)
     if current is None:
         return

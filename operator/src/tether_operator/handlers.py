@@ -23,6 +23,7 @@ from typing import Any
 import kopf
 
 from tether.api import GROUP, VERSION
+from tether.contract import APPROVAL_PLURAL
 from tether.stores import Store, open_store
 
 from . import kube, metrics
@@ -194,7 +195,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         async def runner_pods(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
             memo.executor.observe(event)
 
-    @kopf.on.create(GROUP, VERSION, "agentapprovals", id="agentapproval", registry=registry, backoff=2.0)
+    @kopf.on.create(GROUP, VERSION, APPROVAL_PLURAL, id="agentapproval", registry=registry, backoff=2.0)
     async def agentapproval(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await apply_approval(body, memo.settings, memo.store_for(body.meta["namespace"]))
 

@@ -26,6 +26,17 @@ def progress_key(run_id: str) -> str:
     return f"runs/{run_id}/progress.json"
 
 
+def runs_prefix() -> str:
+    """Where every run's progress record lives (``tether list`` lists it)."""
+    return "runs/"
+
+
+def run_of_progress_key(key: str) -> str | None:
+    """The run id whose progress record is at ``key`` (a key :func:`progress_key` made), else None."""
+    run_id = key.removeprefix(runs_prefix()).rpartition("/")[0]
+    return run_id if run_id and "/" not in run_id and progress_key(run_id) == key else None
+
+
 # -- approvals on Kubernetes ----------------------------------------------------------------------
 #: A decision is an AgentApproval (created by `tether approve NAMESPACE/NAME` or kubectl), whose
 #: spec.decidedBy the chart's admission policy binds to its creator.

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from tether import api
+from tether import api, contract
 
 HEADER = (
     "# generated from tether.api by `tether crds`; do not edit.\n# Regenerate with `tether crds` (a test runs `tether crds --check`).\n"
@@ -240,7 +240,7 @@ def render() -> dict[str, str]:
         ),
         _crd(
             "AgentApproval",
-            "agentapprovals",
+            contract.APPROVAL_PLURAL,
             "aa",
             api.AgentApprovalSpec,
             api.AgentApprovalStatus,

@@ -7,6 +7,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
+from ..contract import run_of_progress_key, runs_prefix
 from ..progress import read_progress
 from ..stores import default_store_url, open_store
 from . import command_name
@@ -19,11 +20,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     store = open_store(args.store)
     runs = []
-    for key in store.list("runs/"):
-        parts = key.split("/")
-        if len(parts) == 3 and parts[2] == "progress.json":
-            progress = read_progress(store, parts[1]) or {}
-            runs.append({"run": parts[1], **progress})
+    for key in store.list(runs_prefix()):
+        if run_id := run_of_progress_key(key):
+            runs.append({"run": run_id, **(read_progress(store, run_id) or {})})
     runs.sort(key=lambda r: r.get("updatedAt") or 0, reverse=True)
     if args.json:
         print(json.dumps(runs, indent=2))

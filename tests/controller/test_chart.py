@@ -282,7 +282,10 @@ def test_approval_policy_binds_the_approver_to_the_creator(helm: Path) -> None:
     assert (rule["resources"], rule["operations"]) == (["agentapprovals"], ["CREATE"])
     assert "request.userInfo.username" in policy["spec"]["validations"][0]["expression"]
     (binding,) = [b for b in of_kind(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"] == "tether-approvals"]
-    assert binding["spec"] == {"policyName": "tether-approvals", "validationActions": ["Deny"]}
+    assert binding["spec"]["policyName"] == "tether-approvals" and binding["spec"]["validationActions"] == ["Deny"]
+    # it answers for the namespaces this release serves (another release binds its own)
+    (served,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert served == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TETHER_APPROVAL_POLICY_BINDING"] == "tether-approvals"

@@ -39,9 +39,10 @@ FINALIZER = "tether.dev/cleanup"
 
 
 @pytest.fixture(scope="module")
-def releases(kube: ControlPlane, tether_release: Release) -> tuple[Release, Release]:
+def releases(kube: ControlPlane, tether_release: Release) -> Iterator[tuple[Release, Release]]:
     """The kubernetes-executor chart in namespaced and in cluster-wide mode (CRDs come with the
-    session release)."""
+    session release); uninstalled after the module: the cluster-wide release's admission bindings
+    (approvals) would otherwise answer for every namespace of the later modules."""
     for ns in (NS, NS_B, OTHER):
         kube.kubectl("create", "namespace", ns, check=False)
     for secret in ("llm", "crm-creds"):  # labelled for Tether: the operator checks their metadata, pods mount them
@@ -54,7 +55,9 @@ def releases(kube: ControlPlane, tether_release: Release) -> tuple[Release, Rele
     # For its RBAC only: no admission policies of its own (they would apply in every namespace).
     kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace",
               "--set", "clusterWide=true", *common, "--set", "secretAccessPolicy.enabled=false", "--set", "tenancy=single-tenant")  # fmt: skip
-    return RELEASE, CLUSTER_WIDE
+    yield RELEASE, CLUSTER_WIDE
+    for name, release in (("tether-k8s", RELEASE), ("tether-cw", CLUSTER_WIDE)):
+        kube.helm("uninstall", name, "-n", release.namespace, "--wait=false")
 
 
 @pytest.fixture(scope="module")

@@ -343,6 +343,54 @@ def test_pod_death_starts_the_next_attempt_until_retries_are_exhausted(kube: Con
     assert wait_for(lambda: not finalizers(kube, "dies"), what="finalizer released")
 
 
+def bind(kube: ControlPlane, pod: dict[str, Any], node: str = "node-a") -> None:
+    """Schedule the pod onto a node, as the scheduler would (pods/binding): a bound pod's deletion
+    waits for its kubelet, which the test plays."""
+    meta = pod["metadata"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": meta["name"]},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    status, answer = kube.request("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding", body)
+    assert status == 201, answer
+
+
+@pytest.mark.parametrize("ends", ["interrupted", "succeeded"])
+def test_a_deleted_pod_ends_before_the_next_attempt_starts(kube: ControlPlane, k8s_operator: Operator, ends: str) -> None:
+    """A graceful deletion (kubectl delete pod, a drain) gives the runner its grace period to stop
+    cleanly (SIGTERM: running tool calls are recorded). The next attempt must not start while the
+    old pod still runs — two attempts on one journal — but once it has stopped; an attempt that
+    finished during its grace period succeeded. (On main the next pod came at the deletionTimestamp.)"""
+    name = f"graceful-{ends}"
+    run = apply_run(kube, name, retries=2)
+    first = wait_pod(kube, run, 1)
+    bind(kube, first)
+    kubelet(kube, first, "Running")
+    wait_for(lambda: phase_of(kube, name) == "Running", what="Running")
+    kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--wait=false")  # graceful: 30 s
+    terminating = wait_for(
+        lambda: (p := pods_of(kube, run).get(first["metadata"]["name"])) and p["metadata"].get("deletionTimestamp") and p,
+        what="Terminating",
+    )
+    time.sleep(3)  # the operator has seen the deletion (it watches pods) and must wait
+    assert sorted(pods_of(kube, run)) == [first["metadata"]["name"]], "the next attempt started while the old pod still ran"
+    if ends == "interrupted":  # the runner stopped cleanly (exit 130): the next attempt replays
+        kubelet(kube, terminating, "Failed", 130)
+        kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--grace-period=0", "--force")
+        second = wait_pod(kube, run, 2)
+        assert second["metadata"]["labels"]["tether.dev/attempt"] == "2"
+        retrying = wait_for(lambda: [e for e in events_of(kube, name) if e["reason"] == "Retrying"], what="Retrying")
+        assert "deleted" in retrying[0]["message"] and "exit code 130" in retrying[0]["message"]
+    else:  # it finished within its grace period: that is the run's outcome
+        kubelet(kube, terminating, "Succeeded", 0)
+        kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", f"agentrun/{name}")
+        assert get(kube, "agentrun", NS, name)["status"]["attempts"] == 1
+        kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--grace-period=0", "--force")
+        assert sorted(pods_of(kube, run)) == []
+
+
 def test_terminal_exit_is_not_retried(kube: ControlPlane, k8s_operator: Operator) -> None:
     run = apply_run(kube, "terminal", retries=5)
     kubelet(kube, wait_pod(kube, run, 1), "Failed", 2)

@@ -122,7 +122,9 @@ def test_gpu_type_without_node_pool_is_a_terminal_condition(kube: ControlPlane, 
     assert "InvalidResources" in events_of(kube, "h100")
     # A configured type passes the resource check, but the local (development) executor honours
     # no resources: refused, naming the field (the kubernetes executor's tests run it).
-    create(kube, run_manifest("a100", resources={"gpu": {"type": "A100", "count": 1}}, image="example.com/agent:1"))
+    create(
+        kube, run_manifest("a100", resources={"gpu": {"type": "A100", "count": 1}}, image="ghcr.io/tether-dev/tether-runtime:1")
+    )  # an allowed image
     kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/a100")
     accepted = condition(get(kube, "agentrun", NS, "a100"), "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("False", "UnsupportedByExecutor")

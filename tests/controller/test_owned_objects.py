@@ -49,6 +49,9 @@ GRACE = 2
 def release(kube: ControlPlane, tether_release: Release) -> Release:
     for ns in (NS, NS_B, OTHER):
         kube.kubectl("create", "namespace", ns, check=False)
+    for ns in (NS, NS_B):  # the victim's key, meant for Tether (the operator checks its label before anything is created)
+        kube.kubectl("create", "secret", "generic", "victim-key", "-n", ns, "--from-literal=openai=sk-victim", check=False)
+        kube.kubectl("label", "secret", "victim-key", "-n", ns, "tether.dev/usable=true", "--overwrite")
     kube.helm("upgrade", "--install", RELEASE.service_account, str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
               "--wait=false")  # fmt: skip
@@ -67,6 +70,8 @@ def k8s_operator(kube: ControlPlane, release: Release, tmp_path_factory) -> Iter
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_RESYNC_SECONDS="1",
         TETHER_POD_START_GRACE_SECONDS=str(GRACE),
+        TETHER_SECRET_ACCESS_POLICY=f"{release.service_account}-secret-access",  # as the chart sets them for this release
+        TETHER_APPROVAL_POLICY_BINDING=f"{release.service_account}-approvals",
     )
     op.start()
     yield op
@@ -151,8 +156,10 @@ def warnings(kube: ControlPlane, name: str, ns: str = NS) -> dict[str, str]:
 
 
 def wait_failed(kube: ControlPlane, name: str, ns: str = NS) -> dict[str, Any]:
-    kube.kubectl("wait", "-n", ns, "--for=condition=Stalled", "--timeout=30s", f"agentrun/{name}")
-    return condition(get(kube, "agentrun", ns, name), "Failed")
+    waited = kube.kubectl("wait", "-n", ns, "--for=condition=Stalled", "--timeout=30s", f"agentrun/{name}", check=False)
+    run = get(kube, "agentrun", ns, name)
+    assert waited.returncode == 0, f"{name} did not fail; its status: {json.dumps(run.get('status'), indent=1)}"
+    return condition(run, "Failed")
 
 
 def squat_request(kube: ControlPlane, users: dict[str, Path], run: str, base_url: str) -> tuple[str, str]:

@@ -89,6 +89,9 @@ CONTAINER_SECURITY: dict[str, Any] = {  # every container of a runner pod ("rest
     "privileged": False,
     "capabilities": {"drop": ["ALL"]},
 }
+#: After a pod's grace period, how long more the operator waits for a deleted pod to stop before
+#: it starts the next attempt anyway (the node may be gone and never report it).
+TERMINATION_MARGIN_SECONDS = 30.0
 _NO_EXIT_CODE = -1  # the pod died without a container exit code (evicted, deleted, node lost)
 _NOT_DEATHS = (EXIT_SUCCEEDED, EXIT_TERMINAL, EXIT_SUSPENDED)
 
@@ -747,6 +750,29 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             await asyncio.sleep(self.resync_seconds)
             self._start(run, adopt=True)
 
+    async def _stopped(self, run: _Execution, path: str, name: str, pod: dict[str, Any] | None, why: str) -> tuple[int, str]:
+        """Wait for a pod being deleted to stop: two attempts never run on one journal at once.
+        Its containers get the grace period to stop (the runtime stops cleanly on SIGTERM: no new
+        step, running tool calls recorded: `tether.stopping`); the next attempt starts once the pod
+        has ended or is gone, or once the grace period and `TERMINATION_MARGIN_SECONDS` have passed
+        (a node that does not answer never reports its pods). An outcome it reports while stopping
+        counts (a run that finished in its grace period succeeded)."""
+        grace = float(((pod or {}).get("metadata") or {}).get("deletionGracePeriodSeconds") or 30)
+        deadline = time.monotonic() + grace + TERMINATION_MARGIN_SECONDS
+        run.set(run.state, f"attempt {run.attempts}: {why}; waiting up to {grace:g}s for it to stop")
+        while pod is not None:
+            outcome = pod_outcome(pod, run.sub.timeout_seconds)
+            if outcome is not None:
+                return outcome[0], f"{why} ({outcome[1]})"
+            if time.monotonic() >= deadline:
+                log.warning("pod %s: still there %gs after its deletion (its node may be gone); starting the next attempt", name, grace)
+                return _NO_EXIT_CODE, f"{why}; it had not stopped {grace + TERMINATION_MARGIN_SECONDS:g}s later"
+            run.pod_changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(run.pod_changed.wait(), min(1.0, max(deadline - time.monotonic(), 0.05)))
+            pod = await kube.request("GET", path)
+        return _NO_EXIT_CODE, why
+
     async def _follow(self, run: _Execution, name: str) -> tuple[int, str]:
         """Wait for the attempt's pod to end; (exit code, what happened). The attempt's timeout
         counts from the pod's creation (activeDeadlineSeconds only from its start on a node, so
@@ -759,8 +785,10 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         while True:
             run.pod_changed.clear()
             pod = await kube.request("GET", path)
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
+            if pod is None:
                 return _NO_EXIT_CODE, f"pod {name} was deleted"
+            if pod["metadata"].get("deletionTimestamp"):
+                return await self._stopped(run, path, name, pod, f"pod {name} was deleted")
             outcome = pod_outcome(pod, timeout)
             if outcome is not None:
                 return outcome
@@ -773,7 +801,9 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
                 raise RunFailure(reason, f"{attempt}: pod {name} did not start within {self.start_grace_seconds:g}s: {why}")
             if age >= timeout:
                 await kube.delete(path)
-                return _NO_EXIT_CODE, f"timed out after {timeout:g}s" + (" without starting" if phase == "Pending" else "")
+                timed_out = f"timed out after {timeout:g}s" + (" without starting" if phase == "Pending" else "")
+                code, _ = await self._stopped(run, path, name, await kube.request("GET", path), timed_out)
+                return (code if code == EXIT_SUCCEEDED else _NO_EXIT_CODE), timed_out
             state = ExecutionState.RUNNING if phase == "Running" else ExecutionState.QUEUED
             message = f"{attempt}: pod {name} {phase}" + (f" ({problem[1]})" if problem else "")
             if (state, message) != (run.state, run.message):

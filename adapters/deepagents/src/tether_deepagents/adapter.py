@@ -26,19 +26,15 @@ the value and the memory item is an ``extend`` of the new messages and a ``set``
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 from deepagents import create_deep_agent
-from langgraph.channels.binop import BinaryOperatorAggregate
-from langgraph.channels.delta import DeltaChannel
 from langgraph.pregel import Pregel
 
 from tether.agent import AgentSession, AgentSpec
 from tether_langchain.adapter import tool_errors
 from tether_langgraph.adapter import LangGraphAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
-from tether_langgraph.memory import TetherCheckpointer
+from tether_langgraph.memory import TetherCheckpointer, without_delta_channels
 
 
 class DeepAgentsAdapter(LangGraphAdapter):
@@ -62,29 +58,11 @@ class DeepAgentsAdapter(LangGraphAdapter):
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         if session.memory is not None and isinstance(agent, Pregel):
-            plain = _without_delta_channels(agent)
+            plain = without_delta_channels(agent)
             if plain is not agent and self._is_built(agent):
                 self._built.add(plain)
             agent = plain
         return await super().run(agent, prompt, session)
-
-
-def _one_batch(reducer: Callable[[Any, list[Any]], Any], current: Any, update: Any) -> Any:
-    """A ``DeltaChannel`` batch reducer as a pairwise one (it is batching-invariant by contract)."""
-    return reducer(current, [update])
-
-
-def _without_delta_channels(graph: Pregel) -> Pregel:
-    """A copy of ``graph`` whose ``DeltaChannel`` channels hold their value in every checkpoint."""
-    if not any(isinstance(ch, DeltaChannel) for ch in graph.channels.values()):
-        return graph
-    channels = dict(graph.channels)
-    for name, ch in graph.channels.items():
-        if isinstance(ch, DeltaChannel):
-            plain = BinaryOperatorAggregate(ch.typ, functools.partial(_one_batch, ch.reducer))
-            plain.key = name
-            channels[name] = plain
-    return graph.copy(update={"channels": channels})
 
 
 __all__ = ["DeepAgentsAdapter", "answer_text", "chat_model", "langchain_tool", "openai_base_url", "routed_env"]

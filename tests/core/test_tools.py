@@ -370,3 +370,20 @@ async def test_a_call_that_suspends_for_approval_lets_parallel_calls_finish_firs
     results = await asyncio.gather(call_tool(specs[0], {"order": "A1"}, run=retry), call_tool(specs[1], {"x": "1"}, run=retry))
     assert results[1] == "slow done" and len(refund.calls) == 1 and slow_runs == ["1"]
     assert retry.counters.tool_replayed == 1 and retry.counters.tool_live == 1
+
+
+async def test_progress_catches_up_with_a_step_inside_its_interval(tmp_path):
+    """Progress is published at most every interval; a step inside it is published at the
+    interval's end, not only with a next step that may never come (a process killed then showed
+    its last step missing for good: `tether run`'s summary lagged the journal)."""
+    from tether.progress import ProgressWriter, read_progress
+
+    run = Run("lag", tmp_path)
+    writer = ProgressWriter(run, interval=0.3)
+    spec = ToolSpec("echo", lambda text: text)
+    for text in ("one", "two"):  # the second step lands inside the interval the first one opened
+        await call_tool(spec, {"text": text}, run=run)
+    await asyncio.sleep(1.0)  # no further step, no final publish: as if the process had been killed now
+    progress = read_progress(run.store, "lag")
+    assert progress is not None and progress["steps"]["toolLive"] == 2, progress
+    writer.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -130,14 +131,39 @@ class ProgressWriter:
         self.interval = interval
         self._last = 0.0
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-progress")
+        #: A step inside the interval is published at the interval's end (not only with the next
+        #: step, which may never come: a process killed then would show one step less for good).
+        self._later: threading.Timer | None = None
+        self._lock = threading.Lock()
         run.listeners.append(self.on_step)
 
     def on_step(self, event: StepEvent) -> None:
-        if time.monotonic() - self._last >= self.interval:
+        with self._lock:
+            wait = self.interval - (time.monotonic() - self._last)
+            if wait > 0:
+                if self._later is None:
+                    self._later = threading.Timer(wait, self._catch_up)
+                    self._later.daemon = True
+                    self._later.start()
+                return
             self._last = time.monotonic()
-            # Taken now, where the run's counters live; a "Running" snapshot reads no store.
-            document = snapshot(self.run, "Running")
-            self._writer.submit(self._put, lambda: document)
+        # Taken now, where the run's counters live; a "Running" snapshot reads no store.
+        document = snapshot(self.run, "Running")
+        self._writer.submit(self._put, lambda: document)
+
+    def _catch_up(self) -> None:
+        with self._lock:  # held while submitting: close() shuts the writer down under it
+            if self._later is None:
+                return  # the run ended meanwhile: its final snapshot says more
+            self._later = None
+            self._last = time.monotonic()
+            self._writer.submit(self._put, lambda: snapshot(self.run, "Running"))
+
+    def _cancel_later(self) -> None:
+        with self._lock:
+            if self._later is not None:
+                self._later.cancel()
+                self._later = None
 
     def _put(self, document: Callable[[], Progress]) -> None:
         try:
@@ -148,6 +174,7 @@ class ProgressWriter:
     def _final(self, phase: str, fields: dict[str, Any]) -> Future[None]:
         # A final snapshot lists approvals (store reads): taken on the writer thread, after every
         # earlier write; the run has stopped changing by then.
+        self._cancel_later()
         self._last = time.monotonic()
         return self._writer.submit(self._put, lambda: snapshot(self.run, phase, **fields))
 
@@ -161,4 +188,8 @@ class ProgressWriter:
 
     def close(self) -> None:
         """Let queued writes finish in the background and end the writer thread."""
-        self._writer.shutdown(wait=False)
+        with self._lock:
+            if self._later is not None:
+                self._later.cancel()
+                self._later = None
+            self._writer.shutdown(wait=False)

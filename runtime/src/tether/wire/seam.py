@@ -331,10 +331,16 @@ class WireSeam:
 
     async def aclose(self) -> None:
         await self.settle()
-        for client in self._clients.values():
+        here = asyncio.get_running_loop()
+        for loop, client in list(self._clients.items()):
+            # Each client on its own loop: its connections are that loop's transports (closing them
+            # from another thread raced the wire loop's own close of a cancelled stream).
             try:
-                await client.aclose()
-            except RuntimeError:  # its loop is gone
+                if loop is here:
+                    await client.aclose()
+                elif loop.is_running():
+                    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(client.aclose(), loop))
+            except RuntimeError:  # its loop is gone (and its connections with it)
                 pass
         self._clients.clear()
 

@@ -31,7 +31,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tool_runner_pod import DIGEST, MODEL_KEY, SCRIPT, WEATHER_KEY, Pod, finish, memory_holds, stop, wait_file
+from tests.support.tool_runner_pod import (
+    DIGEST,
+    MODEL_KEY,
+    SCRIPT,
+    WEATHER_KEY,
+    Pod,
+    finish,
+    memory_holds,
+    run_image_only_embed,
+    stop,
+    wait_file,
+)
 from tether.contract import EXIT_RECOVERABLE, EXIT_SUCCEEDED
 from tether.testing import FakeProvider
 
@@ -167,17 +178,7 @@ def test_a_tool_whose_module_only_its_image_has_is_described_by_its_runner(tmp_p
         {"tool_calls": [{"name": "embed", "arguments": {"text": "hello", "dims": 3}}]}, {"text_from_tool_results": True, "text": "Vector:"}]}]}  # fmt: skip
     with FakeProvider(script, seed=5) as fake:
         pod = Pod(tmp_path, fake.url, "embed: hello")
-        request = json.loads(pod.request.read_text())
-        request["spec"]["tools"] = ["embed"]
-        request["tools"] = {
-            "embed": {"description": "Embed a text", "implementation": "embed_tools:embed", "image": "registry.example/embed:1"}
-        }
-        pod.request.write_text(json.dumps(request))
-        runner = pod.runner("embed", image=image, TETHER_TOOL_MODULES="embed_tools")
-        try:
-            code, outcome, err = finish(pod.agent("embed", TETHER_TOOL_MODULES="embed_tools"))
-        finally:
-            stop(runner)
+        code, outcome, err = run_image_only_embed(pod, image)
         assert code == EXIT_SUCCEEDED, err
         offered = json.loads(fake.ledger[0].body)["tools"][0]["function"]
     assert code == EXIT_SUCCEEDED, err

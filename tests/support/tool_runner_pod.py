@@ -191,6 +191,22 @@ class Pod:
         return [{"outcome": r.outcome, "body": json.loads(r.body)} for r in journal.records.values() if r.kind == "tool"]
 
 
+def run_image_only_embed(pod: Pod, image: Path) -> tuple[int, dict[str, Any], str]:
+    """The pod's request names one tool, `embed` from `embed_tools` (a module only the tool's image
+    at ``image`` has); its runner serves it while the agent runs: (exit code, outcome, stderr)."""
+    request = json.loads(pod.request.read_text())
+    request["spec"]["tools"] = ["embed"]
+    request["tools"] = {
+        "embed": {"description": "Embed a text", "implementation": "embed_tools:embed", "image": "registry.example/embed:1"}
+    }
+    pod.request.write_text(json.dumps(request))
+    runner = pod.runner("embed", image=image, TETHER_TOOL_MODULES="embed_tools")
+    try:
+        return finish(pod.agent("embed", TETHER_TOOL_MODULES="embed_tools"))
+    finally:
+        stop(runner)
+
+
 def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, dict[str, Any], str]:
     out, err = proc.communicate(timeout=timeout)
     lines = [line for line in out.splitlines() if line.startswith("{")]

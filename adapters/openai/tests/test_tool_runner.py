@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.tool_runner_pod import DIGEST, SCRIPT, WEATHER_KEY, Pod, finish, stop
+from tests.support.tool_runner_pod import DIGEST, SCRIPT, WEATHER_KEY, Pod, finish, run_image_only_embed, stop
 from tether.contract import EXIT_SUCCEEDED
 from tether.testing.fake_provider import FakeProvider
 
@@ -54,17 +54,7 @@ def test_a_tool_only_its_image_has_is_offered_with_its_own_schema(tmp_path: Path
         {"tool_calls": [{"name": "embed", "arguments": {"text": "hello", "dims": 3}}]}, {"text_from_tool_results": True, "text": "Vector:"}]}]}  # fmt: skip
     with FakeProvider(script, seed=5) as fake:
         pod = Pod(tmp_path, fake.url, "embed: hello", test_adapter=False)
-        request = json.loads(pod.request.read_text())
-        request["spec"]["tools"] = ["embed"]
-        request["tools"] = {
-            "embed": {"description": "Embed a text", "implementation": "embed_tools:embed", "image": "registry.example/embed:1"}
-        }
-        pod.request.write_text(json.dumps(request))
-        runner = pod.runner("embed", image=image, TETHER_TOOL_MODULES="embed_tools")
-        try:
-            code, outcome, err = finish(pod.agent("embed", TETHER_TOOL_MODULES="embed_tools"))
-        finally:
-            stop(runner)
+        code, outcome, err = run_image_only_embed(pod, image)
         assert code == EXIT_SUCCEEDED, err
         [offered] = json.loads(fake.ledger[0].body)["tools"]
     assert "[5.0, 5.0, 5.0]" in outcome["output"], outcome

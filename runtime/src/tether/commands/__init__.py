@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..contract import EXIT_CODES_HELP as EXIT_CODES_HELP  # for --help, without importing Flyte
 from ..contract import REQUEST_SHA256_ENV
+
+if TYPE_CHECKING:
+    from ..secrets import Secrets
 
 
 def command_name() -> str:
@@ -31,3 +35,15 @@ def request_is_the_executors(data: bytes, where: str, command: str) -> bool:
         file=sys.stderr,
     )
     return False
+
+
+def secrets_or_refusal(command: str) -> Secrets | None:
+    """The attempt's secrets, read first thing (before any tool or agent module is imported), or
+    None after saying why on stderr (the caller exits terminal)."""
+    from .. import secrets
+
+    try:
+        return secrets.load()
+    except (secrets.SecretsError, OSError) as e:
+        print(f"{command}: secrets: {e}", file=sys.stderr)
+        return None

@@ -29,7 +29,7 @@ from typing import Any
 from .. import secrets as tether_secrets
 from .. import stopping
 from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL
-from . import EXIT_CODES_HELP, command_name, request_is_the_executors
+from . import EXIT_CODES_HELP, command_name, request_is_the_executors, secrets_or_refusal
 
 #: What a warm worker waits for on stdin before it runs its attempt.
 GO = "go"
@@ -38,10 +38,8 @@ GO = "go"
 def main(argv: list[str]) -> int:
     started = time.time()
     stopping.install()  # SIGINT/SIGTERM: a clean stop, not a traceback (tether.stopping)
-    try:
-        secrets = tether_secrets.load()
-    except (tether_secrets.SecretsError, OSError) as e:
-        print(f"tether exec: secrets: {e}", file=sys.stderr)
+    secrets = secrets_or_refusal("tether exec")
+    if secrets is None:
         return EXIT_TERMINAL
     p = argparse.ArgumentParser(
         prog=f"{command_name()} exec",

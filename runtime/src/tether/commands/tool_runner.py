@@ -19,14 +19,12 @@ from pathlib import Path
 from .. import secrets as tether_secrets
 from ..contract import EXIT_TERMINAL
 from ..errors import ConfigError
-from . import command_name, request_is_the_executors
+from . import command_name, request_is_the_executors, secrets_or_refusal
 
 
 def main(argv: list[str]) -> int:
-    try:
-        secrets = tether_secrets.load()  # first: before any tool module is imported
-    except (tether_secrets.SecretsError, OSError) as e:
-        print(f"tether tool-runner: secrets: {e}", file=sys.stderr)
+    secrets = secrets_or_refusal("tether tool-runner")
+    if secrets is None:
         return EXIT_TERMINAL
     p = argparse.ArgumentParser(
         prog=f"{command_name()} tool-runner",

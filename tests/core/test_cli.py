@@ -192,3 +192,72 @@ def test_the_cli_behaves_like_kubectl(tmp_path: Path) -> None:
         timeout=120,
     )
     assert piped.stdout == "{\n" and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr
+
+
+def test_a_killed_attempt_with_no_retries_left_says_so_and_its_last_line_agrees_with_the_exit_code(tmp_path: Path) -> None:
+    """`--retries 0` and a SIGKILL after step 2: no retry is promised, `tether run` exits 1 and
+    its last JSON line says 1 and Failed (never the signal as the exit code, never Succeeded)."""
+    import json
+
+    proc = tether("run", str(example(tmp_path, "research")), "--kill-after", "2", "--retries", "0", store=tmp_path / "store")
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "killing the agent process after step 2" in out
+    assert "starting it again" not in out and "the agent process died (signal 9); no retries left (0)" in out
+    assert "attempt 2:" not in out and "Answer:" not in out
+    assert json.loads(out.strip().splitlines()[-1]) == {"run_id": "research-openai", "exit_code": 1, "phase": "Failed", "signal": 9}
+
+
+BYO_AGENT = '''
+import os
+import pathlib
+
+from agents import Agent
+from tether import tool
+from tether_openai.adapter import function_tool
+
+
+@tool(cache="auto")
+def exchange_rate(currency: str) -> str:
+    """The exchange rate of a currency to USD."""
+    with open(pathlib.Path(os.environ["BYO_EFFECTS"]), "a") as f:
+        f.write(currency + "\\n")
+    return f"1 {currency} = 1.08 USD"
+
+
+agent = Agent(name="byo", instructions="Answer with the rate.", model="gpt-4o-mini", tools=[function_tool(exchange_rate)])
+'''
+
+
+def test_a_byo_agents_cached_tool_is_reused_across_three_local_runs(tmp_path: Path) -> None:
+    """A bring-your-own agent's Tether tool with cache="auto", run three times with `tether run`
+    on the local store (three run ids, the same call): the tool's side effect happens once, the
+    second and third runs show its result as cached."""
+    (tmp_path / "byo_rates.py").write_text(BYO_AGENT)
+    script = {
+        "conversations": [
+            {"match": "", "turns": [{"tool_calls": [{"name": "exchange_rate", "arguments": {"currency": "EUR"}}]}, {"text": "1.08"}]}
+        ]
+    }
+    (tmp_path / "rates.script.yaml").write_text(yaml.safe_dump(script))
+    run = {
+        "apiVersion": "tether.dev/v1alpha1",
+        "kind": "AgentRun",
+        "metadata": {"name": "rates"},
+        "spec": {
+            "framework": "openai",
+            "model": {"name": "gpt-4o-mini", "provider": "openai"},
+            "agent": "byo_rates:agent",
+            "input": "EUR?",
+        },
+    }
+    manifest = tmp_path / "rates.yaml"
+    manifest.write_text(yaml.safe_dump(run, sort_keys=False))
+    effects = tmp_path / "effects"
+    modes = []
+    for i in range(3):
+        proc = tether("run", str(manifest), "--run-id", f"rates-{i}", store=tmp_path / "store", env={"BYO_EFFECTS": str(effects)})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        modes.append(re.findall(r"step +\d+ +(\w+) +tool +exchange_rate", proc.stdout))
+    assert modes == [["live"], ["cached"], ["cached"]]
+    assert effects.read_text() == "EUR\n"

@@ -304,6 +304,63 @@ def test_the_runtime_task_runs_and_its_outcome_is_read(backend: Backend, loop: A
     assert status.attempts == 1
 
 
+SLOW_TOOLS = """
+print("slow_tools: importing", flush=True)  # the test kills the container here, as the OOM killer would
+import time
+
+time.sleep(300)
+
+
+def lookup() -> str:
+    return "found"
+"""
+
+
+def test_a_pod_that_dies_with_a_bare_exit_code_is_an_attempt_and_retries_run_out(backend: Backend, loop: Any, tmp_path: Any) -> None:
+    """A runner pod SIGKILLed (exit code 137, no error file: out of memory, a lost node) is taken by
+    the backend for a system failure: it makes the pod again under the same name, its attempt count
+    stays 1, and it would do so for ever. The runtime counts its starts in the run's store: with
+    retries 1, the third start runs nothing and ends the run, which fails after 3 attempts with
+    "retries exhausted"."""
+    from tether.api import AgentToolSpec
+
+    (tmp_path / "slow_tools.py").write_text(SLOW_TOOLS)
+    sub = submission(tools=["lookup"], retries=1)
+    sub.retries = 1
+    sub.request.tools = {"lookup": AgentToolSpec.model_validate({"description": "Look up", "implementation": "slow_tools:lookup"})}
+    sub.store_url = f"s3://{backend.bucket}/tether/{NS}?endpoint_url={backend.s3}"
+    ex = executor(backend)
+    ex.tool_modules = ("slow_tools",)
+    run(ex.submit(sub))
+    seen: list[str] = []
+
+    def new_pod() -> list[dict[str, Any]]:
+        return [
+            p
+            for p in pods(backend)
+            if p["metadata"].get("labels", {}).get("flyte.org/run") == sub.name and p["metadata"]["uid"] not in seen
+        ]
+
+    codes, made = [], []
+    for _ in range(3):
+        pod = wait_for(new_pod, timeout=90, what="the run's pod (made again after a kill)")[0]
+        seen.append(pod["metadata"]["uid"])
+        made.append((pod["metadata"]["name"], pod["metadata"]["labels"]["attempt"]))
+        codes.append(backend.play_kubelet(pod, {"PYTHONPATH": str(tmp_path)}, kill_on="slow_tools: importing"))
+    assert len(set(made)) == 1 and made[0][1] == "1", made  # the backend's view: one pod, attempt 1
+    assert codes == [137, 137, 0], codes  # the third start imported nothing and ended the run
+
+    def finished() -> Any:
+        status = run(ex.status(sub.name))
+        return status if status is not None and status.state.finished else None
+
+    status = wait_for(finished, timeout=90, what="the run's outcome")
+    assert status.state is ExecutionState.FAILED and status.exit_code == 2, status
+    assert (status.attempts, status.failures) == (3, 2), status
+    assert status.message.startswith("attempt 3: retries exhausted (1); the attempts before it ended without an outcome"), status.message
+    assert not new_pod(), "a pod was made after the run ended"
+
+
 def test_each_namespace_gets_its_own_flyte_secrets_and_never_anothers(backend: Backend, loop: Any) -> None:
     """Two namespaces hold a Flyte secret of the same name (the same Secret and key) with their own
     values, and their own store credentials; a third holds none. With the backend's pod webhook on

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -244,20 +245,43 @@ class Backend:
         finally:
             self.kube.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
 
-    def play_kubelet(self, pod: dict[str, Any]) -> int:
+    def play_kubelet(self, pod: dict[str, Any], env: dict[str, str] | None = None, kill_on: str | None = None) -> int:
         """Run the pod's container as a kubelet would, here: the Flyte runtime (`a0`, from this
         environment's `flyte` install) with the pod's args and env, the S3 store's credentials
-        (in a cluster: the backend's default env) - then report its exit through pods/status.
-        The backend reads the outputs or error the runtime wrote, as it would in a cluster."""
+        (in a cluster: the backend's default env and the namespace's store Secret) - then report its exit through pods/status.
+        The backend reads the outputs or error the runtime wrote, as it would in a cluster.
+
+        `env` adds to the container's; `kill_on`: SIGKILL the container as soon as it prints that
+        (as the OOM killer or a lost node would), reported as the kubelet does: exit code 137.
+        Returns the container's exit code."""
         container = pod["spec"]["containers"][0]
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": tempfile.gettempdir()}
-        env.update({e["name"]: e.get("value") or "" for e in container.get("env", [])})
-        env.update(FLYTE_AWS_ENDPOINT=self.s3, FLYTE_AWS_ACCESS_KEY_ID="test", FLYTE_AWS_SECRET_ACCESS_KEY="test")
+        full_env = {"PATH": os.environ.get("PATH", ""), "HOME": tempfile.gettempdir()}
+        full_env.update({e["name"]: e.get("value") or "" for e in container.get("env", [])})
+        full_env.update(FLYTE_AWS_ENDPOINT=self.s3, FLYTE_AWS_ACCESS_KEY_ID="test", FLYTE_AWS_SECRET_ACCESS_KEY="test")
+        full_env.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")  # the run's store (the chart's store Secret)
+        full_env.update(env or {})
         args = container["args"]
-        proc = subprocess.run([str(Path(sys.executable).parent / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=300)
-        terminated = {"exitCode": proc.returncode, "reason": "Completed" if proc.returncode == 0 else "Error"}
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / args[0]), *args[1:]],
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        timer = threading.Timer(300, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if kill_on is not None and kill_on in line:
+                    proc.kill()
+        finally:
+            timer.cancel()
+        returncode = proc.wait()
+        code = 128 - returncode if returncode < 0 else returncode  # a container killed by signal N exits 128 + N
+        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
         status = {
-            "phase": "Succeeded" if proc.returncode == 0 else "Failed",
+            "phase": "Succeeded" if code == 0 else "Failed",
             "containerStatuses": [
                 {
                     "name": container["name"],
@@ -281,7 +305,7 @@ class Backend:
             "-p",
             json.dumps({"status": status}),
         )
-        return proc.returncode
+        return code
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

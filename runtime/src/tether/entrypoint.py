@@ -307,8 +307,64 @@ async def agent_run(request: str, store: str) -> str:
         from .api import PROVIDER_KEY_ENV
 
         tether_secrets.use(tether_secrets.load(), PROVIDER_KEY_ENV.get(parsed.spec.model.provider))
+    starts = 0
+    if remote:
+        try:
+            starts = await asyncio.to_thread(_claim_start, parsed, store)
+        except Exception as e:  # a store that does not answer is recoverable: Flyte retries (and counts) it
+            error = f"counting this attempt in the store: {type(e).__name__}: {e}"
+            if classify_exception(e) == EXIT_RECOVERABLE:
+                raise RecoverableAttempt(error) from e
+            return json.dumps({"run_id": parsed.run_id, "status": "failed", "error": error, "exit_code": EXIT_TERMINAL})
+        if starts > parsed.spec.retries + 1:
+            return json.dumps(_restarts_exhausted(parsed, starts))
     show = os.environ.get("TETHER_PROGRESS") == "1"
     outcome = await execute(parsed, store, step_printer(sys.stdout if show else None))
     if remote and outcome["exit_code"] in (EXIT_RECOVERABLE, EXIT_INTERRUPTED):
         raise RecoverableAttempt(outcome.get("error") or "recoverable failure")
+    if starts:
+        outcome["attempts"] = starts
     return json.dumps(outcome)
+
+
+def flyte_starts_prefix(run_id: str, flyte_run: str, action: str) -> str:
+    """Where the runtime counts the starts of one Flyte action of a run (one key per start)."""
+    return f"runs/{run_id}/flyte/{flyte_run}/{action}/starts/"
+
+
+def _claim_start(request: ExecRequest, store: str) -> int:
+    """This start's number among the starts of this Flyte run's action (1: the first).
+
+    The open-source Flyte backend takes a pod that exits with a bare exit code (SIGKILL, out of
+    memory, a crash: no error file) for a system failure and makes the pod again under the same
+    name and attempt number, without bound (its consecutive-failure counter is reset by the new
+    pod's start), so neither its attempt count nor the task's retries ever see those attempts. The
+    runtime counts them itself, in the run's store."""
+    from .stores import open_store
+
+    ctx = flyte.ctx()
+    action = ctx.action if ctx else None
+    prefix = flyte_starts_prefix(request.run_id, (action.run_name if action else None) or "local", action.name if action else "a0")
+    the_store = open_store(store)
+    n = len(the_store.list(prefix)) + 1
+    while not the_store.create(f"{prefix}{n:05d}", str(time.time()).encode()):
+        n += 1  # another start claimed it first
+    return n
+
+
+def _restarts_exhausted(request: ExecRequest, starts: int) -> dict[str, Any]:
+    """The outcome of a start past the run's retries: nothing runs, the run fails saying why."""
+    retries = request.spec.retries
+    error = (
+        f"attempt {starts}: retries exhausted ({retries}); the attempts before it ended without an outcome "
+        "(their pod exited with a bare exit code: killed, out of memory or crashed) and the Flyte backend "
+        "started the task again under the same attempt"
+    )
+    return {
+        "run_id": request.run_id,
+        "status": "failed",
+        "error": error,
+        "exit_code": EXIT_TERMINAL,
+        "attempts": starts,
+        "retries_exhausted": True,
+    }

@@ -23,6 +23,12 @@ as a variable; the operator never reads a value), the store credentials (the sam
 chart's runner store Secret), the service account (a template with `{namespace}`), retries (Flyte
 retries an attempt that raised: the runtime raises on a recoverable failure) and timeout.
 
+Attempts: the backend makes a pod that exited with a bare exit code (SIGKILL, out of memory, a
+crash) again under the same name and attempt number, without bound, and reports the run as
+running all along. The runtime counts its own starts of the run in the store: the outcome says
+how many there were, and a start past `retries` + 1 runs nothing and fails the run with
+"retries exhausted".
+
 Everything goes through the real `flyte` SDK (`flyte.remote`): deploy, run, get, abort.
 """
 
@@ -134,6 +140,7 @@ class _Execution:
     segment: int = 1
     state: ExecutionState = ExecutionState.QUEUED
     attempts: int = 0
+    failures: int = 0
     exit_code: int | None = None
     message: str = ""
     url: str | None = None
@@ -149,7 +156,7 @@ class _Execution:
         return self.sub.request.namespace
 
     def status(self) -> ExecutionStatus:
-        return ExecutionStatus(self.sub.name, self.state, self.attempts, 0, self.exit_code, self.message, self.url)
+        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message, self.url)
 
 
 class FlyteExecutor(FollowingExecutor[_Execution]):
@@ -505,10 +512,17 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         outcome = json.loads(outputs[0])
         code = int(outcome["exit_code"])
         run.exit_code = code
+        # The runtime counts its starts: the backend makes a pod that died with a bare exit code
+        # again under the same attempt number, so Flyte's count misses those attempts.
+        run.attempts = max(run.attempts, int(outcome.get("attempts") or 0))
+        if outcome.get("retries_exhausted"):
+            run.failures = run.attempts - 1
         if code == EXIT_SUCCEEDED:
             run.state = ExecutionState.SUCCEEDED
         elif code == EXIT_SUSPENDED:
             run.state, run.message = ExecutionState.SUSPENDED, "waiting for an approval"
+        elif outcome.get("retries_exhausted"):
+            run.state, run.message = ExecutionState.FAILED, str(outcome.get("error"))
         else:
             run.state, run.message = ExecutionState.FAILED, f"terminal failure: {outcome.get('error') or f'exit code {code}'}"
         run.changed.set()

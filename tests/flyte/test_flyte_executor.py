@@ -357,7 +357,7 @@ def test_a_pod_that_dies_with_a_bare_exit_code_is_an_attempt_and_retries_run_out
     status = wait_for(finished, timeout=90, what="the run's outcome")
     assert status.state is ExecutionState.FAILED and status.exit_code == 2, status
     assert (status.attempts, status.failures) == (3, 2), status
-    assert status.message.startswith("attempt 3: retries exhausted (1); the attempts before it ended without an outcome"), status.message
+    assert status.message.startswith("attempt 3: retries exhausted (1); the Flyte backend started the task again"), status.message
     assert not new_pod(), "a pod was made after the run ended"
 
 

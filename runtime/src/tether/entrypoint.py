@@ -327,11 +327,6 @@ async def agent_run(request: str, store: str) -> str:
     return json.dumps(outcome)
 
 
-def flyte_starts_prefix(run_id: str, flyte_run: str, action: str) -> str:
-    """Where the runtime counts the starts of one Flyte action of a run (one key per start)."""
-    return f"runs/{run_id}/flyte/{flyte_run}/{action}/starts/"
-
-
 def _claim_start(request: ExecRequest, store: str) -> int:
     """This start's number among the starts of this Flyte run's action (1: the first).
 
@@ -339,12 +334,14 @@ def _claim_start(request: ExecRequest, store: str) -> int:
     memory, a crash: no error file) for a system failure and makes the pod again under the same
     name and attempt number, without bound (its consecutive-failure counter is reset by the new
     pod's start), so neither its attempt count nor the task's retries ever see those attempts. The
-    runtime counts them itself, in the run's store."""
+    runtime counts them itself, in the run's store: one key per start of this Flyte run (a
+    segment: a run resumed after an approval is a new Flyte run with retries of its own)."""
     from .stores import open_store
 
     ctx = flyte.ctx()
     action = ctx.action if ctx else None
-    prefix = flyte_starts_prefix(request.run_id, (action.run_name if action else None) or "local", action.name if action else "a0")
+    flyte_run, name = ((action.run_name or action.name) if action else "local"), (action.name if action else "a0")
+    prefix = f"runs/{request.run_id}/flyte/{flyte_run}/{name}/starts/"
     the_store = open_store(store)
     n = len(the_store.list(prefix)) + 1
     while not the_store.create(f"{prefix}{n:05d}", str(time.time()).encode()):
@@ -356,9 +353,8 @@ def _restarts_exhausted(request: ExecRequest, starts: int) -> dict[str, Any]:
     """The outcome of a start past the run's retries: nothing runs, the run fails saying why."""
     retries = request.spec.retries
     error = (
-        f"attempt {starts}: retries exhausted ({retries}); the attempts before it ended without an outcome "
-        "(their pod exited with a bare exit code: killed, out of memory or crashed) and the Flyte backend "
-        "started the task again under the same attempt"
+        f"attempt {starts}: retries exhausted ({retries}); the Flyte backend started the task again after "
+        "a pod that exited with a bare exit code (killed, out of memory or crashed), which it does not count as an attempt"
     )
     return {
         "run_id": request.run_id,

@@ -195,17 +195,20 @@ def test_the_cli_behaves_like_kubectl(tmp_path: Path) -> None:
 
 
 def test_a_killed_attempt_with_no_retries_left_says_so_and_its_last_line_agrees_with_the_exit_code(tmp_path: Path) -> None:
-    """`--retries 0` and a SIGKILL after step 2: no retry is promised, `tether run` exits 1 and
-    its last JSON line says 1 and Failed (never the signal as the exit code, never Succeeded)."""
+    """`--retries 0` and a SIGKILL right after step 2 (the tool, a few milliseconds after the
+    turn): no retry is promised, the summary counts both steps as the journal does, `tether run`
+    exits 1 and its last JSON line says 1 and Failed (never the signal as the exit code, never
+    Succeeded)."""
     import json
 
-    proc = tether("run", str(example(tmp_path, "research")), "--kill-after", "2", "--retries", "0", store=tmp_path / "store")
+    proc = tether("run", str(example(tmp_path, "weather")), "--kill-after", "2", "--retries", "0", store=tmp_path / "store")
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
     assert "killing the agent process after step 2" in out
     assert "starting it again" not in out and "the agent process died (signal 9); no retries left (0)" in out
     assert "attempt 2:" not in out and "Answer:" not in out
-    assert json.loads(out.strip().splitlines()[-1]) == {"run_id": "research-openai", "exit_code": 1, "phase": "Failed", "signal": 9}
+    assert "model turns 1 live / 0 replayed, tools 1 live / 0 replayed" in out, out
+    assert json.loads(out.strip().splitlines()[-1]) == {"run_id": "weather-openai", "exit_code": 1, "phase": "Failed", "signal": 9}
 
 
 BYO_AGENT = '''

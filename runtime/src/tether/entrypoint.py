@@ -232,6 +232,9 @@ def step_printer(stream: TextIO | None = sys.stdout) -> Callable[[StepEvent], No
         if kill_after and e.index >= kill_after:
             if stream is not None:
                 print(f"  ** killing the agent process after step {e.index} (--kill-after) **", file=stream, flush=True)
+            from .progress import flush_progress
+
+            flush_progress()  # the summary read after the kill shows this step too
             os.kill(os.getpid(), signal.SIGKILL)
 
     return on_step

@@ -12,6 +12,7 @@ import asyncio
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -118,6 +119,17 @@ def advisory(store: Store) -> Store:
     return store
 
 
+#: The progress writers of this process's runs (a deliberate kill publishes them first).
+_WRITERS: weakref.WeakSet[ProgressWriter] = weakref.WeakSet()
+
+
+def flush_progress(timeout: float = 2.0) -> None:
+    """Publish every run's latest progress now and wait (bounded): before the process kills
+    itself on purpose (``--kill-after``), so what is read afterwards agrees with the journal."""
+    for writer in list(_WRITERS):
+        writer.flush(timeout)
+
+
 class ProgressWriter:
     """A run listener that publishes progress; a failed write never fails the run.
 
@@ -136,6 +148,7 @@ class ProgressWriter:
         self._later: threading.Timer | None = None
         self._lock = threading.Lock()
         run.listeners.append(self.on_step)
+        _WRITERS.add(self)
 
     def on_step(self, event: StepEvent) -> None:
         with self._lock:
@@ -177,6 +190,23 @@ class ProgressWriter:
         self._cancel_later()
         self._last = time.monotonic()
         return self._writer.submit(self._put, lambda: snapshot(self.run, phase, **fields))
+
+    def flush(self, timeout: float) -> None:
+        """Publish the run's latest snapshot now (a step inside the interval included) and wait
+        for it, at most ``timeout`` seconds."""
+        with self._lock:
+            if self._later is not None:
+                self._later.cancel()
+                self._later = None
+            self._last = time.monotonic()
+            try:
+                done = self._writer.submit(self._put, lambda: snapshot(self.run, "Running"))
+            except RuntimeError:  # closed: the run's final snapshot is written
+                return
+        try:
+            done.result(timeout)
+        except Exception:
+            pass  # progress is advisory
 
     def publish(self, phase: str, **fields: Any) -> None:
         """Write a snapshot now and wait for it (for synchronous callers)."""

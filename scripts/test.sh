@@ -6,7 +6,8 @@
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
 #   <adapter>  for each of ADAPTERS: its own tests and the shared conformance suite;
-#   flyte      the Flyte executor against a real Flyte 2 backend (tests/flyte), built by
+#   flyte      the Flyte executor against a real Flyte 2 backend (tests/flyte), built (from the start,
+#              in the background, like k8s-tools) by
 #              scripts/flyte-backend.sh from the pinned source tarballs in ../shared/sources beside
 #              the checkout (or clones of the same commits; ~17-30 min cold, then cached) with
 #              Debian's PostgreSQL (installed when missing, as root with apt-get). Only where
@@ -52,6 +53,11 @@ phase() {
 # file lock, so a second call waits for the first and then reuses its result).
 phase k8s-tools scripts/k8s-tools.sh &
 k8s_pid=$!
+# The Flyte backend's build too (its lock makes the flyte group wait for it, then reuse it): on a
+# cold machine the two builds overlap the environments and the core group instead of following
+# them. Its outcome is the flyte group's to report (exit 3: no sources here, NOT RUN).
+scripts/flyte-backend.sh >"$out/flyte-backend.log" 2>&1 &
+flyte_build_pid=$!
 
 core() {
   local venv
@@ -111,7 +117,7 @@ gates() {
 }
 
 phase gates gates &
-side=("$k8s_pid" "$!")  # not counted against the pool: one waits on a build, the other takes a minute
+side=("$k8s_pid" "$flyte_build_pid" "$!")  # not counted against the pool: builds, and gates take a minute
 # The core group first: it is the longest.
 for group in core "${ADAPTERS[@]}" flyte; do
   while [ "$(jobs -rp | grep -vxFc -f <(printf '%s\n' "${side[@]}"))" -ge "$jobs" ]; do wait -n; done

@@ -183,6 +183,7 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_gets_secrets_by_name_on
                 *(("", "configmaps", v) for v in ("get", "create", "delete")),
                 *(("", "serviceaccounts", v) for v in ("get", "create")),
                 ("", "secrets", "get"),  # metadata only (PartialObjectMetadata): exists, labelled for Tether
+                *(("", "secrets", v) for v in ("create", "delete")),  # an attempt's GPU tool tokens, made by the operator
             ]
         )
     runners = [a for a in of_kind(docs, "ServiceAccount") if a["metadata"]["name"] == "tether-runner"]

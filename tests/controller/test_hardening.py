@@ -262,11 +262,19 @@ NETWORK = [
 def test_network_policy_template(helm: Path) -> None:
     assert not of_kind(render(helm), "NetworkPolicy"), "off by default"
     docs = of_kind(render(helm, *NETWORK, scope="watchNamespaces={team-a,team-b}"), "NetworkPolicy")
-    assert sorted(d["metadata"]["namespace"] for d in docs) == ["team-a", "team-b"]
+    assert sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs) == [
+        (ns, name) for ns in ("team-a", "team-b") for name in ("tether-runners", "tether-tool-pods")
+    ]
     spec = docs[0]["spec"]
     assert spec["podSelector"] == {"matchExpressions": [{"key": "tether.dev/execution", "operator": "Exists"}]}
     assert spec["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in spec
-    dns, store, gateway, provider = spec["egress"]
+    tool_pods, dns, store, gateway, provider = spec["egress"]
+    tool_pod = {"matchExpressions": [{"key": "tether.dev/tool-pod", "operator": "Exists"}]}
+    assert tool_pods == {"to": [{"podSelector": tool_pod}], "ports": [{"protocol": "TCP", "port": 7070}]}
+    # A GPU tool's pod of its own receives on its runner's port from the namespace's runner pods only.
+    tools = docs[1]["spec"]
+    assert tools["podSelector"] == tool_pod and tools["policyTypes"] == ["Ingress"]
+    assert tools["ingress"] == [{"from": [{"podSelector": spec["podSelector"]}], "ports": [{"protocol": "TCP", "port": 7070}]}]
     assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
     assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
     assert store == {"to": [{"ipBlock": {"cidr": "10.0.5.0/24"}}], "ports": [{"protocol": "TCP", "port": 443}]}

@@ -11,6 +11,7 @@ and the RBAC of both modes by impersonation.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -527,19 +528,154 @@ def test_a_tool_with_secrets_or_its_own_image_runs_in_a_container_of_its_own(kub
     assert execution in pod["metadata"]["name"]
 
 
-def test_a_tool_with_a_gpu_is_refused(kube: ControlPlane, k8s_operator: Operator) -> None:
-    """A tool container shares the agent's pod and node: a GPU tool would drag the agent onto the
-    GPU node, and a pod of its own is not made by this executor: refused, naming the field."""
+def restricted_admits(kube: ControlPlane, pod: dict[str, Any]) -> None:
+    """The pod's spec passes Pod Security "restricted" (a server dry run in an enforcing namespace)."""
+    kube.kubectl("create", "namespace", "k8s-restricted", check=False)
+    kube.kubectl("label", "namespace", "k8s-restricted", "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    kube.kubectl("create", "serviceaccount", "tether-runner", "-n", "k8s-restricted", check=False)
+    copy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod["metadata"]["name"]}, "spec": pod["spec"]}
+    admitted = kube.kubectl("create", "--dry-run=server", "-n", "k8s-restricted", "-f", "-", input=json.dumps(copy), check=False)
+    assert admitted.returncode == 0 and "Warning" not in admitted.stderr, admitted.stderr
+
+
+def test_a_gpu_tool_runs_in_a_pod_of_its_own_on_its_node_pool(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """An AgentTool asking for a GPU runs `tether tool-runner` on TCP in a pod of its own, placed
+    on the A100 pool like a run, mounting its own Secret and its token only; the agent's pod has
+    no GPU, no pool, no tool Secret, and is created only once the tool pod is Ready, with the tool
+    pod's IP and the token. The attempt's end deletes the tool pod and the token Secret; the
+    token is nowhere in the run's status, Events or the operator's log. (On today's main the run
+    was refused: UnsupportedByExecutor.)"""
     apply_tool(kube, "embed-gpu", description="Embed on a GPU", implementation="shop.tools:embed", image="registry.example/embed:1",
-               resources={"gpu": {"type": "A100", "count": 1}})  # fmt: skip
-    run = apply_run(kube, "gpu-tool", tools=["embed-gpu"])
-    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/gpu-tool")
-    accepted = condition(get(kube, "agentrun", NS, "gpu-tool"), "Accepted")
-    assert (accepted["status"], accepted["reason"]) == ("False", "UnsupportedByExecutor")
-    assert "the kubernetes executor does not honour spec.resources.gpu of AgentTool embed-gpu (" in accepted["message"]
-    assert "a GPU tool would need a pod of its own" in accepted["message"]
-    assert "UnsupportedByExecutor" in [e["reason"] for e in events_of(kube, "gpu-tool")]
-    assert not pods_of(kube, run) and not finalizers(kube, "gpu-tool")
+               resources={"memory": "8Gi", "gpu": {"type": "A100", "count": 1}},
+               env=[{"name": "CRM_TOKEN", "secretKeyRef": {"name": "crm-creds", "key": "token"}}])  # fmt: skip
+    model = {"name": "gpt-4.1", "apiKeySecretRef": {"name": "llm", "key": "openai"}}
+    run = apply_run(kube, "gpu-tool", model=model, tools=["embed-gpu"], resources={"cpu": "1"})
+    execution = execution_name(run["metadata"]["uid"])
+    tool_name, runner_name, tokens = f"{execution}-1-tool-0", f"{execution}-1", f"{execution}-1-tools"
+    tool_pod = wait_for(lambda: pods_of(kube, run).get(tool_name), timeout=30, what=f"tool pod {tool_name}")
+    secret = wait_for(lambda: json.loads(kube.kubectl("get", "secret", tokens, "-n", NS, "-o", "json", check=False).stdout or "null"),
+                      what="the token Secret")  # fmt: skip
+    assert (
+        secret["metadata"]["ownerReferences"]
+        == tool_pod["metadata"]["ownerReferences"]
+        == [
+            {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentRun", "name": "gpu-tool", "uid": run["metadata"]["uid"], "controller": True}
+        ]
+    )
+    assert secret["immutable"] is True and list(secret["data"]) == ["embed-gpu"]
+    token = base64.b64decode(secret["data"]["embed-gpu"]).decode()
+    assert len(token) >= 40
+    spec = tool_pod["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (tool,) = spec["containers"]
+    assert "initContainers" not in spec
+    assert spec["nodeSelector"] == {"gpu": "a100"} and A100_TOLERATION in spec["tolerations"]
+    assert tool["resources"] == {"requests": {"memory": "8Gi", "nvidia.com/gpu": "1"}, "limits": {"memory": "8Gi", "nvidia.com/gpu": "1"}}
+    assert tool["image"] == "registry.example/embed:1" and tool["securityContext"] == SECURITY
+    assert tool["command"] == ["python", "-m", "tether", "tool-runner", "--request", "/etc/tether/request/request.json",
+                               "--tool", "embed-gpu", "--listen", ":7070", "--token-file", "/var/run/tether/tool-token/token"]  # fmt: skip
+    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"], spec["restartPolicy"]) == ("tether-runner", False, "Never")
+    assert spec["securityContext"] == POD_SECURITY
+    assert secrets_reached(tool, volumes) == {"crm-creds", tokens}
+    assert volumes["token"]["secret"]["items"] == [{"key": "embed-gpu", "path": "token"}], "its own token only"
+    assert tool_pod["metadata"]["labels"]["tether.dev/tool-pod"] == "0"
+    assert not any(k in tool_pod["metadata"]["labels"] for k in ("app", "team")), "no run labels beyond the allowlist"
+    restricted_admits(kube, tool_pod)
+    # Until the tool pod is Ready the agent's pod is not made (it would not know where to call).
+    time.sleep(2)
+    assert runner_name not in pods_of(kube, run)
+    meta = tool_pod["metadata"]
+    ready = {"phase": "Running", "podIP": "10.20.30.40", "podIPs": [{"ip": "10.20.30.40"}],
+             "conditions": [{"type": "Ready", "status": "True"}]}  # fmt: skip
+    kube.kubectl("patch", "pod", meta["name"], "-n", NS, "--subresource=status", "--type=merge", "-p", json.dumps({"status": ready}))
+    pod = wait_pod(kube, run, 1)
+    spec = pod["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (agent,) = spec["containers"]
+    (store,) = spec["initContainers"]  # no tool runner beside the agent
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert json.loads(env["TETHER_TOOL_RUNNERS"]) == {"embed-gpu": "tcp://10.20.30.40:7070"}
+    assert env["TETHER_TOOL_TOKENS"] == "/var/run/tether/tool-tokens"
+    assert {"name": "tool-tokens", "mountPath": "/var/run/tether/tool-tokens", "readOnly": True} in agent["volumeMounts"]
+    assert secrets_reached(agent, volumes) == {"llm", tokens} and secrets_reached(store, volumes) == {"tether-store"}
+    assert "nodeSelector" not in spec and not [t for t in spec.get("tolerations") or [] if t.get("key") == "nvidia.com/gpu"]
+    assert agent["resources"] == {"requests": {"cpu": "1"}}, "no GPU for the agent"
+    restricted_admits(kube, pod)
+    # The attempt ends: its tool pod and tokens go with it.
+    kubelet(kube, pod, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/gpu-tool")
+    wait_for(lambda: tool_name not in pods_of(kube, run), what="the tool pod deleted")
+    assert kube.kubectl("get", "secret", tokens, "-n", NS, check=False).returncode != 0, "the token Secret deleted"
+    said = json.dumps(get(kube, "agentrun", NS, "gpu-tool")) + json.dumps(events_of(kube, "gpu-tool")) + k8s_operator.logs()
+    assert token not in said
+
+
+def make_ready(kube: ControlPlane, pod: dict[str, Any], ip: str) -> None:
+    """As the kubelet reports a pod whose readiness probe (the runner listening) passed."""
+    ready = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "conditions": [{"type": "Ready", "status": "True"}]}
+    meta = pod["metadata"]
+    kube.kubectl(
+        "patch", "pod", meta["name"], "-n", meta["namespace"], "--subresource=status", "--type=merge", "-p", json.dumps({"status": ready})
+    )
+
+
+def secret_exists(kube: ControlPlane, name: str, ns: str = NS) -> bool:
+    return kube.kubectl("get", "secret", name, "-n", ns, check=False).returncode == 0
+
+
+def test_a_dead_tool_pod_fails_the_attempt_and_the_next_makes_new_ones(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """The tool pod dies while the agent runs (its calls: ToolRunnerUnavailable, a recoverable
+    exit): attempt 2 gets a new tool pod and a new token, and the agent's pod its new address."""
+    apply_tool(
+        kube,
+        "embed-gpu-2",
+        description="Embed on a GPU",
+        implementation="shop.tools:embed",
+        resources={"gpu": {"type": "A100", "count": 1}},
+    )
+    run = apply_run(kube, "gpu-tool-dies", tools=["embed-gpu-2"])
+    execution = execution_name(run["metadata"]["uid"])
+    first = wait_for(lambda: pods_of(kube, run).get(f"{execution}-1-tool-0"), what="tool pod of attempt 1")
+    make_ready(kube, first, "10.20.30.41")
+    runner = wait_pod(kube, run, 1)
+    kubelet(kube, first, "Failed")
+    kubelet(kube, runner, "Failed", 1)  # the runtime's recoverable exit (ToolRunnerUnavailable)
+    second = wait_for(lambda: pods_of(kube, run).get(f"{execution}-2-tool-0"), what="tool pod of attempt 2")
+    assert wait_for(lambda: f"{execution}-1-tool-0" not in pods_of(kube, run), what="attempt 1's tool pod deleted")
+    assert not secret_exists(kube, f"{execution}-1-tools") and secret_exists(kube, f"{execution}-2-tools")
+    make_ready(kube, second, "10.20.30.42")
+    env = {e["name"]: e.get("value") for e in wait_pod(kube, run, 2)["spec"]["containers"][0]["env"]}
+    assert json.loads(env["TETHER_TOOL_RUNNERS"]) == {"embed-gpu-2": "tcp://10.20.30.42:7070"}
+    kubelet(kube, wait_pod(kube, run, 2), "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/gpu-tool-dies")
+    assert get(kube, "agentrun", NS, "gpu-tool-dies")["status"]["attempts"] == 2
+
+
+def test_tool_pods_of_an_attempt_cut_short_by_an_operator_restart_are_replaced(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """The operator dies while an attempt's tool pod starts (the agent's pod not made yet): the
+    restarted operator does not know that attempt's token, so it deletes its tool pod and Secret
+    and makes attempt 2 (never a second Secret under attempt 1's name: that would be a conflict)."""
+    apply_tool(
+        kube,
+        "embed-gpu-3",
+        description="Embed on a GPU",
+        implementation="shop.tools:embed",
+        resources={"gpu": {"type": "A100", "count": 1}},
+    )
+    run = apply_run(kube, "gpu-tool-restart", tools=["embed-gpu-3"])
+    execution = execution_name(run["metadata"]["uid"])
+    wait_for(lambda: pods_of(kube, run).get(f"{execution}-1-tool-0"), what="tool pod of attempt 1")
+    wait_for(lambda: secret_exists(kube, f"{execution}-1-tools"), what="attempt 1's token Secret")
+    k8s_operator.kill()
+    k8s_operator.start()
+    second = wait_for(lambda: pods_of(kube, run).get(f"{execution}-2-tool-0"), what="tool pod of attempt 2")
+    assert wait_for(lambda: f"{execution}-1-tool-0" not in pods_of(kube, run), what="attempt 1's tool pod deleted")
+    assert not secret_exists(kube, f"{execution}-1-tools")
+    make_ready(kube, second, "10.20.30.43")
+    kubelet(kube, wait_pod(kube, run, 2), "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/gpu-tool-restart")
+    assert condition(get(kube, "agentrun", NS, "gpu-tool-restart"), "Succeeded")["status"] == "True"
+    assert f"{execution}-1" not in pods_of(kube, run)
 
 
 def test_runner_service_account_has_no_token_and_no_rights(kube: ControlPlane, releases: tuple[Release, Release]) -> None:
@@ -563,6 +699,8 @@ def test_rbac_namespaced_mode(kube: ControlPlane, releases: tuple[Release, Relea
             assert can(kube, release, verb, "pods", ns), (verb, ns)
         assert can(kube, release, "create", "configmaps", ns) and can(kube, release, "create", "serviceaccounts", ns)
         assert can(kube, release, "get", "secrets", ns), "metadata only: exists, labelled for Tether"
+        assert can(kube, release, "create", "secrets", ns) and can(kube, release, "delete", "secrets", ns), "GPU tools' tokens"
+        assert not can(kube, release, "update", "secrets", ns) and not can(kube, release, "patch", "secrets", ns)
         for verb in ("list", "watch"):
             assert not can(kube, release, verb, "secrets", ns), "pods mount the Secrets; the operator lists none"
         assert can(kube, release, "get", "configmaps", ns), "an existing request ConfigMap is checked before use"

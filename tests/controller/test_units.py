@@ -105,10 +105,10 @@ def test_capabilities_name_every_unsupported_field() -> None:
         "spec.tolerations",
         "spec.resources of AgentTool embed",
     ]
-    # a tool's own resources run in its own container; a GPU would drag the agent's pod onto its node
+    # a tool's own resources run in its own container; a GPU tool in a pod of its own (tool_pods)
     assert unsupported(spec, tools, KubernetesExecutor.supports) == []
     gpu = AgentToolSpec.model_validate({"description": "d", "implementation": "m:f", "resources": {"gpu": {"type": "A100", "count": 1}}})
-    assert unsupported(spec, {"gpu": gpu}, KubernetesExecutor.supports) == ["spec.resources.gpu of AgentTool gpu"]
+    assert unsupported(spec, {"gpu": gpu}, KubernetesExecutor.supports) == []
     assert unsupported(spec, {"gpu": gpu}, FlyteExecutor.supports) == ["spec.nodeSelector", "spec.tolerations"]
     assert unsupported(spec, {"gpu": gpu}, LocalExecutor.supports)[-1] == "spec.resources of AgentTool gpu"  # said once
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,6 +41,7 @@ from tests.support.tool_runner_pod import (
     WEATHER_KEY,
     Pod,
     finish,
+    free_port,
     memory_holds,
     run_image_only_embed,
     stop,
@@ -211,3 +215,52 @@ def test_an_approval_is_asked_by_the_agent_before_the_runner_is_called(tmp_path:
         stop(runner)
     assert code == EXIT_SUCCEEDED, err
     assert [c["city"] for c in pod.seen()] == ["Oslo"] and "Oslo: sunny" in outcome["output"]
+
+
+def _frame(port: int, doc: dict[str, object]) -> bytes:
+    """Send one frame to a runner on TCP as a stranger would; what came back before it closed."""
+    data = json.dumps(doc).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(struct.pack(">I", len(data)) + data)
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_runner_on_tcp_answers_only_the_attempts_token(tmp_path: Path, fake: FakeProvider) -> None:
+    """A GPU tool's runner in a pod of its own listens on its pod IP, which any pod of the cluster
+    can reach: only a frame carrying the attempt's token (a Secret only the agent's container and
+    the tool's pod mount) is answered; any other gets no answer and runs nothing."""
+    pod = Pod(tmp_path, fake.url, "oslo: weather?")
+    token = secrets.token_urlsafe(32)
+    (tmp_path / "tool-token").write_text(token)
+    tokens = tmp_path / "agent-tokens"  # $TETHER_TOOL_TOKENS: one file per tool
+    tokens.mkdir()
+    port = free_port()
+    runner = pod.runner(port=port, token_file=tmp_path / "tool-token")
+    address = f"tcp://127.0.0.1:{port}"
+    try:
+        call = {"tool": "forecast", "arguments": {"city": "Oslo"}, "idempotencyKey": None}
+        # A stranger on the network: no token, a guessed one, the describe op: no answer at all.
+        for doc in (call, {**call, "token": "guess"}, {**call, "token": token[:-1]}, {"op": "describe", "tool": "forecast"}):
+            assert _frame(port, doc) == b"", doc
+        assert pod.seen() == [], "a call without the token ran the tool"
+        # An agent holding the wrong token: the runner is unreachable for it (recoverable, nothing recorded).
+        (tokens / "forecast").write_text("not-the-token")
+        code, outcome, err = finish(pod.agent(address=address, TETHER_TOOL_TOKENS=str(tokens), TETHER_TOOL_RUNNER_WAIT="0.5"))
+        assert code == EXIT_RECOVERABLE, err
+        assert "tool runner of forecast" in outcome["error"] and pod.seen() == [] and pod.tool_records() == []
+        # The attempt's token: the call runs once, in the runner, with the tool's secret.
+        (tokens / "forecast").write_text(token)
+        code, outcome, err = finish(pod.agent(address=address, TETHER_TOOL_TOKENS=str(tokens)))
+        assert code == EXIT_SUCCEEDED, err
+        assert outcome["tool_live"] == 1 and "Oslo: sunny" in outcome["output"]
+        assert _frame(port, {"op": "describe", "tool": "forecast", "token": token}) != b""  # the same frame, with the token
+    finally:
+        stop(runner)
+    [seen] = pod.seen()
+    assert seen["city"] == "Oslo" and seen["pid"] == runner.pid and seen["key_sha"] == DIGEST
+    logs = runner.stderr.read() if runner.stderr else ""
+    assert logs.count("refused a frame") == 5 and token not in logs, logs
+    assert token.encode() not in pod.store_bytes() and all(token.encode() not in e.body for e in fake.ledger)

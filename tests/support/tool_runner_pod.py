@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -157,23 +158,28 @@ class Pod:
         path = os.pathsep.join([str(self.root / "mods"), str(REPO), *sys.path])
         return {**base, "PYTHONPATH": path, "TETHER_TOOL_MODULES": "weather_tools", "EFFECTS": str(self.effects), **extra}
 
-    def runner(self, tool: str = "forecast", image: Path | None = None, **extra: str) -> subprocess.Popen[str]:
-        """The tool runner of ``tool``; ``image``: a directory of modules only its image has."""
-        argv = ["-m", "tether", "tool-runner", "--request", str(self.request), "--tool", tool, "--socket", self.socket]
+    def runner(
+        self, tool: str = "forecast", image: Path | None = None, *, port: int = 0, token_file: Path | None = None, **extra: str
+    ) -> subprocess.Popen[str]:
+        """The tool runner of ``tool``; ``image``: a directory of modules only its image has;
+        ``port``: on TCP (a tool pod of its own), answering the token in ``token_file`` only."""
+        argv = ["-m", "tether", "tool-runner", "--request", str(self.request), "--tool", tool]
+        argv += ["--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)] if port else ["--socket", self.socket]
         env = self.env(TETHER_SECRETS_DIR=str(self.tool_secrets), **extra)
         if image is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(image), env["PYTHONPATH"]])
         proc = subprocess.Popen([sys.executable, *argv], env=env, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
-        while not os.path.exists(self.socket):
+        while not (_listening(port) if port else os.path.exists(self.socket)):
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.time() < deadline, "the tool runner did not start"
             time.sleep(0.05)
         return proc
 
-    def agent(self, tool: str = "forecast", **extra: str) -> subprocess.Popen[str]:
-        """``tether exec`` with ``tool`` in the runner."""
-        env = self.env(TETHER_SECRETS_DIR=str(self.agent_secrets), TETHER_TOOL_RUNNERS=json.dumps({tool: self.socket}), **extra)
+    def agent(self, tool: str = "forecast", address: str = "", **extra: str) -> subprocess.Popen[str]:
+        """``tether exec`` with ``tool`` in the runner (at ``address``, else the pod's socket)."""
+        runners = json.dumps({tool: address or self.socket})
+        env = self.env(TETHER_SECRETS_DIR=str(self.agent_secrets), TETHER_TOOL_RUNNERS=runners, **extra)
         argv = ["-m", "tether", "exec", str(self.request), "--store", str(self.store)]
         return subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.root)
 
@@ -189,6 +195,20 @@ class Pod:
 
         journal = Journal(open_store(str(self.store)), self.run_id).load()
         return [{"outcome": r.outcome, "body": json.loads(r.body)} for r in journal.records.values() if r.kind == "tool"]
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def run_image_only_embed(pod: Pod, image: Path) -> tuple[int, dict[str, Any], str]:

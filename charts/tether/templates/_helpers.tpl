@@ -74,9 +74,11 @@ for the configured executor. */}}
 # Secrets: `get` by name (never list/watch). The operator asks for metadata only
 # (PartialObjectMetadata: is it there, is it labelled tether.dev/usable=true); RBAC cannot limit
 # `get` to metadata, the operator's code never asks for data. The pods mount the values.
+# `create`/`delete`: the token Secret of an attempt with GPU tools (tokens the operator made;
+# creating grants no read of other Secrets).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "create", "delete"]
 # Runner pods (one per attempt) and the request ConfigMap of each execution.
 - apiGroups: [""]
   resources: ["pods"]

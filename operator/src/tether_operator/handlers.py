@@ -52,6 +52,7 @@ def make_executor(settings: Settings) -> Executor:
             tool_modules=settings.tool_modules,
             start_grace_seconds=ex.pod_start_grace_seconds,
             default_resources=ex.default_resources,
+            gpu_node_pools=settings.gpu_node_pools,
         )
     if ex.kind == "flyte":
         if not ex.flyte.endpoint:

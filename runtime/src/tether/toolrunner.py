@@ -16,12 +16,19 @@ reached, or dies during a call, is :class:`~tether.errors.ToolRunnerUnavailable`
 not recorded, so the next attempt sends the call again, under the same idempotency key.
 
 The agent learns which tools run elsewhere from ``$TETHER_TOOL_RUNNERS`` (JSON ``{"<AgentTool>":
-"<socket path>"}``, set by the executor). Protocol: one connection per call; each way one frame,
-a 4-byte big-endian length and a UTF-8 JSON document::
+"<socket path>" or "tcp://<IP>:<PORT>"}``, set by the executor). Protocol: one connection per
+call; each way one frame, a 4-byte big-endian length and a UTF-8 JSON document::
 
-    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null}
-    describe  {"op": "describe", "tool": NAME}   (answer: name, docstring, parameters, code hash)
+    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null, "token": T}
+    describe  {"op": "describe", "tool": NAME, "token": T}   (answer: name, docstring, parameters, code hash)
     answer    {"ok": RESULT}  or  {"error": {"type": EXCEPTION CLASS NAME, "message": TEXT}}
+
+A Unix socket is reachable from the runner's pod only (a shared emptyDir; no token). A runner on
+TCP (``--listen``: a GPU tool's pod of its own, reached by its pod IP) is reachable by anything in
+the cluster network, so it needs the attempt's token (``--token-file``): a frame without it, or
+with another, gets no answer and runs nothing. The agent reads the token of tool NAME from
+``$TETHER_TOOL_TOKENS/NAME`` (a Secret of the attempt that only the agent's container and the
+tool's pod mount).
 
 The agent imports a runner's tool itself when it can (for the signature its framework reads; the
 function is never called there); a tool whose module exists only in the tool's own image is
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import inspect
 import json
 import os
@@ -46,11 +54,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError, ToolRunnerUnavailable
 from .tools import ToolFailed, ToolSpec, _idempotency_key, _invoke, code_hash, encode_result, idempotency_key
 
 RUNNERS_ENV = "TETHER_TOOL_RUNNERS"
+TOKENS_ENV = "TETHER_TOOL_TOKENS"
+"""Directory of the tokens of the tools whose runners listen on TCP, one file per AgentTool."""
 WAIT_ENV = "TETHER_TOOL_RUNNER_WAIT"
 """Seconds a call waits for its runner's socket to accept (a runner still starting, or restarting
 after a crash) before the attempt fails recoverably; default 60."""
@@ -59,7 +70,8 @@ _LENGTH = struct.Struct(">I")
 
 
 def tool_runners(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``$TETHER_TOOL_RUNNERS``: the socket of each tool that runs in a tool runner."""
+    """``$TETHER_TOOL_RUNNERS``: the address (socket path or ``tcp://IP:PORT``) of each tool that
+    runs in a tool runner."""
     raw = (os.environ if environ is None else environ).get(RUNNERS_ENV)
     if not raw:
         return {}
@@ -67,7 +79,7 @@ def tool_runners(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         doc = json.loads(raw)
         assert isinstance(doc, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items())
     except (ValueError, AssertionError):
-        raise ConfigError(f"${RUNNERS_ENV} is not a JSON object of AgentTool name -> socket path") from None
+        raise ConfigError(f"${RUNNERS_ENV} is not a JSON object of AgentTool name -> socket path or tcp://IP:PORT") from None
     return doc
 
 
@@ -94,10 +106,22 @@ class RunnerClient:
         self.tool, self.socket_path = tool, socket_path
         self.wait = float(os.environ.get(WAIT_ENV) or 60.0) if wait is None else wait
 
+    def frame(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` with the tool's token, for a runner on TCP (read at each call: a file of the
+        attempt's Secret)."""
+        if not self.socket_path.startswith("tcp://"):
+            return doc
+        directory = os.environ.get(TOKENS_ENV)
+        try:
+            token = Path(directory, self.tool).read_text().strip() if directory else None
+        except OSError:
+            token = None
+        return {**doc, "token": token}
+
     async def call(self, arguments: dict[str, Any]) -> Any:
         reader, writer = await self._connect()
         try:
-            await _write(writer, {"tool": self.tool, "arguments": arguments, "idempotencyKey": idempotency_key()})
+            await _write(writer, self.frame({"tool": self.tool, "arguments": arguments, "idempotencyKey": idempotency_key()}))
             answer = await _read(reader)
         except (OSError, EOFError, ValueError) as e:  # IncompleteReadError is an EOFError
             raise ToolRunnerUnavailable(f"tool runner of {self.tool} ({self.socket_path}) failed during the call: {e!r}") from e
@@ -115,8 +139,11 @@ class RunnerClient:
         deadline = loop.time() + self.wait
         while True:
             try:
+                if self.socket_path.startswith("tcp://"):
+                    address = urlsplit(self.socket_path)
+                    return await asyncio.open_connection(address.hostname, address.port)
                 return await asyncio.open_unix_connection(self.socket_path)
-            except OSError as e:  # not there yet, or nobody listening: starting or restarting
+            except (OSError, ValueError) as e:  # not there yet, or nobody listening: starting or restarting
                 if loop.time() >= deadline:
                     raise ToolRunnerUnavailable(
                         f"tool runner of {self.tool} not reachable at {self.socket_path} after {self.wait:g}s: {e}"
@@ -214,7 +241,7 @@ def describe_remote(tool: str, socket_path: str, wait: float | None = None) -> d
         client = RunnerClient(tool, socket_path, wait)
         reader, writer = await client._connect()
         try:
-            await _write(writer, {"op": "describe", "tool": tool})
+            await _write(writer, client.frame({"op": "describe", "tool": tool}))
             return await _read(reader)
         except (OSError, EOFError, ValueError) as e:
             raise ToolRunnerUnavailable(f"tool runner of {tool} ({socket_path}) failed to describe it: {e!r}") from e
@@ -247,12 +274,35 @@ def _in_own_loop(coro: Callable[[], Any]) -> Any:
     return box["value"]
 
 
-async def serve(tools: Mapping[str, Served], socket_path: str, stop: asyncio.Event | None = None) -> None:
-    """Serve calls of ``tools`` on ``socket_path`` until ``stop`` is set (or SIGTERM)."""
+def authentic(call: Any, token: str | None) -> bool:
+    """Whether a frame may be answered: any frame on a Unix socket (``token`` None), else only one
+    carrying ``token`` (compared in constant time)."""
+    if token is None:
+        return True
+    given = call.get("token") if isinstance(call, dict) else None
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())
+
+
+async def serve(
+    tools: Mapping[str, Served],
+    socket_path: str | None = None,
+    stop: asyncio.Event | None = None,
+    *,
+    listen: tuple[str, int] | None = None,
+    token: str | None = None,
+) -> None:
+    """Serve calls of ``tools`` on ``socket_path``, or on TCP at ``listen`` (host, port) to callers
+    holding ``token``, until ``stop`` is set (or SIGTERM)."""
+    if listen is not None and not token:
+        raise ConfigError("a tool runner on TCP needs a token")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             call = await _read(reader)
+            if not authentic(call, token if listen is not None else None):
+                peer = writer.get_extra_info("peername")
+                print(f"tether tool-runner: refused a frame from {peer} without the attempt's token", file=sys.stderr, flush=True)
+                return  # no answer: the caller learns nothing, not even the tool's name
             await _write(writer, await answer(tools, call))
         except (OSError, EOFError, ValueError):
             pass  # the agent went away (killed mid-call): its next attempt sends the call again
@@ -260,20 +310,28 @@ async def serve(tools: Mapping[str, Served], socket_path: str, stop: asyncio.Eve
             writer.close()
 
     stop = stop or asyncio.Event()
-    path = Path(socket_path)
-    path.unlink(missing_ok=True)  # left by a runner that died (a restarted sidecar)
-    old = os.umask(0o077)  # only this user (the pod's runner UID) may connect
-    try:
-        server = await asyncio.start_unix_server(handle, path=str(path))
-    finally:
-        os.umask(old)
+    path = Path(socket_path) if listen is None and socket_path else None
+    if path is not None:
+        path.unlink(missing_ok=True)  # left by a runner that died (a restarted sidecar)
+        old = os.umask(0o077)  # only this user (the pod's runner UID) may connect
+        try:
+            server = await asyncio.start_unix_server(handle, path=str(path))
+        finally:
+            os.umask(old)
+        where = str(path)
+    elif listen is not None:
+        server = await asyncio.start_server(handle, host=listen[0] or None, port=listen[1])
+        where = f"TCP port {listen[1]} (callers with the attempt's token)"
+    else:
+        raise ConfigError("a tool runner needs a socket path or a TCP address")
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
         loop.add_signal_handler(signal.SIGTERM, stop.set)  # the pod ends: exit 0, not "killed"
-    print(f"tether tool-runner: serving {', '.join(sorted(tools))} on {path}", file=sys.stderr, flush=True)
+    print(f"tether tool-runner: serving {', '.join(sorted(tools))} on {where}", file=sys.stderr, flush=True)
     async with server:
         await stop.wait()
-    path.unlink(missing_ok=True)
+    if path is not None:
+        path.unlink(missing_ok=True)
 
 
 def load_served(request_text: str, names: list[str], secrets: Any) -> dict[str, Served]:

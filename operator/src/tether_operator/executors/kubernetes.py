@@ -13,7 +13,8 @@ only as projected read-only volumes at /var/run/tether/secrets: the operator nev
 values. The agent's container (`runtime`) mounts `model/apiKey`; each AgentTool with Secrets, an
 image or resources runs `tether tool-runner` in a container of its own (`tool-<i>`, a native
 sidecar) that alone mounts `tools/<AgentTool>/<ENV>`, reached over a Unix socket in a shared
-emptyDir (`$TETHER_TOOL_RUNNERS`). The store credentials come from a Secret in the run's own
+emptyDir (`$TETHER_TOOL_RUNNERS`). An AgentTool asking for GPUs runs in a pod of its own on the
+GPU node pool instead, reached by its pod IP with the attempt's token (executors/tool_pods.py). The store credentials come from a Secret in the run's own
 namespace (`tether-store` by default), limited by the admin to that namespace's store prefix,
 and are mounted only in the `store` container (`tether store-proxy`, a native sidecar on the
 chart's image), which serves the agent's container its own run's keys over a Unix socket.
@@ -50,7 +51,7 @@ from typing import Any
 
 from tether.api import API_VERSION, Resources
 from tether.contract import REQUEST_SHA256_ENV
-from tether.toolrunner import RUNNERS_ENV
+from tether.toolrunner import RUNNERS_ENV, TOKENS_ENV
 from tether.tools import TOOL_MODULES_ENV
 
 from .. import kube
@@ -83,11 +84,20 @@ PROXY_COMMAND = ("python", "-m", "tether", "store-proxy")
 STORE_DIR = "/var/run/tether/store"  # the store proxy's socket: an emptyDir the agent shares with it
 STORE_SOCKET = f"{STORE_DIR}/store.sock"
 TOOLS_DIR = "/var/run/tether/tools"  # the tool runners' sockets: an emptyDir the agent shares with them
+TOKENS_DIR = "/var/run/tether/tool-tokens"  # the agent's tokens for its GPU tools' pods, one file per tool
+TOOL_POD_LABEL = "tether.dev/tool-pod"  # a GPU tool's pod (tool_pods), not an attempt's runner pod
 CONTAINER_SECURITY: dict[str, Any] = {  # every container of a runner pod ("restricted")
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
     "privileged": False,
     "capabilities": {"drop": ["ALL"]},
+}
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUNNER_UID,
+    "runAsGroup": RUNNER_UID,
+    "fsGroup": RUNNER_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
 }
 #: After a pod's grace period, how long more the operator waits for a deleted pod to stop before
 #: it starts the next attempt anyway (the node may be gone and never report it).
@@ -157,6 +167,16 @@ def isolated_tools(sub: Submission) -> list[str]:
     """The run's AgentTools that run in a container of their own: those holding Secrets (`env`),
     or with an image or resources of their own. The others run in the agent's process."""
     return sorted(name for name, tool in sub.request.tools.items() if tool.env or tool.image or tool.resources is not None)
+
+
+def pod_tools(sub: Submission) -> list[str]:
+    """The isolated tools asking for GPUs: each runs in a pod of its own on its GPU node pool
+    (tool_pods), not beside the agent, whose pod would have to go to that node."""
+    return [name for name in isolated_tools(sub) if (gpu := (sub.request.tools[name].resources or Resources()).gpu) and gpu.count > 0]
+
+
+def tokens_secret_name(execution: str, attempt: int) -> str:
+    return f"{execution}-{attempt}-tools"
 
 
 def _secrets_volume(name: str, files: list[SecretFile]) -> dict[str, Any]:
@@ -254,8 +274,10 @@ def runner_pod(
     pull_policy: str = "IfNotPresent",
     tool_modules: tuple[str, ...] | None = None,
     default_resources: Mapping[str, Mapping[str, str]] | None = None,
+    endpoints: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The pod of one attempt (a pure function of the submission: tests compare it exactly)."""
+    """The pod of one attempt (a pure function of the submission and the addresses of its GPU
+    tools' pods, `endpoints`: tests compare it exactly)."""
     spec = sub.request.spec
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": "/tmp"},  # the root filesystem is read-only
@@ -284,7 +306,8 @@ def runner_pod(
         mounts.append({"name": "store-socket", "mountPath": STORE_DIR})
         store_url = f"tether+unix://{STORE_SOCKET}"
     # (else the pod's own identity, e.g. IRSA, which every container of the pod gets: no proxy)
-    isolated = isolated_tools(sub)
+    apart = isolated_tools(sub)
+    isolated = [name for name in apart if name not in pod_tools(sub)]  # sidecars; the others: pods of their own
     for index, name in enumerate(isolated):
         sidecar, own = tool_container(sub, index, name, image=spec.image or image, pull_policy=pull_policy, tool_modules=tool_modules)
         sidecars.append(sidecar)
@@ -292,10 +315,15 @@ def runner_pod(
     if isolated:
         volumes.append({"name": "tool-sockets", "emptyDir": {}})
         mounts.append({"name": "tool-sockets", "mountPath": TOOLS_DIR})
-        env.append({"name": RUNNERS_ENV, "value": json.dumps({name: socket_path(i) for i, name in enumerate(isolated)}, sort_keys=True)})
+    if runners := {name: socket_path(i) for i, name in enumerate(isolated)} | dict(endpoints or {}):
+        env.append({"name": RUNNERS_ENV, "value": json.dumps(runners, sort_keys=True)})
+    if endpoints:  # the tokens of the attempt's tool pods: this container's alone, not its sidecars'
+        volumes.append({"name": "tool-tokens", "secret": {"secretName": tokens_secret_name(sub.name, attempt), "defaultMode": 0o440}})
+        mounts.append({"name": "tool-tokens", "mountPath": TOKENS_DIR, "readOnly": True})
+        env.append({"name": TOKENS_ENV, "value": TOKENS_DIR})
     # The agent's container mounts no Secret of an isolated tool: only the provider key (and any
     # file of a tool that runs in its process, which has none: a tool with Secrets is isolated).
-    own_files = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{name}/") for name in isolated)]
+    own_files = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{name}/") for name in apart)]
     if own_files:
         volumes.append(_secrets_volume("secrets", own_files))
         mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
@@ -317,13 +345,7 @@ def runner_pod(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "activeDeadlineSeconds": max(1, math.ceil(sub.timeout_seconds)),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUNNER_UID,
-            "runAsGroup": RUNNER_UID,
-            "fsGroup": RUNNER_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": dict(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
     }
@@ -536,12 +558,10 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             Capability.TOLERATIONS,
             Capability.TOOL_IMAGE,
             Capability.TOOL_RESOURCES,
+            Capability.TOOL_GPU,
         }
     )
-    refusal_hint = (
-        "a tool runs in a container of the run's pod, on the agent's node: a GPU tool would need a pod of its own, "
-        "which this executor does not make; give the run the GPU (spec.resources) or use the flyte executor"
-    )
+    refusal_hint = "it places a run by spec.resources, spec.nodeSelector and spec.tolerations, and a GPU tool on its GPU node pool"
     reads_secrets = False
 
     def __init__(
@@ -556,7 +576,10 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         tool_modules: tuple[str, ...] | None = None,
         start_grace_seconds: float = 600.0,
         default_resources: Mapping[str, Mapping[str, str]] | None = None,
+        gpu_node_pools: Mapping[str, Any] | None = None,
     ) -> None:
+        from .tool_pods import ToolPods  # built on this module's pod helpers
+
         self.runtime_image = runtime_image
         self.start_grace_seconds = start_grace_seconds
         self.default_resources = default_resources
@@ -568,6 +591,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         self.retry_backoff = retry_backoff
         self._runs: dict[str, _Execution] = {}
         self._accounts: set[str] = set()  # namespaces whose runner ServiceAccount exists
+        self.tools = ToolPods(self, dict(gpu_node_pools or {}))
 
     # --------------------------------------------------------------------------- interface
 
@@ -645,7 +669,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         listed = await kube.request("GET", kube.core_path(namespace, "pods") + f"?labelSelector={EXECUTION_LABEL}%3D{name}")
         return list((listed or {}).get("items") or [])
 
-    def _pod(self, sub: Submission, attempt: int) -> dict[str, Any]:
+    def _pod(self, sub: Submission, attempt: int, endpoints: Mapping[str, str] | None = None) -> dict[str, Any]:
         return runner_pod(
             sub,
             attempt,
@@ -655,6 +679,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             pull_policy=self.pull_policy,
             tool_modules=self.tool_modules,
             default_resources=self.default_resources,
+            endpoints=endpoints,
         )
 
     async def _prepare(self, sub: Submission) -> None:
@@ -682,8 +707,10 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         neither followed nor counted."""
         pods: dict[int, dict[str, Any]] = {}
         for pod in await self._pods(sub.request.namespace, sub.name):
+            if TOOL_POD_LABEL in pod["metadata"].get("labels", {}):
+                continue  # a GPU tool's pod: self.tools'
             attempt = _attempt(pod)
-            why = "no attempt number" if attempt is None else _not_ours(pod, self._pod(sub, attempt))
+            why = "no attempt number" if attempt is None else _not_ours(pod, self._pod(sub, attempt, self.tools.claimed(sub, pod)))
             if why is None and attempt is not None:
                 pods[attempt] = pod
             else:
@@ -700,16 +727,18 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             await self._prepare(sub)
             pods = await self._ours(sub)
             latest = max(pods, default=0)
+            # An attempt whose tool pods were made but not its runner pod: gone, its number used.
+            unstarted = await self.tools.discard_unstarted(sub, latest)
             # After an operator restart the newest pod is the current attempt, whatever status says.
-            current = latest if adopt and latest and latest >= run.attempts else 0
-            run.attempts = max(run.attempts, latest)
+            current = latest if adopt and latest and latest >= run.attempts and unstarted <= latest else 0
+            run.attempts = max(run.attempts, latest, unstarted)
             # Earlier attempts that died (before a restart) still count against retries.
             outcomes = [pod_outcome(p, sub.timeout_seconds) for n, p in pods.items() if n != current]
             run.failures = max(run.failures, sum(1 for o in outcomes if o is not None and o[0] not in _NOT_DEATHS))
             while True:
                 if not current:
                     current = run.attempts + 1
-                    expected = self._pod(sub, current)
+                    expected = self._pod(sub, current, await self.tools.start(sub, current, run.pod_changed))
                     pod, created = await kube.create(kube.core_path(namespace, "pods"), expected)
                     if not created and (why := _not_ours(pod, expected)):
                         raise _conflict("Pod", namespace, pod_name(sub.name, current), why)
@@ -719,8 +748,9 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
                         # GA in 1.33) drops their restartPolicy: the tool runner would block the
                         # agent's container for ever.
                         await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, current)))
+                        await self.tools.stop(sub, current)
                         return run.set(ExecutionState.FAILED, f"the runner pod was refused: {NO_SIDECARS}")
-                code, died = await self._follow(run, pod_name(sub.name, current))
+                code, died = await self.tools.around(sub, current, self._follow(run, pod_name(sub.name, current)))
                 current = 0
                 run.exit_code = code
                 if code == EXIT_SUCCEEDED:

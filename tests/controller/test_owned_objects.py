@@ -12,6 +12,9 @@ Attacks, each by a user with only the RBAC rights named:
   at the name of the next attempt fails the run with OwnedObjectConflict.
 - eve, with `create serviceaccounts`, makes the runner ServiceAccount of a namespace where it is
   missing, with tokens mounted: runs there fail with OwnedObjectConflict.
+- mallory pre-creates the pod of a run's GPU tool (its name derives from the uid), trudy
+  (`create secrets`, `get agentruns`) the Secret of its token with a token she knows: either
+  fails the run with OwnedObjectConflict before any agent pod exists; what they made is left.
 Lifecycle: a pod that cannot start (Unschedulable, ImagePullBackOff, a missing store Secret) fails
 the run after the start grace with the scheduler's/kubelet's message and releases the finalizer;
 `spec.timeout` counts from the pod's creation, so a pod never started times out; AgentTools carry
@@ -40,7 +43,7 @@ pytestmark = pytest.mark.kube
 NS, NS_B, OTHER = "own-a", "own-b", "own-other"
 RELEASE = Release("tether-own-system", "tether-own", (NS, NS_B), OTHER)
 IMAGE = "registry.example/tether-runtime:test"
-EVE, MALLORY = "tether-test-user", "tether-test-user-3"  # static-token users with no rights of their own
+EVE, MALLORY, TRUDY = "tether-test-user", "tether-test-user-3", "tether-test-user-2"  # static-token users with no rights of their own
 FINALIZER = "tether.dev/cleanup"
 GRACE = 2
 
@@ -72,6 +75,7 @@ def k8s_operator(kube: ControlPlane, release: Release, tmp_path_factory) -> Iter
         TETHER_POD_START_GRACE_SECONDS=str(GRACE),
         TETHER_SECRET_ACCESS_POLICY=f"{release.service_account}-secret-access",  # as the chart sets them for this release
         TETHER_APPROVAL_POLICY_BINDING=f"{release.service_account}-approvals",
+        TETHER_GPU_NODE_POOLS=json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
     )
     op.start()
     yield op
@@ -90,13 +94,17 @@ def users(kube: ControlPlane, release: Release) -> dict[str, Path]:
         kube.kubectl("create", "rolebinding", "eve-configmaps", "-n", ns, "--role=make-configmaps", f"--user={EVE}")
         kube.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=read-runs", f"--user={MALLORY}")
         kube.kubectl("create", "rolebinding", "mallory-pods", "-n", ns, "--role=make-pods", f"--user={MALLORY}")
+        kube.kubectl("create", "role", "make-secrets", "-n", ns, "--verb=create", "--resource=secrets")
+        kube.kubectl("create", "rolebinding", "trudy-reads", "-n", ns, "--role=read-runs", f"--user={TRUDY}")
+        kube.kubectl("create", "rolebinding", "trudy-secrets", "-n", ns, "--role=make-secrets", f"--user={TRUDY}")
     kube.kubectl("create", "role", "make-accounts", "-n", NS_B, "--verb=create", "--resource=serviceaccounts")
     kube.kubectl("create", "rolebinding", "eve-accounts", "-n", NS_B, "--role=make-accounts", f"--user={EVE}")
     for user, verb, resource in ((EVE, "create", "configmaps"), (MALLORY, "create", "pods"), (EVE, "get", "agentruns.tether.dev")):
         assert kube.kubectl("auth", "can-i", verb, resource, "-n", NS, f"--as={user}", check=False).stdout.strip() == "yes"
-    for user, verb, resource in ((EVE, "create", "pods"), (EVE, "delete", "configmaps"), (MALLORY, "create", "configmaps")):
+    for user, verb, resource in ((EVE, "create", "pods"), (EVE, "delete", "configmaps"), (MALLORY, "create", "configmaps"),
+                                 (TRUDY, "get", "secrets"), (TRUDY, "create", "pods")):  # fmt: skip
         assert kube.kubectl("auth", "can-i", verb, resource, "-n", NS, f"--as={user}", check=False).stdout.strip() == "no"
-    return {user: kube.kubeconfig_for(user) for user in (EVE, MALLORY)}
+    return {user: kube.kubeconfig_for(user) for user in (EVE, MALLORY, TRUDY)}
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +269,62 @@ def test_a_runner_account_that_mounts_tokens_is_refused(kube: ControlPlane, k8s_
         in (failed["message"])
     )
     assert not pods_of(kube, run["metadata"]["uid"], ns=NS_B)
+
+
+GPU_TOOL = {"description": "Embed on a GPU", "implementation": "shop.tools:embed", "resources": {"gpu": {"type": "A100", "count": 1}}}
+
+
+def test_a_squatted_gpu_tool_pod_fails_the_run(kube: ControlPlane, k8s_operator: Operator, users: dict[str, Path]) -> None:
+    apply(kube, "AgentRun", "tool-pod-squat", run_spec(tools=["embed-gpu-1"]))
+    wait_for(lambda: condition(get(kube, "agentrun", NS, "tool-pod-squat"), "Accepted").get("reason") == "UnknownTool", what="UnknownTool")
+    uid = uid_as(kube, users, MALLORY, "tool-pod-squat")
+    execution = execution_name(uid)
+    name = f"{execution}-1-tool-0"  # her own tool runner, where the agent would send its calls
+    labels = {"tether.dev/execution": execution, "tether.dev/attempt": "1", "tether.dev/tool-pod": "0"}
+    as_user(kube, users, MALLORY, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels,
+            "ownerReferences": [owner("tool-pod-squat", uid)]}, "spec": {"containers": [{"name": "tool", "image": "attacker.example/tool:1"}]}})  # fmt: skip
+    kubelet(kube, NS, name, {"phase": "Running", "podIP": "10.66.0.1", "conditions": [{"type": "Ready", "status": "True"}]})
+    apply(kube, "AgentTool", "embed-gpu-1", GPU_TOOL)
+    failed = wait_failed(kube, "tool-pod-squat")
+    assert failed["reason"] == "OwnedObjectConflict" and f"Pod {NS}/{name} exists and is not the operator's" in failed["message"], failed
+    assert "OwnedObjectConflict" in warnings(kube, "tool-pod-squat")
+    assert list(pods_of(kube, uid)) == [name], "no agent pod was made to call her pod; hers is left alone"
+    assert kube.kubectl("get", "secret", f"{execution}-1-tools", "-n", NS, check=False).returncode != 0, "no token made for her pod"
+    assert wait_for(lambda: not finalizers(kube, "agentrun", "tool-pod-squat"), what="finalizer released")
+
+
+def test_a_squatted_tool_token_secret_fails_the_run(kube: ControlPlane, k8s_operator: Operator, users: dict[str, Path]) -> None:
+    apply(kube, "AgentRun", "token-squat", run_spec(tools=["embed-gpu-2"]))
+    wait_for(lambda: condition(get(kube, "agentrun", NS, "token-squat"), "Accepted").get("reason") == "UnknownTool", what="UnknownTool")
+    uid = uid_as(kube, users, TRUDY, "token-squat")
+    execution = execution_name(uid)
+    name = f"{execution}-1-tools"  # a token she knows would let her call the tool with its Secret
+    labels = {"tether.dev/execution": execution, "tether.dev/attempt": "1"}
+    as_user(kube, users, TRUDY, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": labels,
+            "ownerReferences": [owner("token-squat", uid)]}, "immutable": True, "stringData": {"embed-gpu-2": "trudys-token"}})  # fmt: skip
+    apply(kube, "AgentTool", "embed-gpu-2", GPU_TOOL)
+    failed = wait_failed(kube, "token-squat")
+    assert failed["reason"] == "OwnedObjectConflict" and f"Secret {NS}/{name} exists and is not the operator's" in failed["message"], failed
+    assert "OwnedObjectConflict" in warnings(kube, "token-squat")
+    assert wait_for(lambda: not pods_of(kube, uid), what="the tool pod made before deleted"), "and no agent pod"
+    secret = json.loads(kube.kubectl("get", "secret", name, "-n", NS, "-o", "json").stdout)
+    assert secret["data"] == {"embed-gpu-2": "dHJ1ZHlzLXRva2Vu"}, "hers, untouched (never read, never used)"
+    assert wait_for(lambda: not finalizers(kube, "agentrun", "token-squat"), what="finalizer released")
+
+
+def test_a_gpu_tool_pod_that_cannot_start_fails_the_run(kube: ControlPlane, k8s_operator: Operator) -> None:
+    run = apply(kube, "AgentRun", "gpu-stuck", run_spec(tools=["embed-gpu-3"]))
+    apply(kube, "AgentTool", "embed-gpu-3", GPU_TOOL)
+    uid = run["metadata"]["uid"]
+    name = f"{execution_name(uid)}-1-tool-0"
+    wait_for(lambda: pods_of(kube, uid).get(name), what=f"tool pod {name}")
+    kubelet(kube, NS, name, UNSCHEDULABLE)
+    failed = wait_failed(kube, "gpu-stuck")
+    assert failed["reason"] == "Unschedulable", failed
+    assert f"tool pod {name} of AgentTool embed-gpu-3 did not start within {GRACE}s: Unschedulable: {NO_GPU}" in failed["message"]
+    assert wait_for(lambda: not pods_of(kube, uid), what="the tool pod deleted"), "no agent pod either"
+    assert kube.kubectl("get", "secret", f"{execution_name(uid)}-1-tools", "-n", NS, check=False).returncode != 0
+    assert wait_for(lambda: not finalizers(kube, "agentrun", "gpu-stuck"), what="finalizer released")
 
 
 def waiting(reason: str, message: str) -> dict[str, Any]:

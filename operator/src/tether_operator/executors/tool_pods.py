@@ -312,8 +312,11 @@ class ToolPods:
         unstarted = set()
         for pod in (listed or {}).get("items") or []:
             label = pod["metadata"].get("labels", {}).get(ATTEMPT_LABEL, "")
-            owners = pod["metadata"].get("ownerReferences") or []
-            if label.isdigit() and int(label) > latest and any(o.get("controller") and o.get("uid") == sub.request.run_id for o in owners):
+            if not label.isdigit() or int(label) <= latest:
+                continue
+            ours = {want["metadata"]["name"]: want for want in self.pods(sub, int(label)).values()}
+            want = ours.get(pod["metadata"]["name"])
+            if want is not None and _not_ours(pod, want) is None:  # a stranger's is left (its name: a conflict)
                 unstarted.add(int(label))
         for attempt in sorted(unstarted):
             await self.stop(sub, attempt)

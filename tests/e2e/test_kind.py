@@ -1,7 +1,8 @@
 """Tether on a real kind cluster (tests/e2e/run.sh): runs in real pods on real kubelets.
 
 Every example of every framework to Succeeded in its own pod (the refund one approved with
-kubectl); GPU placement on the A100 worker; a runner pod deleted mid-run and the retry replaying
+kubectl); GPU placement on the A100 worker, of a run and of a GPU tool's pod of its own (the
+agent's pod staying on a CPU worker); a runner pod deleted mid-run and the retry replaying
 every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
 in its tool runner's container only; `kubectl wait`; and
 `helm uninstall` keeping CRDs and journals (last: it removes the operator).
@@ -110,6 +111,56 @@ def test_cpu_run_stays_off_the_a100_worker():
         assert "cloud.google.com/gke-accelerator" not in node["metadata"]["labels"]
     finally:
         delete_run(name)
+
+
+def test_a_gpu_tool_lands_on_the_a100_worker_while_the_agent_stays_on_cpu():
+    """An AgentTool asking for an A100 runs `tether tool-runner` in a pod of its own on the A100
+    worker; the agent's pod (no GPU) runs on a CPU worker and calls it over the pod network with
+    the attempt's token. Mid-run (turn 2 held back): the two pods on their nodes, the GPU on the
+    tool's pod only, and a caller without the token gets no answer. The run
+    succeeds with the tool run once, in one attempt; its pod and token Secret go with the attempt.
+    NOT RUN in the session that wrote it (no Docker/kind there)."""
+    name = unique("gputool")
+    run, tools = example("openai", "weather", name)
+    [weather] = tools  # get-weather: the name the fake provider's script calls
+    original = json.loads(json.dumps(tools))
+    weather["spec"]["resources"] = {"cpu": "100m", "memory": "256Mi", "gpu": {"type": "A100", "count": 1}}
+    weather["spec"]["cache"] = "off"  # earlier runs cached get_weather('Paris'): this one must call it
+    fake_provider("/_control/reset", "POST")
+    fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])  # hold turn 2: the pods stay up
+    apply(run, tools)
+    try:
+        poll("the tool's call", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300)
+        tool_pods = [p for p in pods(name) if "tether.dev/tool-pod" in p["metadata"]["labels"]]
+        agent_pods = [p for p in pods(name) if "tether.dev/tool-pod" not in p["metadata"]["labels"]]
+        assert len(tool_pods) == 1 and len(agent_pods) == 1, [p["metadata"]["name"] for p in pods(name)]
+        tool_pod, agent_pod = tool_pods[0], agent_pods[0]
+        node_of = {}
+        for role, pod in (("tool", tool_pod), ("agent", agent_pod)):
+            assert pod["spec"].get("nodeName"), f"the {role} pod never ran on a node"
+            node_of[role] = json.loads(kubectl("get", "node", pod["spec"]["nodeName"], "-o", "json"))["metadata"]["labels"]
+        assert node_of["tool"].get("cloud.google.com/gke-accelerator") == "nvidia-tesla-a100"
+        assert "cloud.google.com/gke-accelerator" not in node_of["agent"], "the agent stays on a CPU worker"
+        assert tool_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert "nvidia.com/gpu" not in json.dumps(agent_pod["spec"]["containers"])
+        env = {e["name"]: e.get("value") for e in agent_pod["spec"]["containers"][0]["env"]}
+        assert json.loads(env["TETHER_TOOL_RUNNERS"]) == {"get-weather": f"tcp://{tool_pod['status']['podIP']}:7070"}
+        assert [c["name"] for c in agent_pod["spec"]["initContainers"]] == ["store"], "no tool runner beside the agent"
+        # A caller without the token (any pod of the cluster can reach the IP): no answer, nothing run.
+        stranger = kubectl("exec", "-n", NS, agent_pod["metadata"]["name"], "-c", "runtime", "--", "python", "-c", (
+            "import json, socket, struct, sys; c = socket.create_connection((sys.argv[1], 7070), timeout=10); "
+            "d = json.dumps({'tool': 'get-weather', 'arguments': {'city': 'Oslo'}}).encode(); "
+            "c.sendall(struct.pack('>I', len(d)) + d); print(repr(c.recv(100)))"), tool_pod["status"]["podIP"])  # fmt: skip
+        assert stranger.strip() == "b''", stranger
+        final = wait_phase(name, "Succeeded", timeout=300)
+        assert final["attempts"] == 1 and final["steps"]["toolLive"] == 1, final["steps"]
+        poll("the tool pod deleted", lambda: not [p for p in pods(name) if "tether.dev/tool-pod" in p["metadata"]["labels"]], 120)
+        secrets = kubectl("get", "secrets", "-n", NS, "-l", "tether.dev/execution", "-o", "name")
+        assert f"{tool_pod['metadata']['name'].rsplit('-tool-', 1)[0]}-tools" not in secrets
+    finally:
+        fake_provider("/_control/reset", "POST")
+        delete_run(name)
+        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": original}))  # as the example has it
 
 
 def test_pod_deleted_mid_run_replays_with_no_upstream_call():

@@ -395,10 +395,12 @@ def test_runner_pods_get_only_allowed_labels_and_default_resources(plane: Contro
 def test_the_network_policy_is_accepted_and_selects_runner_pods(plane: ControlPlane, cluster_wide: Operator, helm: Path) -> None:
     # No CNI here enforces it (a kind cluster with Calico or Cilium would): this checks the
     # apiserver accepts the rendered policy and that its selector picks the runner pods.
-    (policy,) = of_kind(render(helm, *NETWORK, scope=f"watchNamespaces={{{TEAM}}}"), "NetworkPolicy")
-    plane.kubectl("apply", "-f", "-", input=json.dumps(policy))
+    policy, tool_pods = of_kind(render(helm, *NETWORK, scope=f"watchNamespaces={{{TEAM}}}"), "NetworkPolicy")
+    for doc in (policy, tool_pods):
+        plane.kubectl("apply", "-f", "-", input=json.dumps(doc))
     stored = _get(plane, "networkpolicy", TEAM, policy["metadata"]["name"])
     assert stored["spec"]["egress"] == policy["spec"]["egress"] and stored["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert _get(plane, "networkpolicy", TEAM, tool_pods["metadata"]["name"])["spec"]["ingress"] == tool_pods["spec"]["ingress"]
     pod = _pod(plane, _run(plane, TEAM, "fenced"))
     selected = plane.kubectl("get", "pods", "-n", TEAM, "-l", "tether.dev/execution", "-o", "name").stdout.split()
     assert f"pod/{pod['metadata']['name']}" in selected

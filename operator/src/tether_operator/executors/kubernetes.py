@@ -13,11 +13,12 @@ only as projected read-only volumes at /var/run/tether/secrets: the operator nev
 values. The agent's container (`runtime`) mounts `model/apiKey`; each AgentTool with Secrets, an
 image or resources runs `tether tool-runner` in a container of its own (`tool-<i>`, a native
 sidecar) that alone mounts `tools/<AgentTool>/<ENV>`, reached over a Unix socket in a shared
-emptyDir (`$TETHER_TOOL_RUNNERS`). An AgentTool asking for GPUs runs in a pod of its own on the
-GPU node pool instead, reached by its pod IP with the attempt's token (executors/tool_pods.py). The store credentials come from a Secret in the run's own
-namespace (`tether-store` by default), limited by the admin to that namespace's store prefix,
-and are mounted only in the `store` container (`tether store-proxy`, a native sidecar on the
-chart's image), which serves the agent's container its own run's keys over a Unix socket.
+emptyDir (`$TETHER_TOOL_RUNNERS`); an AgentTool asking for GPUs runs in a pod of its own on its
+GPU node pool instead, reached by pod IP with the attempt's token (tool_pods). The store
+credentials come from a Secret in the run's own namespace (`tether-store` by default), limited by
+the admin to that namespace's store prefix, and are mounted only in the `store` container
+(`tether store-proxy`, a native sidecar on the chart's image), which serves the agent's
+container its own run's keys over a Unix socket.
 
 The pod's end is the runtime's exit code: 0 succeeded, 2 terminal, 3 suspended (the pod is
 deleted: nothing is held while a human decides; `resume` starts the next attempt), anything else

@@ -132,7 +132,9 @@ def tool_pod(
         "serviceAccountName": service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "activeDeadlineSeconds": max(1, math.ceil(sub.timeout_seconds)),
+        # Bounded even if the operator is gone (a GPU held for ever): Ready within the timeout
+        # (else the run fails), then the agent's pod, made after it, has the timeout again.
+        "activeDeadlineSeconds": max(1, math.ceil(2 * sub.timeout_seconds)),
         "securityContext": dict(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,

@@ -19,16 +19,17 @@ The agent learns which tools run elsewhere from ``$TETHER_TOOL_RUNNERS`` (JSON `
 "<socket path>" or "tcp://<IP>:<PORT>"}``, set by the executor). Protocol: one connection per
 call; each way one frame, a 4-byte big-endian length and a UTF-8 JSON document::
 
-    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null, "token": T}
-    describe  {"op": "describe", "tool": NAME, "token": T}   (answer: name, docstring, parameters, code hash)
+    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null}
+    describe  {"op": "describe", "tool": NAME}   (answer: name, docstring, parameters, code hash)
     answer    {"ok": RESULT}  or  {"error": {"type": EXCEPTION CLASS NAME, "message": TEXT}}
 
 A Unix socket is reachable from the runner's pod only (a shared emptyDir; no token). A runner on
 TCP (``--listen``: a GPU tool's pod of its own, reached by its pod IP) is reachable by anything in
-the cluster network, so it needs the attempt's token (``--token-file``): a frame without it, or
-with another, gets no answer and runs nothing. The agent reads the token of tool NAME from
-``$TETHER_TOOL_TOKENS/NAME`` (a Secret of the attempt that only the agent's container and the
-tool's pod mount).
+the cluster network, so each connection first sends ``{"token": T}``, the attempt's token
+(``--token-file``; a frame of at most 1 KiB, so a stranger costs the runner nothing): without it,
+or with another, the connection gets no answer and runs nothing. The agent reads the token of
+tool NAME from ``$TETHER_TOOL_TOKENS/NAME`` (a Secret of the attempt that only the agent's
+container and the tool's pod mount).
 
 The agent imports a runner's tool itself when it can (for the signature its framework reads; the
 function is never called there); a tool whose module exists only in the tool's own image is
@@ -66,6 +67,7 @@ WAIT_ENV = "TETHER_TOOL_RUNNER_WAIT"
 """Seconds a call waits for its runner's socket to accept (a runner still starting, or restarting
 after a crash) before the attempt fails recoverably; default 60."""
 MAX_FRAME = 64 * 1024 * 1024
+MAX_HELLO = 1024  # the token frame, read before the caller is known
 _LENGTH = struct.Struct(">I")
 
 
@@ -89,10 +91,10 @@ async def _write(writer: asyncio.StreamWriter, doc: Any) -> None:
     await writer.drain()
 
 
-async def _read(reader: asyncio.StreamReader) -> Any:
+async def _read(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> Any:
     (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-    if length > MAX_FRAME:
-        raise ValueError(f"frame of {length} bytes is over the limit ({MAX_FRAME})")
+    if length > limit:
+        raise ValueError(f"frame of {length} bytes is over the limit ({limit})")
     return json.loads(await reader.readexactly(length))
 
 
@@ -106,22 +108,18 @@ class RunnerClient:
         self.tool, self.socket_path = tool, socket_path
         self.wait = float(os.environ.get(WAIT_ENV) or 60.0) if wait is None else wait
 
-    def frame(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """``doc`` with the tool's token, for a runner on TCP (read at each call: a file of the
-        attempt's Secret)."""
-        if not self.socket_path.startswith("tcp://"):
-            return doc
+    def token(self) -> str | None:
+        """The tool's token, for a runner on TCP (read at each call: a file of the attempt's Secret)."""
         directory = os.environ.get(TOKENS_ENV)
         try:
-            token = Path(directory, self.tool).read_text().strip() if directory else None
+            return Path(directory, self.tool).read_text().strip() if directory else None
         except OSError:
-            token = None
-        return {**doc, "token": token}
+            return None
 
     async def call(self, arguments: dict[str, Any]) -> Any:
         reader, writer = await self._connect()
         try:
-            await _write(writer, self.frame({"tool": self.tool, "arguments": arguments, "idempotencyKey": idempotency_key()}))
+            await _write(writer, {"tool": self.tool, "arguments": arguments, "idempotencyKey": idempotency_key()})
             answer = await _read(reader)
         except (OSError, EOFError, ValueError) as e:  # IncompleteReadError is an EOFError
             raise ToolRunnerUnavailable(f"tool runner of {self.tool} ({self.socket_path}) failed during the call: {e!r}") from e
@@ -139,10 +137,12 @@ class RunnerClient:
         deadline = loop.time() + self.wait
         while True:
             try:
-                if self.socket_path.startswith("tcp://"):
-                    address = urlsplit(self.socket_path)
-                    return await asyncio.open_connection(address.hostname, address.port)
-                return await asyncio.open_unix_connection(self.socket_path)
+                if not self.socket_path.startswith("tcp://"):
+                    return await asyncio.open_unix_connection(self.socket_path)
+                address = urlsplit(self.socket_path)
+                reader, writer = await asyncio.open_connection(address.hostname, address.port)
+                await _write(writer, {"token": self.token()})
+                return reader, writer
             except (OSError, ValueError) as e:  # not there yet, or nobody listening: starting or restarting
                 if loop.time() >= deadline:
                     raise ToolRunnerUnavailable(
@@ -241,7 +241,7 @@ def describe_remote(tool: str, socket_path: str, wait: float | None = None) -> d
         client = RunnerClient(tool, socket_path, wait)
         reader, writer = await client._connect()
         try:
-            await _write(writer, client.frame({"op": "describe", "tool": tool}))
+            await _write(writer, {"op": "describe", "tool": tool})
             return await _read(reader)
         except (OSError, EOFError, ValueError) as e:
             raise ToolRunnerUnavailable(f"tool runner of {tool} ({socket_path}) failed to describe it: {e!r}") from e
@@ -274,13 +274,10 @@ def _in_own_loop(coro: Callable[[], Any]) -> Any:
     return box["value"]
 
 
-def authentic(call: Any, token: str | None) -> bool:
-    """Whether a frame may be answered: any frame on a Unix socket (``token`` None), else only one
-    carrying ``token`` (compared in constant time)."""
-    if token is None:
-        return True
-    given = call.get("token") if isinstance(call, dict) else None
-    return isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())
+def authentic(hello: Any, token: str | None) -> bool:
+    """Whether a TCP connection's first frame carries ``token`` (compared in constant time)."""
+    given = hello.get("token") if isinstance(hello, dict) else None
+    return isinstance(given, str) and token is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
 async def serve(
@@ -298,12 +295,11 @@ async def serve(
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            call = await _read(reader)
-            if not authentic(call, token if listen is not None else None):
+            if listen is not None and not authentic(await _read(reader, MAX_HELLO), token):
                 peer = writer.get_extra_info("peername")
-                print(f"tether tool-runner: refused a frame from {peer} without the attempt's token", file=sys.stderr, flush=True)
+                print(f"tether tool-runner: refused a connection from {peer} without the attempt's token", file=sys.stderr, flush=True)
                 return  # no answer: the caller learns nothing, not even the tool's name
-            await _write(writer, await answer(tools, call))
+            await _write(writer, await answer(tools, await _read(reader)))
         except (OSError, EOFError, ValueError):
             pass  # the agent went away (killed mid-call): its next attempt sends the call again
         finally:

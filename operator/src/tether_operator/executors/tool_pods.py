@@ -16,9 +16,10 @@ An attempt makes its tool pods, then the Secret (each pod waits for it in Contai
 then, once every tool pod is Ready with a pod IP, the runner pod, whose agent container gets
 `$TETHER_TOOL_RUNNERS` {tool: tcp://<pod IP>:7070} and the tokens. No Service: anyone who may
 create pods could make one its selector matches. A pod IP is reachable by any pod of the cluster,
-hence the token: the runner answers no frame without it (tether.toolrunner). The attempt's end,
-whatever it is, deletes its tool pods and Secret; a tool pod that dies while the agent runs makes
-its calls ToolRunnerUnavailable (the attempt fails recoverably; the next makes new tool pods).
+hence the token: the runner answers no connection that does not send it first
+(tether.toolrunner). The attempt's end, whatever it is, deletes its tool pods and Secret; a tool
+pod that dies while the agent runs makes its calls ToolRunnerUnavailable (the attempt fails
+recoverably; the next makes new tool pods).
 
 Everything is checked as the runner pod is: a pod found under a tool pod's name must be what the
 operator would create, else OwnedObjectConflict; the Secret must be created by this call (one

@@ -260,10 +260,13 @@ def test_a_runner_on_tcp_answers_only_the_attempts_token(tmp_path: Path, fake: F
         assert code == EXIT_SUCCEEDED, err
         assert outcome["tool_live"] == 1 and "Oslo: sunny" in outcome["output"]
         assert b'"name": "forecast"' in _frames(port, {"token": token}, describe)  # the same frame, after the token
+        # A stranger who connects and says nothing is dropped after a few seconds, not held open.
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as silent:
+            assert silent.recv(1) == b""
     finally:
         stop(runner)
     [seen] = pod.seen()
     assert seen["city"] == "Oslo" and seen["pid"] == runner.pid and seen["key_sha"] == DIGEST
     logs = runner.stderr.read() if runner.stderr else ""
-    assert logs.count("refused a connection") == 4 and token not in logs, logs
+    assert logs.count("refused a connection") == 4 and token not in logs, logs  # the silent one is not refused: it timed out
     assert token.encode() not in pod.store_bytes() and all(token.encode() not in e.body for e in fake.ledger)

@@ -68,6 +68,7 @@ WAIT_ENV = "TETHER_TOOL_RUNNER_WAIT"
 after a crash) before the attempt fails recoverably; default 60."""
 MAX_FRAME = 64 * 1024 * 1024
 MAX_HELLO = 1024  # the token frame, read before the caller is known
+HELLO_SECONDS = 3.0  # an agent sends its token as it connects; a silent stranger holds no connection open longer
 _LENGTH = struct.Struct(">I")
 
 
@@ -295,12 +296,12 @@ async def serve(
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if listen is not None and not authentic(await _read(reader, MAX_HELLO), token):
+            if listen is not None and not authentic(await asyncio.wait_for(_read(reader, MAX_HELLO), HELLO_SECONDS), token):
                 peer = writer.get_extra_info("peername")
                 print(f"tether tool-runner: refused a connection from {peer} without the attempt's token", file=sys.stderr, flush=True)
                 return  # no answer: the caller learns nothing, not even the tool's name
             await _write(writer, await answer(tools, await _read(reader)))
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, TimeoutError):
             pass  # the agent went away (killed mid-call): its next attempt sends the call again
         finally:
             writer.close()

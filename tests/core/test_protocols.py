@@ -8,6 +8,7 @@ import pytest
 
 from tether.wire.protocols import ALL, anthropic, find, gemini, mistral, openai_chat, openai_responses
 from tether.wire.protocols.base import Usage
+from tether.wire.protocols.normalise import NORMALISED
 
 CHAT = openai_chat.PROTOCOL
 RESPONSES = openai_responses.PROTOCOL
@@ -759,3 +760,50 @@ MODELS = [
 @pytest.mark.parametrize("protocol, path, body, expected", MODELS)
 def test_model(protocol, path, body, expected):
     assert protocol.model(path, body) == expected
+
+
+# ---------------------------------------------------------------- the adapters' normaliser hook
+
+# What a framework's client might write into its system prompt that changes from one day to the next.
+DATED = {"model": "gpt-4.1", "messages": [{"role": "system", "content": "Today is 2026-12-03."}, {"role": "user", "content": "hi"}]}
+
+
+def _undated(body: dict) -> dict:
+    system = {**body["messages"][0], "content": body["messages"][0]["content"].replace("2026-12-03", NORMALISED)}
+    return {**body, "messages": [system, *body["messages"][1:]]}
+
+
+HERMES_PROMPT = (
+    "You are Hermes Agent.\n\nActive Hermes profile: default. Other profiles (if any) live under /tmp/h/profiles/<name>/. "
+    "Each profile has its own skills/, plugins/, cron/, and memories/ that affect a different session than this one. "
+    "Do not modify another profile's skills/plugins/cron/memories unless the user explicitly directs you to."
+    "\n\nConversation started: Thursday, December 03, 2026"
+)
+CLI_DATE = "<system-reminder>\nToday's date is 2026-12-03.\n</system-reminder>\n"
+
+
+def test_the_runtime_alone_normalises_no_client():
+    """The runtime names no framework: without the adapter's normaliser (a fresh protocol instance
+    has none), even Hermes' and the Claude CLI's own requests are fingerprinted whole."""
+    hermes = {"model": "m", "messages": [{"role": "system", "content": HERMES_PROMPT}, {"role": "user", "content": "hi"}]}
+    cli = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": CLI_DATE}, {"type": "text", "text": "hi"}]}]}
+    for protocol, agent, body in (
+        (openai_chat.OpenAIChat(), "HermesAgent/0.19.0", hermes),
+        (anthropic.Anthropic(), "claude-cli/2.1.332", cli),
+    ):
+        canonical = protocol.canonical_request("/v1/x", {}, {"user-agent": agent}, body)
+        assert canonical["body"] == body and NORMALISED not in json.dumps(canonical)
+
+
+def test_a_registered_normaliser_sees_its_clients_requests_only():
+    protocol = openai_chat.OpenAIChat()  # its own instance: the shared one carries the adapters' normalisers
+    protocol.normalise_requests_from("SomeAgent/", _undated)
+    mine = protocol.canonical_request("/v1/chat/completions", {}, {"user-agent": "SomeAgent/1.0"}, DATED)
+    other = protocol.canonical_request("/v1/chat/completions", {}, {"user-agent": "OpenAI/Python 2.24.0"}, DATED)
+    assert mine["body"]["messages"][0]["content"] == f"Today is {NORMALISED}."
+    assert other["body"] == DATED
+    # The normaliser gets the canonical body: what the protocol drops never reaches it.
+    seen: list[dict] = []
+    protocol.normalise_requests_from("SomeAgent/", lambda body: seen.append(body) or body)
+    protocol.canonical_request("/v1/chat/completions", {}, {"user-agent": "SomeAgent/1.0"}, {**DATED, "user": "u-1"})
+    assert seen == [DATED]

@@ -48,6 +48,8 @@ from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
 from tether.errors import ConfigError, Suspended, ToolError
 from tether.run import current_run
 
+from . import normalise  # noqa: F401 - registers the CLI's normaliser with the runtime's Anthropic protocol
+
 #: The MCP server Tether tools are served from; the CLI names them ``mcp__tether__<tool>``.
 SERVER = "tether"
 

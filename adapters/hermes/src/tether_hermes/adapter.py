@@ -19,7 +19,8 @@ home           Hermes keeps sessions, memories, skills and SOUL.md under its hom
                fresh home (Hermes' context-local home override) whose config turns off what
                would make the prompt depend on the host (the working directory's git snapshot,
                the Python toolchain probe) and has Hermes send its own User-Agent, by which the
-               seam normalises the date, host and home facts left in the prompt. See ``HOME_CONFIG``.
+               seam normalises the date, host and home facts left in the prompt (``normalise.py``
+               registers how). See ``HOME_CONFIG``.
 memory         the full transcript (``run_conversation``'s messages, tool calls and results
                included) under ``memory_key`` — see ``memory.py``.
 """
@@ -50,6 +51,7 @@ from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
 from tether.errors import ConfigError, ToolError
 from tether.tools import ToolSpec, call_tool
 
+from . import normalise  # noqa: F401 - registers Hermes' normaliser with the runtime's Chat Completions protocol
 from .memory import Transcript
 
 #: The Hermes toolset Tether tools are registered under.
@@ -64,7 +66,7 @@ DEFAULT_MAX_ITERATIONS = 90
 #: one attempt or node to the next; and Hermes' own User-Agent (``HermesAgent/<version>``, which
 #: it otherwise sends only to some providers: the OpenAI SDK's default names no client), by which
 #: the seam knows Hermes' requests and normalises the date, host and home facts still in their
-#: system prompt (see tether.wire.protocols.openai_chat).
+#: system prompt (see normalise.py).
 HOME_CONFIG = """\
 agent:
   coding_context: "off"       # no git/workspace snapshot of the working directory

@@ -1,14 +1,16 @@
 """The provider wire formats the seam understands, and ``find`` to pick one for a request.
 
-To add a protocol, copy the closest module (each has the same shape: ``DROPPED_KEYS``,
-``KEPT_HEADERS``, ``DROPPED_QUERY``, a ``_TURN`` path pattern, then ``_get``, ``_int``, ``_route``,
-``_headers``, ``_query``, ``_tool_name``, ``_body``, ``_usage``, ``_stream_usage`` and a
-``WireProtocol`` subclass), change what differs — which paths are model turns, which body keys,
-headers and query parameters cannot change the answer (a comment for each saying why), how tool
-names nest, where usage lives in a JSON body and in a stream — export ``PROTOCOL`` and
-``PROTOCOLS``, add the instances to ``ALL`` below, and add realistic rows to
-``tests/core/test_protocols.py``. ``find`` returns the first match, so list the more specific
-protocol of a provider first when two could claim the same path.
+To add a protocol, subclass :class:`~.base.WireProtocol` in a module of its own and declare what
+differs from the base (see its attributes): which paths are model turns, which body keys, headers
+and query parameters cannot change the answer (a comment for each saying why), how tools are
+named, where usage lives in a JSON body and in a stream. Override a method only where the format
+has a shape of its own (Gemini's nested function declarations, Anthropic's stream usage spread over
+two events). Export ``PROTOCOL`` and ``PROTOCOLS``, add the instances to ``ALL`` below, and add
+realistic rows to ``tests/core/test_protocols.py``. ``find`` returns the first match, so list the
+more specific protocol of a provider first when two could claim the same path.
+
+What a framework's own client writes into its requests is that framework's knowledge: its adapter
+registers a normaliser with the protocol (:mod:`.normalise`); nothing here names a framework.
 """
 
 from __future__ import annotations

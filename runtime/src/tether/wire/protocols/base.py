@@ -1,8 +1,12 @@
-"""What every wire protocol module provides.
+"""The wire protocol base: what a provider wire format is, stated by each protocol as data.
 
-A protocol module knows one provider wire format (OpenAI Chat Completions, OpenAI Responses,
-Anthropic Messages, Gemini generateContent, Mistral chat/conversations). It never does I/O: the
-wire seam (``tether.wire.seam``) asks it four questions about a request or a response.
+A protocol knows one provider wire format (OpenAI Chat Completions, OpenAI Responses, Anthropic
+Messages, Gemini generateContent, Mistral chat/conversations). It never does I/O: the wire seam
+(``tether.wire.seam``) asks it about a request or a response. :class:`WireProtocol` answers every
+question from a few declarations — which paths are model turns, which body keys, headers and query
+parameters cannot change the answer, how tools are named, where the model, the stream flag and the
+usage live, how a stream is folded — so a protocol module states only what differs, and overrides
+a method only where its format has a shape of its own.
 
 Paths are relative to the provider's base (``/v1/chat/completions``, ``/v1beta/models/m:generateContent``).
 """
@@ -11,18 +15,15 @@ from __future__ import annotations
 
 import json
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .normalise import NORMALISED, Normaliser, sent_by
 
 # Keys never part of a fingerprint, whatever the protocol: they identify the caller or the call,
 # not what the model is asked.
 COMMON_DROPPED_KEYS = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key", "store"})
-
-#: What a protocol puts in a canonical request where it left a volatile value out (a date, a
-#: kernel string); the seam counts these (``Run.normalised_parts``).
-NORMALISED = "<tether:normalised>"
 
 
 @dataclass(frozen=True)
@@ -53,42 +54,126 @@ class Usage:
         return asdict(self)
 
 
-class WireProtocol(ABC):
-    """One provider wire format. Stateless; one shared instance per module."""
+@dataclass(frozen=True)
+class UsageFields:
+    """Where a protocol's usage object keeps each count, mapped onto :class:`Usage`.
+
+    Each field names dotted paths into the usage object whose positive int values are summed
+    (``"prompt_tokens_details.cached_tokens"``); a missing or malformed count is 0.
+    """
+
+    input: tuple[str, ...]
+    output: tuple[str, ...]
+    cached: tuple[str, ...] = ()
+    cache_write: tuple[str, ...] = ()
+    #: True when the input count includes the cached tokens (OpenAI, Gemini, Mistral): they are
+    #: then taken out of it, so that ``input_tokens`` are the uncached ones; False for Anthropic.
+    input_includes_cached: bool = True
+
+    def read(self, usage: Any) -> Usage:
+        cached = _count(usage, self.cached)
+        prompt = _count(usage, self.input)
+        return Usage(
+            input_tokens=max(0, prompt - cached) if self.input_includes_cached else prompt,
+            output_tokens=_count(usage, self.output),
+            cached_input_tokens=cached,
+            cache_write_tokens=_count(usage, self.cache_write),
+        )
+
+
+def _count(usage: Any, paths: tuple[str, ...]) -> int:
+    return sum(positive_int(get_path(usage, *path.split("."))) for path in paths)
+
+
+class WireProtocol:
+    """One provider wire format, declared by the class attributes below. Stateless but for the
+    normalisers adapters register; one shared instance per protocol."""
 
     #: Short id, e.g. ``"openai-chat"``.
     name: str
     #: The provider whose upstream serves it: ``openai``, ``anthropic``, ``gemini`` or ``mistral``.
     provider: str
+    #: A ``POST`` to a path this finds (without query, fragment or trailing slash) is a model turn.
+    #: A group named ``model`` says the model is named by the path (else by the body's ``model``);
+    #: a group named ``stream`` says the path tells a streamed turn (else the body's ``stream``).
+    turn: re.Pattern[str]
+    #: Body keys that cannot change the answer (each protocol says why in a comment).
+    dropped_keys: frozenset[str] = COMMON_DROPPED_KEYS
+    #: Headers that can change the answer (names lower-case); every other header is dropped.
+    kept_headers: frozenset[str] = frozenset()
+    #: Query parameters that are credentials; every other parameter is kept.
+    dropped_query: frozenset[str] = frozenset()
+    #: Body keys holding tool lists, sorted by name so the order an SDK lists them in never matters.
+    tool_keys: tuple[str, ...] = ("tools",)
+    #: Dotted paths to a tool's name, tried in order; a tool with none sorts by its JSON.
+    tool_name_at: tuple[str, ...] = ("name",)
+    #: The counts of the usage object, and where a JSON answer keeps that object.
+    usage_fields: UsageFields
+    usage_at: str = "usage"
+    #: Where a streamed answer's events keep their usage object: the last event that has one
+    #: holds the whole turn's (see :meth:`fold_stream_usage`).
+    stream_usage_at: str = "usage"
+    #: True when a streamed answer may also come as one JSON array of chunks (Gemini without ``alt=sse``).
+    array_streams: bool = False
 
-    @abstractmethod
+    def __init__(self) -> None:
+        self._normalisers: dict[str, Normaliser] = {}
+
+    # -- the hook for adapters ---------------------------------------------------------------
+    def normalise_requests_from(self, user_agent: str, normaliser: Normaliser) -> None:
+        """Pass the canonical body of each request whose User-Agent starts with ``user_agent``
+        through ``normaliser`` before fingerprinting (see :mod:`.normalise`). An adapter calls
+        this for its framework's client; registering the same client again replaces its normaliser."""
+        self._normalisers[user_agent] = normaliser
+
+    # -- what the seam asks --------------------------------------------------------------------
     def is_model_turn(self, method: str, path: str) -> bool:
         """True when ``method path`` asks the model for a turn (and so is journaled)."""
+        return method.upper() == "POST" and self._turn(path) is not None
 
-    @abstractmethod
     def canonical_request(self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: Any) -> dict[str, Any]:
         """The part of the request that can change the answer, and nothing else.
 
         No credentials, request/trace ids, user/metadata/safety/cache identifiers. Tool schemas
         sorted by name. Header names lower-case; only headers that change the answer (e.g.
         ``anthropic-version``/``anthropic-beta``) are kept. The result is JSON-able; the seam
-        canonicalises key order itself. Raise ``ValueError`` for a body the module does not
+        canonicalises key order itself. Raises ``ValueError`` for a body the protocol does not
         understand: the seam then passes the request through unrecorded.
         """
+        if not isinstance(body, dict):
+            raise ValueError(f"{self.name} request body is not a JSON object")
+        out = self.canonical_body(drop_keys(body, self.dropped_keys))
+        for user_agent, normaliser in self._normalisers.items():
+            if sent_by(headers, user_agent):
+                out = normaliser(out)
+        return {"path": path, "query": kept_query(query, self.dropped_query), "headers": self.canonical_headers(headers), "body": out}
 
     def is_streaming(self, path: str, query: Mapping[str, str], body: Any) -> bool:
-        """True when the response will be an event stream (SSE). Default: the body's ``stream``."""
+        """True when the response will be an event stream (SSE)."""
+        if "stream" in self.turn.groupindex:
+            match = self._turn(path)
+            return match is not None and match.group("stream") is not None
         return get_path(body, "stream") is True
 
-    @abstractmethod
     def usage(self, body: bytes, streamed: bool) -> Usage:
         """Usage read from a successful response body (the whole SSE text when streamed).
 
         Never raises: an unreadable body gives ``Usage()``.
         """
+        try:
+            if self.array_streams and body.lstrip().startswith(b"["):
+                return self.usage_fields.read(self.fold_stream_usage(json.loads(body)))
+            if streamed:
+                return self.usage_fields.read(self.fold_stream_usage(sse_data(body)))
+            return self.usage_fields.read(get_path(json.loads(body), *self.usage_at.split(".")))
+        except Exception:  # never raise: usage is bookkeeping, the response itself is fine
+            return Usage()
 
     def model(self, path: str, body: Any) -> str:
-        """The model name asked for (for the price table); ``""`` if unknown. Default: the body's ``model``."""
+        """The model name asked for (for the price table); ``""`` if unknown."""
+        if "model" in self.turn.groupindex:
+            match = self._turn(path)
+            return match.group("model") if match else ""
         model = get_path(body, "model")
         return model if isinstance(model, str) else ""
 
@@ -110,6 +195,32 @@ class WireProtocol(ABC):
         (the seam then sends it live)."""
         return None
 
+    # -- what a protocol may override where its format has a shape of its own ---------------------
+    def canonical_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body (a fresh dict, its dropped keys gone) with its tool lists in canonical order."""
+        for key in self.tool_keys:
+            if key in body:
+                body[key] = self.canonical_tools(body[key])
+        return body
+
+    def canonical_tools(self, tools: Any) -> Any:
+        return sort_by_name(tools, self.tool_name)
+
+    def tool_name(self, tool: Any) -> str:
+        name = next((found for path in self.tool_name_at if (found := get_path(tool, *path.split(".")))), None)
+        return name if isinstance(name, str) else ""
+
+    def canonical_headers(self, headers: Mapping[str, str] | None) -> dict[str, str]:
+        return kept_headers(headers, self.kept_headers)
+
+    def fold_stream_usage(self, events: Iterable[Any]) -> Any:
+        """The usage object of a whole streamed turn, from its events (``None`` if none has one)."""
+        found = [usage for event in events if isinstance(usage := get_path(event, *self.stream_usage_at.split(".")), dict)]
+        return found[-1] if found else None
+
+    def _turn(self, path: str) -> re.Match[str] | None:
+        return self.turn.search(route(path))
+
 
 def sse_data(body: bytes) -> Iterator[Any]:
     """Yield the JSON payload of each ``data:`` event of an SSE body; skips ``[DONE]`` and non-JSON."""
@@ -127,7 +238,7 @@ def drop_keys(obj: Mapping[str, Any], keys: frozenset[str] | set[str]) -> dict[s
     return {k: v for k, v in obj.items() if k not in keys}
 
 
-def sort_by_name(tools: Any, name_of: Callable[[Any], str] = lambda t: t.get("name") or t.get("function", {}).get("name") or "") -> Any:
+def sort_by_name(tools: Any, name_of: Callable[[Any], str]) -> Any:
     """Tool schemas sorted by name, so the order an SDK lists them in never changes a fingerprint."""
     if not isinstance(tools, list):
         return tools
@@ -158,35 +269,24 @@ def kept_headers(headers: Mapping[str, str] | None, kept: frozenset[str]) -> dic
     return {k.lower(): v for k, v in (headers or {}).items() if k.lower() in kept}
 
 
-def sent_by(headers: Mapping[str, str] | None, user_agent: str) -> bool:
-    """True when the request's User-Agent starts with ``user_agent``: how a protocol tells the
-    one client whose volatile request parts it normalises from every other (whose fingerprints
-    it leaves alone). Header names are lower-case, as ``canonical_request`` gets them."""
-    return (headers or {}).get("user-agent", "").startswith(user_agent)
-
-
-def normalise_volatile(text: str, patterns: tuple[re.Pattern[str], ...]) -> str:
-    """``text`` with what every capturing group of every match of ``patterns`` captured
-    replaced by :data:`NORMALISED`; the rest of each match (written with non-capturing groups
-    and lookarounds) is kept. Groups must not nest. For the facts a known client writes into its
-    requests that change from one attempt, day or node to the next (a date, a kernel release)."""
-    for pattern in patterns:
-        text = pattern.sub(_normalised_groups, text)
-    return text
-
-
-def _normalised_groups(match: re.Match[str]) -> str:
-    out, pos = [], match.start()
-    for group in range(1, match.re.groups + 1):
-        start, end = match.span(group)
-        if start < 0:  # an optional group that did not take part
-            continue
-        out += [match.string[pos:start], NORMALISED]
-        pos = end
-    out.append(match.string[pos : match.end()])
-    return "".join(out)
-
-
 def kept_query(query: Mapping[str, str] | None, dropped: frozenset[str]) -> dict[str, str]:
     """The query without its credential parameters."""
     return {k: v for k, v in (query or {}).items() if k not in dropped}
+
+
+# NORMALISED is re-exported: the seam counts it in canonical forms.
+__all__ = [
+    "COMMON_DROPPED_KEYS",
+    "NORMALISED",
+    "Usage",
+    "UsageFields",
+    "WireProtocol",
+    "drop_keys",
+    "get_path",
+    "kept_headers",
+    "kept_query",
+    "positive_int",
+    "route",
+    "sort_by_name",
+    "sse_data",
+]

@@ -1,4 +1,4 @@
-"""The Chat Completions fingerprint's normalisation of Hermes Agent's volatile system-prompt facts:
+"""The normaliser tether-hermes registers for Hermes Agent's volatile system-prompt facts:
 what is replaced, that only Hermes' requests (User-Agent ``HermesAgent/``) are touched, and that
 the user's own text never is — not even a line shaped like one of Hermes' (issue 23): each fact is
 located where Hermes' template puts it, never by its shape alone."""
@@ -6,9 +6,10 @@ located where Hermes' template puts it, never by its shape alone."""
 from __future__ import annotations
 
 import pytest
+import tether_hermes  # noqa: F401 - as in a run: importing the adapter registers its normaliser
 
 from tether.canonical import canonical_json, fingerprint
-from tether.wire.protocols.base import NORMALISED
+from tether.wire.protocols.normalise import NORMALISED
 from tether.wire.protocols.openai_chat import PROTOCOL
 
 HERMES = {"user-agent": "HermesAgent/0.19.0", "x-stainless-lang": "python"}

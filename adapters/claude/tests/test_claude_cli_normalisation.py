@@ -1,4 +1,4 @@
-"""The Anthropic fingerprint's normalisation of the Claude CLI's volatile request parts: what is
+"""The normaliser tether-claude registers for the Claude CLI's volatile request parts: what is
 replaced, that only the CLI's requests are touched, and that the user's own text never is."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import tether_claude  # noqa: F401 - as in a run: importing the adapter registers its normaliser
 
 from tether.canonical import canonical_json, fingerprint
 from tether.wire.protocols.anthropic import PROTOCOL
-from tether.wire.protocols.base import NORMALISED
+from tether.wire.protocols.normalise import NORMALISED
 
 CLI = {"user-agent": "claude-cli/2.1.332 (external, sdk-py, agent-sdk/0.2.189)", "anthropic-version": "2023-06-01"}
 SDK = {"user-agent": "Anthropic/Python 0.70.0", "anthropic-version": "2023-06-01"}

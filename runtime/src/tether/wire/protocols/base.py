@@ -143,7 +143,7 @@ class WireProtocol:
         if not isinstance(body, dict):
             raise ValueError(f"{self.name} request body is not a JSON object")
         out = self.canonical_body(drop_keys(body, self.dropped_keys))
-        for user_agent, normaliser in self._normalisers.items():
+        for user_agent, normaliser in tuple(self._normalisers.items()):  # an adapter may register meanwhile
             if sent_by(headers, user_agent):
                 out = normaliser(out)
         return {"path": path, "query": kept_query(query, self.dropped_query), "headers": self.canonical_headers(headers), "body": out}

@@ -6,6 +6,8 @@ in :mod:`tether.api`.
 
 from __future__ import annotations
 
+from enum import Enum
+
 # -- exit codes of one attempt (`tether exec`, `python -m tether.entrypoint`) -------------------
 EXIT_SUCCEEDED = 0
 #: Transient failure (network, 429/5xx, store unavailable): the executor retries the attempt.
@@ -18,6 +20,31 @@ EXIT_SUSPENDED = 3
 #: same command again to resume. 128 + SIGINT, what a shell reports for Ctrl-C. Executors treat
 #: it as recoverable.
 EXIT_INTERRUPTED = 130
+
+
+class AttemptEnd(str, Enum):
+    """How one attempt ended, as its exit code says (:func:`attempt_end`)."""
+
+    SUCCEEDED = "succeeded"
+    SUSPENDED = "suspended"
+    TERMINAL = "terminal"
+    INTERRUPTED = "interrupted"
+    RECOVERABLE = "recoverable"
+
+
+_ENDS = {
+    EXIT_SUCCEEDED: AttemptEnd.SUCCEEDED,
+    EXIT_TERMINAL: AttemptEnd.TERMINAL,
+    EXIT_SUSPENDED: AttemptEnd.SUSPENDED,
+    EXIT_INTERRUPTED: AttemptEnd.INTERRUPTED,
+}
+
+
+def attempt_end(exit_code: int) -> AttemptEnd:
+    """The one reading of an attempt's exit code, for every executor and ``tether run``: anything
+    but the codes above (1, a signal as a negative code, any other) is recoverable: the next
+    attempt replays the journal. Who stopped an interrupted attempt decides whether another runs."""
+    return _ENDS.get(exit_code, AttemptEnd.RECOVERABLE)
 
 
 # -- store layout read by the operator ------------------------------------------------------------

@@ -21,18 +21,24 @@ than silently run without it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tether.api import AgentRunSpec, AgentToolSpec, ExecRequest
 from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
 from tether.contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
+from tether.contract import AttemptEnd, attempt_end
 from tether.secrets import Secrets
+
+log = logging.getLogger(__name__)
 
 
 class ExecutionState(str, Enum):
@@ -183,21 +189,47 @@ class Executor(ABC):
         """A watch event about an object this executor made (its pods); default: not interested."""
 
 
-class Followed(Protocol):
-    """An execution an executor follows in memory."""
-
-    state: ExecutionState
-
-    def status(self) -> ExecutionStatus: ...
-
-
-F = TypeVar("F", bound=Followed)
+def retried(exit_code: int) -> bool:
+    """Whether an attempt that ended with `exit_code` is a failure counted against `retries`,
+    after which another attempt runs: recoverable, or interrupted (an executor's attempt is
+    stopped by someone else than the run: a node drained, a pod deleted)."""
+    return attempt_end(exit_code) in (AttemptEnd.RECOVERABLE, AttemptEnd.INTERRUPTED)
 
 
-class FollowingExecutor(Executor, Generic[F]):
+@dataclass
+class Execution:
+    """One execution an executor follows in memory: what `status` reports, and `changed` set on
+    every change so that `wait` returns."""
+
+    sub: Submission
+    state: ExecutionState = ExecutionState.QUEUED
+    attempts: int = 0
+    failures: int = 0
+    exit_code: int | None = None
+    message: str = ""
+    reason: str = ""
+    url: str | None = None
+    task: asyncio.Task[None] | None = None
+    """What drives the attempts (executors that run them themselves)."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def status(self) -> ExecutionStatus:
+        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message, self.url, self.reason)
+
+    def set(self, state: ExecutionState, message: str = "", reason: str = "") -> None:
+        self.state, self.message, self.reason = state, message, reason
+        self.changed.set()
+
+
+E = TypeVar("E", bound=Execution)
+
+
+class FollowingExecutor(Executor, Generic[E]):
     """An executor that follows its executions in memory, by name, until they are forgotten."""
 
-    _runs: dict[str, F]
+    _runs: dict[str, E]
+    poll_seconds: float = math.inf
+    """How long `wait` waits at most for a change (an executor that must look itself says less)."""
 
     def executions(self) -> list[ExecutionStatus]:
         return [run.status() for run in self._runs.values()]
@@ -207,3 +239,102 @@ class FollowingExecutor(Executor, Generic[F]):
         run = self._runs.get(name)
         if run is not None and run.state.finished:
             del self._runs[name]
+
+    async def status(self, name: str) -> ExecutionStatus | None:
+        run = self._runs.get(name)
+        return None if run is None else run.status()
+
+    async def wait(self, name: str, timeout: float) -> None:
+        """Return when the execution changes, or after `timeout` seconds."""
+        run = self._runs.get(name)
+        if run is None:
+            await asyncio.sleep(timeout)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(run.changed.wait(), min(timeout, self.poll_seconds))
+        run.changed.clear()
+
+
+class AttemptingExecutor(FollowingExecutor[E]):
+    """An executor that runs each attempt itself (a process, a pod) and starts the next one after
+    a recoverable failure: the retry loop is `_drive`; an executor says how it prepares a run,
+    runs one attempt and what else it does at an attempt's end (the hooks below)."""
+
+    retry_backoff: float = 0.5
+    starting: str = "starting"
+    """The message of a run about to start an attempt."""
+
+    @abstractmethod
+    def _execution(self, submission: Submission) -> E:
+        """A new execution of `submission` (its attempts and failures so far counted)."""
+
+    async def _prepare(self, run: E, adopt: bool) -> None:
+        """Before the first attempt of a start (`adopt`: the execution may be running already)."""
+
+    @abstractmethod
+    async def _attempt(self, run: E) -> tuple[int, str]:
+        """Run (or follow) the next attempt to its end: its exit code and what happened."""
+
+    async def _suspended(self, run: E) -> None:
+        """The attempt ended suspended (before the run says so)."""
+
+    def _terminal_error(self, run: E) -> str | None:
+        """The cause of the attempt's terminal failure, if the executor can read it."""
+        return None
+
+    async def submit(self, submission: Submission) -> ExecutionStatus:
+        run = self._runs.get(submission.name)
+        if run is None:
+            run = self._execution(submission)
+            self._runs[submission.name] = run
+            if submission.suspended:
+                run.set(ExecutionState.SUSPENDED, "adopted while awaiting approval")
+            else:
+                self._start(run, adopt=True)
+        return run.status()
+
+    async def resume(self, name: str) -> None:
+        run = self._runs.get(name)
+        if run is not None and run.state is ExecutionState.SUSPENDED:
+            self._start(run, adopt=False)
+
+    async def abort(self, name: str, namespace: str | None = None) -> None:
+        await self._unfollow(name)
+
+    async def _unfollow(self, name: str) -> E | None:
+        """Stop driving `name` for good (aborted): the execution, if it was followed."""
+        run = self._runs.pop(name, None)
+        if run is None:
+            return None
+        if run.task is not None:
+            run.task.cancel()
+            with contextlib.suppress(BaseException):
+                await run.task
+        run.set(ExecutionState.ABORTED, "aborted")
+        return run
+
+    def _start(self, run: E, adopt: bool) -> None:
+        run.set(ExecutionState.QUEUED, self.starting)
+        run.task = asyncio.create_task(self._drive(run, adopt), name=f"tether-{self.kind}-{run.sub.name}")
+
+    async def _drive(self, run: E, adopt: bool) -> None:
+        """Attempts until success, terminal failure, suspension or retries exhausted."""
+        sub = run.sub
+        await self._prepare(run, adopt)
+        while True:
+            code, happened = await self._attempt(run)
+            run.exit_code = code
+            end = attempt_end(code)
+            if end is AttemptEnd.SUCCEEDED:
+                return run.set(ExecutionState.SUCCEEDED, happened)
+            if end is AttemptEnd.SUSPENDED:  # nothing is held while a human decides
+                await self._suspended(run)
+                return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
+            if end is AttemptEnd.TERMINAL:
+                return run.set(ExecutionState.FAILED, self._terminal_error(run) or f"terminal failure (exit code {EXIT_TERMINAL})")
+            run.failures += 1  # the attempt was `retried`
+            if run.failures > sub.retries:
+                return run.set(ExecutionState.FAILED, f"attempt {run.attempts} {happened}; retries exhausted ({sub.retries})")
+            log.info("execution %s attempt %d %s; retrying", sub.name, run.attempts, happened)
+            run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {happened}; retrying")
+            await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))

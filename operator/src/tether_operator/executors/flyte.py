@@ -41,22 +41,15 @@ import importlib.metadata
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 from tether.api import Resources
+from tether.contract import AttemptEnd, attempt_end
 
-from .base import (
-    EXIT_SUCCEEDED,
-    EXIT_SUSPENDED,
-    Capability,
-    ExecutionState,
-    ExecutionStatus,
-    FollowingExecutor,
-    Submission,
-)
+from .base import Capability, Execution, ExecutionState, ExecutionStatus, FollowingExecutor, Submission
 
 log = logging.getLogger(__name__)
 
@@ -135,17 +128,9 @@ def segment_name(execution: str, segment: int) -> str:
 
 
 @dataclass
-class _Execution:
-    sub: Submission
+class _Execution(Execution):
     segment: int = 1
-    state: ExecutionState = ExecutionState.QUEUED
-    attempts: int = 0
-    failures: int = 0
-    exit_code: int | None = None
-    message: str = ""
-    url: str | None = None
     launched: bool = False
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def run_name(self) -> str:
@@ -154,9 +139,6 @@ class _Execution:
     @property
     def namespace(self) -> str:
         return self.sub.request.namespace
-
-    def status(self) -> ExecutionStatus:
-        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message, self.url)
 
 
 class FlyteExecutor(FollowingExecutor[_Execution]):
@@ -465,15 +447,6 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
             run.state, run.message = ExecutionState.ABORTED, "aborted"
             run.changed.set()
 
-    async def wait(self, name: str, timeout: float) -> None:
-        run = self._runs.get(name)
-        if run is None:
-            await asyncio.sleep(timeout)
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(run.changed.wait(), min(timeout, self.poll_seconds))
-        run.changed.clear()
-
     async def close(self) -> None:
         """Operator shutdown: the runs go on in Flyte and are adopted on restart."""
         self._runs.clear()
@@ -517,9 +490,10 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         run.attempts = max(run.attempts, int(outcome.get("attempts") or 0))
         if outcome.get("retries_exhausted"):
             run.failures = run.attempts - 1
-        if code == EXIT_SUCCEEDED:
+        end = attempt_end(code)
+        if end is AttemptEnd.SUCCEEDED:
             run.state = ExecutionState.SUCCEEDED
-        elif code == EXIT_SUSPENDED:
+        elif end is AttemptEnd.SUSPENDED:
             run.state, run.message = ExecutionState.SUSPENDED, "waiting for an approval"
         elif outcome.get("retries_exhausted"):
             run.state, run.message = ExecutionState.FAILED, str(outcome.get("error"))

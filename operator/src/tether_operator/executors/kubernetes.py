@@ -59,15 +59,14 @@ from .. import kube
 from ..conditions import Reason
 from .base import (
     EXIT_SUCCEEDED,
-    EXIT_SUSPENDED,
-    EXIT_TERMINAL,
+    AttemptingExecutor,
     Capability,
+    Execution,
     ExecutionState,
-    ExecutionStatus,
-    FollowingExecutor,
     SecretFile,
     Submission,
     execution_name,
+    retried,
 )
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,6 @@ POD_SECURITY: dict[str, Any] = {
 #: it starts the next attempt anyway (the node may be gone and never report it).
 TERMINATION_MARGIN_SECONDS = 30.0
 _NO_EXIT_CODE = -1  # the pod died without a container exit code (evicted, deleted, node lost)
-_NOT_DEATHS = (EXIT_SUCCEEDED, EXIT_TERMINAL, EXIT_SUSPENDED)
 
 
 def pod_name(execution: str, attempt: int) -> str:
@@ -529,27 +527,13 @@ def _created(pod: Mapping[str, Any]) -> float:
 
 
 @dataclass
-class _Execution:
-    sub: Submission
-    state: ExecutionState = ExecutionState.QUEUED
-    attempts: int = 0
-    failures: int = 0
-    exit_code: int | None = None
-    message: str = ""
-    reason: str = ""
-    task: asyncio.Task[None] | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+class _Execution(Execution):
     pod_changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def status(self) -> ExecutionStatus:
-        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message, reason=self.reason)
-
-    def set(self, state: ExecutionState, message: str = "", reason: str = "") -> None:
-        self.state, self.message, self.reason = state, message, reason
-        self.changed.set()
+    adopted: int = 0
+    """The attempt whose pod an operator restart found running (0: none): followed, not created."""
 
 
-class KubernetesExecutor(FollowingExecutor[_Execution]):
+class KubernetesExecutor(AttemptingExecutor[_Execution]):
     kind = "kubernetes"
     supports = frozenset(
         {
@@ -564,6 +548,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
     )
     refusal_hint = "it places a run by spec.resources, spec.nodeSelector and spec.tolerations, and a GPU tool on its GPU node pool"
     reads_secrets = False
+    starting = "creating the runner pod"
 
     def __init__(
         self,
@@ -596,35 +581,13 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
 
     # --------------------------------------------------------------------------- interface
 
-    async def submit(self, submission: Submission) -> ExecutionStatus:
-        run = self._runs.get(submission.name)
-        if run is None:
-            run = _Execution(submission, attempts=submission.attempts, failures=submission.failures)
-            self._runs[submission.name] = run
-            if submission.suspended:
-                run.set(ExecutionState.SUSPENDED, "adopted while awaiting approval")
-            else:
-                self._start(run, adopt=True)
-        return run.status()
-
-    async def status(self, name: str) -> ExecutionStatus | None:
-        run = self._runs.get(name)
-        return None if run is None else run.status()
-
-    async def resume(self, name: str) -> None:
-        run = self._runs.get(name)
-        if run is not None and run.state is ExecutionState.SUSPENDED:
-            self._start(run, adopt=False)
+    def _execution(self, submission: Submission) -> _Execution:
+        return _Execution(submission, attempts=submission.attempts, failures=submission.failures)
 
     async def abort(self, name: str, namespace: str | None = None) -> None:
-        run = self._runs.pop(name, None)
+        run = await self._unfollow(name)
         if run is not None:
             namespace = namespace or run.sub.request.namespace
-            if run.task is not None:
-                run.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await run.task
-            run.set(ExecutionState.ABORTED, "aborted")
         if namespace:
             requests = {request_configmap_name(run.sub)} if run is not None else set()
             for pod in await self._pods(namespace, name):
@@ -636,15 +599,6 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             for configmap in requests:
                 if configmap.startswith(f"{name}-"):  # a pod names it: delete only what could be ours
                     await kube.delete(kube.core_path(namespace, "configmaps", configmap))
-
-    async def wait(self, name: str, timeout: float) -> None:
-        run = self._runs.get(name)
-        if run is None:
-            await asyncio.sleep(timeout)
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(run.changed.wait(), timeout)
-        run.changed.clear()
 
     def observe(self, event: Mapping[str, Any]) -> None:
         """A watch event of a runner pod: wake the execution it belongs to."""
@@ -661,10 +615,6 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         self._runs.clear()
 
     # ----------------------------------------------------------------------------- driving
-
-    def _start(self, run: _Execution, adopt: bool) -> None:
-        run.set(ExecutionState.QUEUED, "creating the runner pod")
-        run.task = asyncio.create_task(self._drive(run, adopt), name=f"tether-pod-{run.sub.name}")
 
     async def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         listed = await kube.request("GET", kube.core_path(namespace, "pods") + f"?labelSelector={EXECUTION_LABEL}%3D{name}")
@@ -683,7 +633,7 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
             endpoints=endpoints,
         )
 
-    async def _prepare(self, sub: Submission) -> None:
+    async def _objects(self, sub: Submission) -> None:
         """The namespace's runner ServiceAccount (no token, no RBAC) and the request ConfigMap,
         each checked to be what the operator would create before a pod uses it (RunFailure)."""
         namespace = sub.request.namespace
@@ -721,65 +671,60 @@ class KubernetesExecutor(FollowingExecutor[_Execution]):
         return pods
 
     async def _drive(self, run: _Execution, adopt: bool) -> None:
-        """Attempts until success, terminal failure, suspension or retries exhausted."""
-        sub = run.sub
-        namespace = sub.request.namespace
         try:
-            await self._prepare(sub)
-            pods = await self._ours(sub)
-            latest = max(pods, default=0)
-            # An attempt whose tool pods were made but not its runner pod: gone, its number used.
-            unstarted = await self.tools.discard_unstarted(sub, latest)
-            # After an operator restart the newest pod is the current attempt, whatever status says.
-            current = latest if adopt and latest and latest >= run.attempts and unstarted <= latest else 0
-            run.attempts = max(run.attempts, latest, unstarted)
-            # Earlier attempts that died (before a restart) still count against retries.
-            outcomes = [pod_outcome(p, sub.timeout_seconds) for n, p in pods.items() if n != current]
-            run.failures = max(run.failures, sum(1 for o in outcomes if o is not None and o[0] not in _NOT_DEATHS))
-            while True:
-                if not current:
-                    current = run.attempts + 1
-                    expected = self._pod(sub, current, await self.tools.start(sub, current, run.pod_changed))
-                    pod, created = await kube.create(kube.core_path(namespace, "pods"), expected)
-                    if not created and (why := _not_ours(pod, expected)):
-                        raise _conflict("Pod", namespace, pod_name(sub.name, current), why)
-                    run.attempts = current
-                    if created and not _sidecars_kept(pod):
-                        # An apiserver without native sidecars (SidecarContainers, on since 1.29,
-                        # GA in 1.33) drops their restartPolicy: the tool runner would block the
-                        # agent's container for ever.
-                        await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, current)))
-                        await self.tools.stop(sub, current)
-                        return run.set(ExecutionState.FAILED, f"the runner pod was refused: {NO_SIDECARS}")
-                code, died = await self.tools.around(sub, current, self._follow(run, pod_name(sub.name, current)))
-                current = 0
-                run.exit_code = code
-                if code == EXIT_SUCCEEDED:
-                    return run.set(ExecutionState.SUCCEEDED, died)
-                if code == EXIT_SUSPENDED:  # nothing is held while a human decides
-                    await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, run.attempts)))
-                    return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
-                if code == EXIT_TERMINAL:
-                    return run.set(ExecutionState.FAILED, "terminal failure (exit code 2)")
-                run.failures += 1
-                if run.failures > sub.retries:
-                    return run.set(ExecutionState.FAILED, f"attempt {run.attempts} {died}; retries exhausted ({sub.retries})")
-                log.info("execution %s attempt %d %s; retrying", sub.name, run.attempts, died)
-                run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {died}; retrying")
-                await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
+            await super()._drive(run, adopt)
         except asyncio.CancelledError:
             raise
         except RunFailure as exc:  # terminal: a conflict or a pod that cannot start stays so
-            log.warning("execution %s: %s", sub.name, exc)
+            log.warning("execution %s: %s", run.sub.name, exc)
             return run.set(ExecutionState.FAILED, str(exc), exc.reason)
         except Exception as exc:
             if isinstance(exc, kube.KubeError) and exc.status in (400, 422):  # an invalid pod stays invalid
                 return run.set(ExecutionState.FAILED, f"the runner pod was refused: {exc}")
             # the apiserver unreachable, a quota, an admission webhook: say so, try again later
-            log.warning("execution %s: %s", sub.name, exc)
+            log.warning("execution %s: %s", run.sub.name, exc)
             run.set(ExecutionState.QUEUED, f"cannot create the runner pod: {exc}")
             await asyncio.sleep(self.resync_seconds)
             self._start(run, adopt=True)
+
+    async def _prepare(self, run: _Execution, adopt: bool) -> None:
+        """The namespace's runner ServiceAccount and the request ConfigMap (`_objects`); the pods
+        an earlier operator made counted: after an operator restart the newest is the current
+        attempt (whatever status says), earlier ones that died count against retries."""
+        sub = run.sub
+        await self._objects(sub)
+        pods = await self._ours(sub)
+        latest = max(pods, default=0)
+        # An attempt whose tool pods were made but not its runner pod: gone, its number used.
+        unstarted = await self.tools.discard_unstarted(sub, latest)
+        run.adopted = latest if adopt and latest and latest >= run.attempts and unstarted <= latest else 0
+        run.attempts = max(run.attempts, latest, unstarted)
+        outcomes = [pod_outcome(p, sub.timeout_seconds) for n, p in pods.items() if n != run.adopted]
+        run.failures = max(run.failures, sum(1 for o in outcomes if o is not None and retried(o[0])))
+
+    async def _attempt(self, run: _Execution) -> tuple[int, str]:
+        """The attempt's pod (created, unless adopted), followed to its end."""
+        sub = run.sub
+        namespace = sub.request.namespace
+        current, run.adopted = run.adopted, 0
+        if not current:
+            current = run.attempts + 1
+            expected = self._pod(sub, current, await self.tools.start(sub, current, run.pod_changed))
+            pod, created = await kube.create(kube.core_path(namespace, "pods"), expected)
+            if not created and (why := _not_ours(pod, expected)):
+                raise _conflict("Pod", namespace, pod_name(sub.name, current), why)
+            run.attempts = current
+            if created and not _sidecars_kept(pod):
+                # An apiserver without native sidecars (SidecarContainers, on since 1.29, GA in
+                # 1.33) drops their restartPolicy: the tool runner would block the agent's
+                # container for ever.
+                await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, current)))
+                await self.tools.stop(sub, current)
+                raise RunFailure("", f"the runner pod was refused: {NO_SIDECARS}")
+        return await self.tools.around(sub, current, self._follow(run, pod_name(sub.name, current)))
+
+    async def _suspended(self, run: _Execution) -> None:
+        await kube.delete(kube.core_path(run.sub.request.namespace, "pods", pod_name(run.sub.name, run.attempts)))
 
     async def _stopped(self, run: _Execution, path: str, name: str, pod: dict[str, Any] | None, why: str) -> tuple[int, str]:
         """Wait for a pod being deleted to stop: two attempts never run on one journal at once.

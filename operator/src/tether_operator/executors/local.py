@@ -24,21 +24,11 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.secrets import SECRETS_ENV, Secrets
 
-from .base import (
-    EXIT_SUCCEEDED,
-    EXIT_SUSPENDED,
-    EXIT_TERMINAL,
-    Capability,
-    ExecutionState,
-    ExecutionStatus,
-    FollowingExecutor,
-    Submission,
-)
+from .base import EXIT_SUCCEEDED, AttemptingExecutor, Capability, Execution, ExecutionState, Submission
 
 log = logging.getLogger(__name__)
 
@@ -74,34 +64,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-@dataclass
-class _Execution:
-    sub: Submission
-    state: ExecutionState = ExecutionState.QUEUED
-    attempts: int = 0
-    failures: int = 0
-    exit_code: int | None = None
-    message: str = ""
-    proc: asyncio.subprocess.Process | None = None
-    task: asyncio.Task[None] | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def status(self) -> ExecutionStatus:
-        return ExecutionStatus(
-            name=self.sub.name,
-            state=self.state,
-            attempts=self.attempts,
-            failures=self.failures,
-            exit_code=self.exit_code,
-            message=self.message,
-        )
-
-    def set(self, state: ExecutionState, message: str = "") -> None:
-        self.state, self.message = state, message
-        self.changed.set()
-
-
-class LocalExecutor(FollowingExecutor[_Execution]):
+class LocalExecutor(AttemptingExecutor[Execution]):
     """Development mode only (chart value `executor.kind: local`): agent code runs inside the
     operator's pod, with the Secret values the operator read. No image, resources or placement."""
 
@@ -109,6 +72,7 @@ class LocalExecutor(FollowingExecutor[_Execution]):
     supports: frozenset[Capability] = frozenset()
     refusal_hint = "a development mode; the kubernetes executor honours the run's image, resources and placement"
     reads_secrets = True
+    starting = "waiting for a free slot"
 
     def __init__(
         self,
@@ -127,51 +91,14 @@ class LocalExecutor(FollowingExecutor[_Execution]):
         # argv before REQUEST.json; replaceable so the executor's own tests can drive exit codes.
         self.command = command or [self.python, "-m", "tether", "exec"]
         self._slots = asyncio.Semaphore(concurrency)
-        self._runs: dict[str, _Execution] = {}
+        self._runs: dict[str, Execution] = {}
         self.passed_env = passed_env
         self._probes: dict[str, tuple[float, str | None]] = {}
 
     # --------------------------------------------------------------------------- interface
 
-    async def submit(self, submission: Submission) -> ExecutionStatus:
-        run = self._runs.get(submission.name)
-        if run is None:
-            run = _Execution(submission, attempts=submission.attempts, failures=submission.failures)
-            self._runs[submission.name] = run
-            if submission.suspended:
-                run.set(ExecutionState.SUSPENDED, "adopted while awaiting approval")
-            else:
-                self._start(run)
-        return run.status()
-
-    async def status(self, name: str) -> ExecutionStatus | None:
-        run = self._runs.get(name)
-        return None if run is None else run.status()
-
-    async def resume(self, name: str) -> None:
-        run = self._runs.get(name)
-        if run is not None and run.state is ExecutionState.SUSPENDED:
-            self._start(run)
-
-    async def abort(self, name: str, namespace: str | None = None) -> None:
-        run = self._runs.pop(name, None)
-        if run is None:
-            return
-        if run.task is not None:
-            run.task.cancel()
-            with contextlib.suppress(BaseException):
-                await run.task
-        run.set(ExecutionState.ABORTED, "aborted")
-
-    async def wait(self, name: str, timeout: float) -> None:
-        """Return when the execution changes state, or after `timeout` seconds."""
-        run = self._runs.get(name)
-        if run is None:
-            await asyncio.sleep(timeout)
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(run.changed.wait(), timeout)
-        run.changed.clear()
+    def _execution(self, submission: Submission) -> Execution:
+        return Execution(submission, attempts=submission.attempts, failures=submission.failures)
 
     async def probe_tool(self, implementation: str) -> str | None:
         """Import the tool's module where the runtime will: in a child process with the runtime's
@@ -212,48 +139,34 @@ class LocalExecutor(FollowingExecutor[_Execution]):
 
     # ----------------------------------------------------------------------------- driving
 
-    def _start(self, run: _Execution) -> None:
-        run.set(ExecutionState.QUEUED, "waiting for a free slot")
-        run.task = asyncio.create_task(self._drive(run), name=f"tether-exec-{run.sub.name}")
-
-    async def _drive(self, run: _Execution) -> None:
-        """Run attempts until success, terminal failure, suspension or retries exhausted."""
-        sub = run.sub
-        folder = self.workdir / sub.name
-        folder.mkdir(parents=True, exist_ok=True)
-        request = folder / "request.json"
+    async def _prepare(self, run: Execution, adopt: bool) -> None:
         # The request holds the spec only; the API key travels in the child's environment.
-        request.write_text(json.dumps(sub.request.wire()))
+        request = self._folder(run) / "request.json"
+        request.parent.mkdir(parents=True, exist_ok=True)
+        request.write_text(json.dumps(run.sub.request.wire()))
         request.chmod(0o600)
-        while True:
-            async with self._slots:
-                run.attempts += 1
-                run.set(ExecutionState.RUNNING, f"attempt {run.attempts}")
-                code = await self._attempt(run, request, folder)
-            run.exit_code = code
-            if code == EXIT_SUCCEEDED:
-                return run.set(ExecutionState.SUCCEEDED, "the runtime finished")
-            if code == EXIT_SUSPENDED:
-                return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
-            if code == EXIT_TERMINAL:
-                # The cause is the runtime's outcome line (also in its progress), not the whole log:
-                # logs may hold what status must not. The operator scrubs Secret values from it.
-                error = _outcome_error(folder / f"attempt-{run.attempts}.log")
-                return run.set(ExecutionState.FAILED, error or "terminal failure (exit code 2)")
-            run.failures += 1
-            died = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-            if code == _TIMED_OUT:
-                died = f"timed out after {sub.timeout_seconds:g}s"
-            if run.failures > sub.retries:
-                return run.set(
-                    ExecutionState.FAILED,
-                    f"attempt {run.attempts} {died}; retries exhausted ({sub.retries})",
-                )
-            log.info("execution %s attempt %d %s; retrying", sub.name, run.attempts, died)
-            run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {died}; retrying")
-            await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
 
-    async def _attempt(self, run: _Execution, request: Path, folder: Path) -> int:
+    def _folder(self, run: Execution) -> Path:
+        return self.workdir / run.sub.name
+
+    async def _attempt(self, run: Execution) -> tuple[int, str]:
+        async with self._slots:
+            run.attempts += 1
+            run.set(ExecutionState.RUNNING, f"attempt {run.attempts}")
+            code = await self._process(run, self._folder(run))
+        if code == EXIT_SUCCEEDED:
+            return code, "the runtime finished"
+        if code == _TIMED_OUT:
+            return code, f"timed out after {run.sub.timeout_seconds:g}s"
+        return code, f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+    def _terminal_error(self, run: Execution) -> str | None:
+        # The cause is the runtime's outcome line (also in its progress), not the whole log:
+        # logs may hold what status must not. The operator scrubs Secret values from it.
+        return _outcome_error(self._folder(run) / f"attempt-{run.attempts}.log")
+
+    async def _process(self, run: Execution, folder: Path) -> int:
+        """One attempt: `tether exec` in a child process, to its end (its exit code)."""
         env = runtime_env(dict(os.environ), self.passed_env)
         env.update(run.sub.env)
         env.update(secrets_env(run.sub.secrets))
@@ -261,7 +174,7 @@ class LocalExecutor(FollowingExecutor[_Execution]):
         with logfile.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
                 *self.command,
-                str(request),
+                str(folder / "request.json"),
                 "--store",
                 run.sub.store_url or self.store_url,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -272,7 +185,6 @@ class LocalExecutor(FollowingExecutor[_Execution]):
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        run.proc = proc
         (folder / "pid").write_text(str(proc.pid))
         try:
             return await asyncio.wait_for(proc.wait(), run.sub.timeout_seconds)
@@ -285,8 +197,6 @@ class LocalExecutor(FollowingExecutor[_Execution]):
             with contextlib.suppress(Exception):
                 await asyncio.shield(proc.wait())
             raise
-        finally:
-            run.proc = None
 
 
 _TIMED_OUT = -1000

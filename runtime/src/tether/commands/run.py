@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
-from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_SUSPENDED, EXIT_TERMINAL
+from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_TERMINAL, AttemptEnd, attempt_end
 from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules
@@ -276,15 +276,16 @@ def _attempts(
             running.clear()
             if signals and code != EXIT_SUCCEEDED:
                 return EXIT_INTERRUPTED, outcome  # stopped by the user: no further attempt
+            if attempt_end(code) is not AttemptEnd.RECOVERABLE:
+                return code, outcome  # interrupted too: here only the user stops an attempt
             again = "starting it again — finished steps will replay" if attempt < last else f"no retries left ({retries})"
             if code < 0:
                 print(f"  the agent process died (signal {-code}); {again}\n")
-                continue
-            if code == EXIT_RECOVERABLE:
+            elif code == EXIT_RECOVERABLE:
                 why = f": {outcome['error']}" if outcome.get("error") else ""
                 print(f"  recoverable failure{why}; {again}\n")
-                continue
-            return code, outcome
+            else:
+                print(f"  the agent process exited with code {code}; {again}\n")
         return code, outcome
     finally:
         for sig, handler in previous.items():
@@ -318,8 +319,8 @@ def _outcome(line: str) -> dict[str, Any]:
     return value if isinstance(value, dict) and "exit_code" in value else {}
 
 
-#: The phase the run is in after ``tether run`` exits with each code.
-PHASE_OF_EXIT = {EXIT_SUCCEEDED: "Succeeded", EXIT_SUSPENDED: "AwaitingApproval", EXIT_INTERRUPTED: "Interrupted"}
+#: The phase the run is in after ``tether run`` exits, by how its exit code reads (else Failed).
+PHASE_OF_END = {AttemptEnd.SUCCEEDED: "Succeeded", AttemptEnd.SUSPENDED: "AwaitingApproval", AttemptEnd.INTERRUPTED: "Interrupted"}
 
 
 def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, Any], started: float) -> None:
@@ -330,17 +331,18 @@ def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, 
         progress = {}  # written by an earlier invocation: its figures are not this run's
     steps, usage = progress.get("steps", {}), progress.get("usage", {})
     cli = command_name()
+    end = attempt_end(code)
     print()
-    if code == EXIT_SUCCEEDED:
+    if end is AttemptEnd.SUCCEEDED:
         print("Answer:\n  " + (progress.get("result") or outcome.get("output") or "").replace("\n", "\n  "))
-    elif code == EXIT_SUSPENDED:
+    elif end is AttemptEnd.SUSPENDED:
         for a in progress.get("approvals", []):
             if not a.get("decision"):
                 print(f"Waiting for approval {a['id']}: {a['prompt']}")
                 print(f"  approve:  {cli} approve {run_id} {a['id']} --yes")
                 print(f"  decline:  {cli} approve {run_id} {a['id']} --no --reason '...'")
                 print("  then run the same command again to continue (finished steps replay).")
-    elif code == EXIT_INTERRUPTED:
+    elif end is AttemptEnd.INTERRUPTED:
         print(f"Interrupted ({outcome.get('error') or 'stopped'}): tool calls that were running finished and were recorded.")
         print("  Run the same command again to resume (finished steps replay).")
     else:
@@ -358,7 +360,7 @@ def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, 
             print(f"  the framework's own cost figure (replayed turns included): ${usage['frameworkCostUSD']:.6f}")
         if steps.get("normalisedParts"):
             print(f"  normalised {steps['normalisedParts']} volatile parts of model requests (left out of fingerprints)")
-    last = {"run_id": run_id, "exit_code": final, "phase": PHASE_OF_EXIT.get(final, "Failed")}
+    last = {"run_id": run_id, "exit_code": final, "phase": PHASE_OF_END.get(attempt_end(final), "Failed")}
     if code < 0:
         last["signal"] = -code  # the last attempt was killed; tether run exits 1
     print(json.dumps(last))

@@ -1,0 +1,131 @@
+"""The adapter base: what one framework's adapter implements (:class:`Adapter`), the declarative
+agent it builds (:class:`AgentSpec`) and what it gets for one run (:class:`AgentSession`)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import ConfigError
+from ..memory import Memory
+from ..run import Run
+from ..wire.providers import API_KEY_ENV
+from ..wire.providers import upstreams as resolve_upstreams
+from .tool_object import Tool
+
+
+@dataclass
+class AgentSpec:
+    """A declarative agent."""
+
+    model: str
+    provider: str
+    instructions: str | None = None
+    tools: list[Tool] = field(default_factory=list)
+    name: str = "agent"
+    max_turns: int | None = None
+    #: The model as the caller wrote it (``"openai-chat:gpt-4o-mini"``), for frameworks whose
+    #: prefixes say more than the provider does.
+    model_id: str = ""
+
+
+@dataclass
+class AgentSession:
+    """What an adapter gets for one ``run_agent`` call."""
+
+    run: Run | None
+    provider: str
+    memory: Memory | None = None
+    #: Items committed to memory by earlier runs (the framework's own item format).
+    history: list[Any] = field(default_factory=list)
+    #: Items this run adds; committed as one segment only if the run succeeds.
+    new_items: list[Any] = field(default_factory=list)
+    max_turns: int | None = None
+    stream: bool = False
+    #: Upstream base URL per provider (``run_agent(upstreams=)`` over the defaults).
+    upstreams: dict[str, str] = field(default_factory=lambda: resolve_upstreams())
+
+    @property
+    def durable(self) -> bool:
+        return self.run is not None
+
+    def upstream(self, provider: str | None = None) -> str:
+        """Base URL (origin + prefix, no version segment) for SDK clients using in-process transports."""
+        return self.upstreams[provider or self.provider]
+
+    def proxy_url(self, provider: str | None = None) -> str:
+        """Base URL of the loopback proxy for this run (no version segment): for SDKs Tether
+        cannot hand an HTTP client, subprocess CLIs and agents written in other languages."""
+        from ..wire.proxy import shared_proxy
+
+        provider = provider or self.provider
+        if self.run is None:
+            return self.upstream(provider)
+        return shared_proxy().base_url(self.run, provider)
+
+    def http_client(self, provider: str | None = None, *, sync: bool = False, module: str = "httpx") -> Any:
+        """An httpx (or httpx-compatible ``module``) client whose transport is the wire seam."""
+        from ..wire.transport import transports_for
+
+        http = importlib.import_module(module)
+        async_cls, sync_cls = transports_for(http)
+        provider = provider or self.provider
+        timeout = http.Timeout(600.0, connect=30.0)
+        if sync:
+            return http.Client(transport=sync_cls(provider, self.run), timeout=timeout)
+        return http.AsyncClient(transport=async_cls(provider, self.run), timeout=timeout)
+
+    def api_key(self, provider: str | None = None) -> str | None:
+        return os.environ.get(API_KEY_ENV[provider or self.provider])
+
+
+class Adapter(ABC):
+    """Base of every framework adapter."""
+
+    #: The AgentRun ``framework`` id.
+    framework: ClassVar[str]
+    #: The wire provider the framework uses when a spec names none.
+    default_provider: ClassVar[str] = "openai"
+
+    @abstractmethod
+    def build(self, spec: AgentSpec, session: AgentSession) -> Any:
+        """The framework's idiomatic agent for a declarative spec, its model client pointed at the seam."""
+
+    def load(self, import_path: str) -> Any:
+        """Bring your own: ``"package.module:attribute"``. Adapters whose frameworks have
+        factories (callables returning agents) call them here (see :meth:`load_instance`)."""
+        return self.load_path(import_path)
+
+    @staticmethod
+    def load_path(import_path: str) -> Any:
+        """The object at ``"package.module:attribute"``, or a :class:`ConfigError` saying why not."""
+        module_name, _, attr = import_path.partition(":")
+        if not attr:
+            raise ConfigError(f"agent import path {import_path!r} must look like 'package.module:name'")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"cannot import agent {import_path!r}: {e}") from e
+        return obj
+
+    def load_instance(self, import_path: str, kind: type | tuple[type, ...], what: str) -> Any:
+        """:meth:`load` for frameworks whose agents are instances of ``kind``: a factory (any other
+        callable) is called; anything else is refused as not being ``what``."""
+        obj = self.load_path(import_path)
+        if callable(obj) and not isinstance(obj, kind):
+            obj = obj()  # a factory
+        if not isinstance(obj, kind):
+            raise ConfigError(f"{import_path!r} is not {what} (got {type(obj).__name__})")
+        return obj
+
+    @abstractmethod
+    async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
+        """Run the framework's own runner on ``agent`` and return the final answer as text."""
+
+    def warm_up(self) -> None:
+        """Pay ahead what the framework pays on its first use in a process (lazy imports, models
+        built on first use), so a warm worker (``tether exec --warm``) replays at once. Called
+        outside any run: it must not touch a network, a store or the user's code. Default: nothing."""

@@ -1,0 +1,35 @@
+"""What :func:`~tether.agent.run_agent` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..run import StepEvent
+
+
+@dataclass
+class AgentResult:
+    output: str | None
+    #: ``succeeded``, ``suspended`` (waiting for an approval) or ``failed``.
+    status: str
+    run_id: str
+    attempt: int = 0
+    model_live: int = 0
+    model_replayed: int = 0
+    tool_live: int = 0
+    tool_replayed: int = 0
+    first_divergence: dict[str, Any] | None = None
+    usage_live: dict[str, Any] = field(default_factory=dict)
+    usage_replayed: dict[str, Any] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    saved_usd: float = 0.0
+    events: list[StepEvent] = field(default_factory=list)
+    pending_approval: str | None = None
+    error: str | None = None
+    #: Time from the attempt's start to its first live step (or its end): what replay took.
+    replay_ms: float = 0.0
+
+    @property
+    def suspended(self) -> bool:
+        return self.status == "suspended"

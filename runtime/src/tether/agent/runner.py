@@ -1,0 +1,239 @@
+"""``run_agent``: everything around the framework's own runner, done once for every adapter:
+scope, store, journal, proxy, memory commit, approvals, progress, cost and the Flyte report."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ConfigError, Interrupted, LimitExceeded, Suspended
+from ..memory import Memory
+from ..progress import ProgressWriter
+from ..run import Run, StepEvent
+from ..stopping import until_stopped
+from ..stores import Store, open_store
+from ..wire.providers import API_KEY_ENV
+from ..wire.providers import upstreams as resolve_upstreams
+from .adapter import Adapter, AgentSession, AgentSpec
+from .in_flyte import flyte_ctx
+from .report import render_report, wants_report
+from .result import AgentResult
+from .tool_object import as_tools
+
+
+def infer_provider(model: str, default: str = "openai") -> tuple[str, str]:
+    """``"anthropic:claude-sonnet-4-5"`` → ("anthropic", "claude-sonnet-4-5"); bare names by family."""
+    if ":" in model:
+        provider, _, name = model.partition(":")
+        aliases = {"google": "gemini", "google-gla": "gemini", "openai-chat": "openai", "openai-responses": "openai"}
+        provider = aliases.get(provider, provider)
+        if provider in API_KEY_ENV:
+            return provider, name
+    for prefix, provider in (
+        ("claude", "anthropic"),
+        ("gemini", "gemini"),
+        ("mistral", "mistral"),
+        ("magistral", "mistral"),
+        ("codestral", "mistral"),
+        ("gpt", "openai"),
+        ("o1", "openai"),
+        ("o3", "openai"),
+        ("o4", "openai"),
+    ):
+        if model.startswith(prefix):
+            return provider, model
+    return default, model
+
+
+_calls = itertools.count()
+
+
+def default_scope() -> str:
+    """Inside a Flyte task: the Flyte run and action (stable across the action's attempts) plus a
+    call counter; outside: a fresh id (the run is recorded but nothing can resume it by name)."""
+    ctx = flyte_ctx()
+    if ctx:
+        action = ctx.action
+        return f"flyte-{action.run_name}-{action.name}-{next(_calls)}"
+    return f"local-{uuid.uuid4().hex[:16]}"
+
+
+def default_store() -> Store:
+    """Inside a Flyte task: under the run's own storage; outside: the local store."""
+    ctx = flyte_ctx()
+    if ctx and getattr(ctx, "run_base_dir", None) and not os.environ.get("TETHER_STORE"):
+        return open_store(f"{ctx.run_base_dir.rstrip('/')}/tether")
+    return open_store(None)
+
+
+async def run_agent(
+    adapter: Adapter,
+    prompt: str,
+    *,
+    tools: Sequence[Any] = (),
+    model: str | None = None,
+    instructions: str | None = None,
+    memory_key: str | None = None,
+    durable: bool = True,
+    agent: Any = None,
+    provider: str | None = None,
+    run_id: str | None = None,
+    store: Store | str | None = None,
+    namespace: str = "default",
+    upstreams: dict[str, str] | None = None,
+    max_turns: int | None = None,
+    max_cost_usd: float | None = None,
+    unknown_cost: str = "stop",
+    stream: bool = False,
+    report: bool | None = None,
+    on_step: Callable[[StepEvent], None] | None = None,
+) -> AgentResult:
+    """Run an agent with its own framework, durably.
+
+    Give ``model`` (+ ``instructions``, ``tools``) for a declarative agent, or ``agent`` (an
+    object of the framework, or an import path ``"pkg.mod:name"``) to bring your own.
+    ``run_id`` names the run scope: the same id after a crash replays the finished steps.
+    ``max_cost_usd`` refuses live turns once reached; ``unknown_cost`` says what a live turn whose
+    cost cannot be read does under it: ``"stop"`` (default, fail closed) or ``"ignore"`` ($0).
+    A tool waiting for approval ends the call with ``status="suspended"``; call again (same
+    ``run_id``) after ``tether approve`` to continue.
+    ``on_step`` is called with each step once it is durable: a live model turn's answer is handed
+    to the framework first and recorded when the process turns to it (the next request sent, a
+    tool call, the end of the run, or 10 ms later; ``tether.wire.seam``), so its event can come
+    after the next request already left.
+    """
+    if model is None and agent is None:
+        raise ConfigError("run_agent needs a model (declarative) or an agent (bring your own)")
+    if agent is not None and (tools or instructions):  # they would not reach it: never silently ignored
+        raise ConfigError(
+            "run_agent: a bring-your-own agent brings its own tools and instructions; tools= and instructions= would "
+            "not reach it (make its tools Tether tools with the adapter's @tool, so that they are journaled)"
+        )
+    prov, model_name = infer_provider(model or "", provider or adapter.default_provider)
+    prov = provider or prov
+    # Store I/O never runs on the event loop (opening an S3 store, loading the journal, memory,
+    # progress, approvals): other runs and the framework's own tasks share this loop.
+    the_store = await asyncio.to_thread(open_store, store) if store is not None else await asyncio.to_thread(default_store)
+    scope = run_id or default_scope()
+    run = (
+        await asyncio.to_thread(
+            Run,
+            scope,
+            the_store,
+            upstreams=upstreams,
+            max_cost_usd=max_cost_usd,
+            unknown_cost=unknown_cost,
+            background_load=True,
+            overlap_writes=True,
+        )
+        if durable
+        else None
+    )
+    memory = Memory(the_store, namespace, memory_key) if memory_key else None
+    session = AgentSession(
+        run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
+    )
+    if memory is not None:
+        try:
+            session.history = await asyncio.to_thread(memory.load, writer=scope)
+        except Exception:
+            if run is not None:
+                await run.loaded()  # a journal that cannot load is the cause to report first
+            raise
+    progress = ProgressWriter(run) if run else None
+    if run and on_step:
+        run.listeners.append(on_step)
+    tool_objs = as_tools(tools)
+    result = AgentResult(None, "failed", scope)
+    try:
+        with run.activate() if run else _null():
+            if agent is None:
+                the_agent = adapter.build(
+                    AgentSpec(model_name, prov, instructions, tool_objs, max_turns=max_turns, model_id=model or ""), session
+                )
+            else:
+                the_agent = adapter.load(agent) if isinstance(agent, str) else agent
+            if run is not None:
+                await run.loaded()  # loading beside the build above
+            # A stop (SIGINT/SIGTERM under `tether exec`) lets running tool calls be recorded first.
+            result.output = await until_stopped(asyncio.ensure_future(adapter.run(the_agent, prompt, session)), run)
+            if run is not None:  # the last answers' records (written while the framework went on) are durable first
+                await run.seam.recorded()
+        result.status = "succeeded"
+        if memory is not None and run is not None:
+            await asyncio.to_thread(memory.commit, session.new_items, writer=scope)
+        elif memory is not None:
+            await asyncio.to_thread(memory.commit, session.new_items, writer=f"{scope}-{uuid.uuid4().hex}")
+    except Suspended as s:
+        result.status, result.pending_approval = "suspended", s.approval_id
+    except Interrupted as i:
+        result.status, result.error = "interrupted", str(i)
+        if progress:
+            await progress.apublish("Interrupted", error=result.error)
+            progress.close()
+        raise
+    except Exception as e:
+        limit = run.limit_exceeded if run is not None else None
+        result.error = limit or f"{type(e).__name__}: {e}"
+        if progress:
+            await progress.apublish("Failed", error=result.error)
+            progress.close()
+        if limit:
+            raise LimitExceeded(limit) from e
+        raise
+    finally:
+        if run is not None:
+            await run.aclose()  # first: it waits for streams still being recorded, which the figures count
+            _fill(result, run)
+    if progress:
+        phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
+        await progress.apublish(phase, result=result.output)
+        progress.close()
+    if wants_report(report):
+        await render_report(result)
+    return result
+
+
+def run_agent_sync(adapter: Adapter, prompt: str, **kwargs: Any) -> AgentResult:
+    """:func:`run_agent` for synchronous code (not from inside a running event loop)."""
+    return asyncio.run(run_agent(adapter, prompt, **kwargs))
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _fill(result: AgentResult, run: Run) -> None:
+    c, a = run.counters, run.accounting
+    result.attempt = run.attempt
+    result.model_live, result.model_replayed = c.model_live, c.model_replayed
+    result.tool_live, result.tool_replayed = c.tool_live, c.tool_replayed
+    result.first_divergence = c.first_divergence
+    result.usage_live, result.usage_replayed = a.live.to_dict(), a.replayed.to_dict()
+    result.cost_usd, result.saved_usd = a.live_cost_usd, a.saved_usd
+    result.events = list(run.events)
+    result.replay_ms = 1000 * (run.replay_s if run.replay_s is not None else time.time() - run.started_at)
+
+
+def bind(adapter: Adapter) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(run_agent, run_agent_sync)`` bound to one adapter: what each package re-exports."""
+
+    @functools.wraps(run_agent)
+    async def bound(prompt: str, **kwargs: Any) -> AgentResult:
+        return await run_agent(adapter, prompt, **kwargs)
+
+    @functools.wraps(run_agent_sync)
+    def bound_sync(prompt: str, **kwargs: Any) -> AgentResult:
+        return run_agent_sync(adapter, prompt, **kwargs)
+
+    return bound, bound_sync

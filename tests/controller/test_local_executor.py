@@ -116,6 +116,16 @@ async def test_retries_exhausted_and_terminal_not_retried(make) -> None:
     assert (await ex.status("t2")).attempts == 1
 
 
+async def test_interrupted_and_unknown_exit_codes_are_retried(make) -> None:
+    """130 (the runtime stopped by a signal it was not sent by the run) and a code outside the
+    contract are recoverable (contract.attempt_end): counted, and the next attempt runs."""
+    ex = make("130,5,0")
+    await ex.submit(_submission(retries=2))
+    assert await _until_finished(ex, "t1") is ExecutionState.SUCCEEDED
+    st = await ex.status("t1")
+    assert (st.attempts, st.failures) == (3, 2)
+
+
 async def test_suspend_then_resume_is_not_a_failure(make) -> None:
     ex = make("3,0")
     await ex.submit(_submission(retries=0))

@@ -72,3 +72,23 @@ def test_both_sides_read_the_same_values() -> None:
 
     assert (base.EXIT_SUCCEEDED, base.EXIT_TERMINAL, base.EXIT_SUSPENDED) == (0, 2, 3)
     assert progress_key("u-1") == contract.progress_key("u-1") == "runs/u-1/progress.json"
+
+
+def test_one_reading_of_an_attempts_exit_code() -> None:
+    """The executors and `tether run` read an attempt's exit code with the same function."""
+    from tether.commands import run as tether_run
+    from tether_operator.executors import base, flyte
+
+    AttemptEnd = contract.AttemptEnd
+    ends = {code: contract.attempt_end(code) for code in (0, 1, 2, 3, 130, -9, 5)}
+    assert ends == {
+        0: AttemptEnd.SUCCEEDED,
+        1: AttemptEnd.RECOVERABLE,
+        2: AttemptEnd.TERMINAL,
+        3: AttemptEnd.SUSPENDED,
+        130: AttemptEnd.INTERRUPTED,
+        -9: AttemptEnd.RECOVERABLE,  # killed by a signal
+        5: AttemptEnd.RECOVERABLE,
+    }
+    assert tether_run.attempt_end is base.attempt_end is flyte.attempt_end is contract.attempt_end
+    assert [code for code in ends if base.retried(code)] == [1, 130, -9, 5]

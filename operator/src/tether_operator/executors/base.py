@@ -8,10 +8,16 @@ restart submits under the same name and never starts a second execution):
     abort(name, namespace)                  stop it for good (AgentRun deleted)
     resume(name)                            start a suspended execution again (approval decided)
 
-The runtime's exit codes are the contract (`python -m tether exec`): 0 succeeded, 2 terminal
-failure, 3 suspended awaiting approval, anything else (a signal included) recoverable: run again
-while failures <= retries. Progress (steps, usage, approvals, result) is not the executor's
-business: the runtime writes it to the store and the operator reads it from there.
+The runtime's exit codes are the contract (`python -m tether exec`), read by one function,
+`tether.contract.attempt_end`, here and in `tether run`: 0 succeeded, 2 terminal failure, 3
+suspended awaiting approval, anything else (130 interrupted, a signal included) recoverable: run
+again while failures <= retries. Progress (steps, usage, approvals, result) is not the
+executor's business: the runtime writes it to the store and the operator reads it from there.
+
+An executor follows each execution in memory as an `Execution` (`FollowingExecutor`: status,
+wait, forget). One that runs the attempts itself (local: a process, kubernetes: a pod) is an
+`AttemptingExecutor`, whose `_drive` is the retry loop: it states only how it prepares a run,
+runs one attempt and ends one. Flyte runs the attempts and retries itself.
 
 Each executor declares the spec fields it honours (`supports`); `unsupported()` names every field
 a run asks for beyond them, and the run is refused (Accepted=False, UnsupportedByExecutor) rather

@@ -13,6 +13,9 @@ steps complete (live or replayed, tokens, cost); the answer and a summary at the
   ``--run-id`` for a fresh run. A run id means one run: resuming it from a manifest whose
   framework, model, instructions, agent, tools or input differ from the one it was started with
   is refused, saying what differs (``--allow-manifest-change`` resumes it anyway).
+- An attempt's exit code reads as in the operator's executors (``tether.contract.attempt_end``):
+  1, a signal or any code outside the contract starts the next attempt while retries last; 0, 2,
+  3 and 130 end the run.
 - ``--kill-after N`` kills the agent process after N steps and starts it again, to watch a
   resume replay the finished steps.
 - Ctrl-C (or SIGTERM) stops cleanly: the running attempt starts no new step, lets tool calls

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from ..errors import ConfigError, ToolError
 from ..tools import ToolSpec, call_tool, call_tool_sync, in_tool_thread
@@ -101,17 +101,19 @@ def tool_error_text(e: ToolError) -> str:
     return f"Error: tool {e.tool} failed: {e.error_type}: {e.message}"
 
 
-def tool(
-    fn: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    cache: str = "off",
-    retryable: Sequence[type[BaseException]] = (),
-    approval: Any = None,
-    version: str = "",
-    cached_without_approval: bool = False,
-) -> Any:
+class ToolOptions(TypedDict, total=False):
+    """What ``@tool(...)`` passes on to :class:`Tool` (its keyword arguments and defaults)."""
+
+    name: str | None
+    description: str | None
+    cache: str
+    retryable: Sequence[type[BaseException]]
+    approval: Any
+    version: str
+    cached_without_approval: bool
+
+
+def tool(fn: Callable[..., Any] | None = None, **options: Unpack[ToolOptions]) -> Any:
     """Make a function or a Flyte task a durable tool. Stack it over ``@env.task``::
 
         @tool(cache="auto")
@@ -125,16 +127,7 @@ def tool(
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(
-            f,
-            name=name,
-            description=description,
-            cache=cache,
-            retryable=retryable,
-            approval=approval,
-            version=version,
-            cached_without_approval=cached_without_approval,
-        )
+        return Tool(f, **options)
 
     return wrap(fn) if fn is not None else wrap
 

@@ -198,12 +198,12 @@ def test_the_agent_container_cannot_read_a_tools_secret():
     credentials: they are in the store proxy); the tool's
     container has the file; the run completes (the pod ends although the sidecar keeps serving).
     NOT RUN in the session that wrote it (no Docker/kind there)."""
-    name, tool = unique("keyed"), unique("keyed-weather")
+    name = unique("keyed")
     run, tools = example("openai", "weather", name)
-    [weather] = tools
-    weather["metadata"]["name"] = tool
+    [weather] = tools  # get-weather: the name the fake provider's script calls (a renamed tool is unknown to the model)
+    tool, original = weather["metadata"]["name"], json.loads(json.dumps(tools))
     weather["spec"]["env"] = [{"name": "WEATHER_KEY", "secretKeyRef": {"name": "weather-key", "key": "key"}}]
-    run["spec"]["tools"] = [tool]
+    weather["spec"]["cache"] = "off"  # earlier runs cached get_weather('Paris'): this one must call it
     value = "wk-e2e-" + uuid.uuid4().hex
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "weather-key", "namespace": NS, "labels": {"tether.dev/usable": "true"}},
               "stringData": {"key": value}}  # fmt: skip
@@ -229,14 +229,14 @@ def test_the_agent_container_cannot_read_a_tools_secret():
                             "import pathlib, sys; print(pathlib.Path(sys.argv[1]).is_file())", path)  # fmt: skip
         assert tool_side.strip() == "True"
         final = wait_phase(name, "Succeeded", timeout=300)
-        assert final["steps"]["toolLive"] + final["steps"].get("toolReplayed", 0) >= 1
+        assert final["attempts"] == 1 and final["steps"]["toolLive"] == 1, final["steps"]
         done = pods(name)[-1]
         assert done["status"]["phase"] == "Succeeded", done["status"]
         assert value not in kubectl("logs", "-n", NS, done["metadata"]["name"], "--all-containers")
     finally:
         fake_provider("/_control/reset", "POST")
         delete_run(name)
-        kubectl("delete", "agenttool", tool, "-n", NS, "--ignore-not-found")
+        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": original}))  # as the example has it
 
 
 def test_kubectl_wait_for_succeeded():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import api, crds
+from tether import api, contract, crds
 
 RUN = """
 apiVersion: tether.dev/v1alpha1
@@ -88,7 +88,7 @@ def test_oversized_input_and_bad_yaml() -> None:
 
 
 def test_progress_tolerates_nulls_and_unknown_keys() -> None:
-    p = api.Progress.model_validate(
+    p = contract.Progress.model_validate(
         {
             "phase": "running",
             "attempt": 2,

@@ -11,7 +11,8 @@ import uuid
 import kopf
 import pytest
 
-from tether.api import AgentRunSpec, ExecRequest
+from tether.api import AgentRunSpec
+from tether.contract import ExecRequest
 from tether_operator.executors.base import SecretFile, Submission, execution_name
 from tether_operator.executors.flyte import FlyteExecutor, check_template, flyte_secret_name
 from tether_operator.handlers import make_executor

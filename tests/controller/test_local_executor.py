@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.wait import wait_for_async
-from tether.api import AgentRunSpec, ExecRequest
+from tether.api import AgentRunSpec
+from tether.contract import ExecRequest
 from tether.secrets import Secrets
 from tether_operator import ExecutionState, LocalExecutor, Submission, execution_name
 

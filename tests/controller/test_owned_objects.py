@@ -32,7 +32,8 @@ from typing import Any
 import pytest
 
 from tests.support.kube import ControlPlane
-from tether.api import AgentRunSpec, AgentToolSpec, ExecRequest, read_spec
+from tether.api import AgentRunSpec, AgentToolSpec, read_spec
+from tether.contract import ExecRequest
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 

@@ -153,7 +153,8 @@ def test_the_cli_behaves_like_kubectl(tmp_path: Path) -> None:
     import json
     import time
 
-    from tether.api import Progress, Steps, Usage
+    from tether.api import Steps, Usage
+    from tether.contract import Progress
     from tether.progress import write_progress
     from tether.stores import open_store
 

@@ -16,8 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tether.api import ExecRequest
-from tether.contract import EXIT_TERMINAL, REQUEST_SHA256_ENV
+from tether.contract import EXIT_TERMINAL, REQUEST_SHA256_ENV, ExecRequest
 from tether.progress import read_progress
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider

@@ -22,7 +22,8 @@ import pytest
 
 import tether
 from tether import secrets as S
-from tether.api import AgentToolSpec, ExecRequest
+from tether.api import AgentToolSpec
+from tether.contract import ExecRequest
 from tether.entrypoint import EXIT_TERMINAL, tool_from_spec
 from tether.errors import ConfigError
 from tether.progress import read_progress

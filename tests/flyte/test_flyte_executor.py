@@ -18,7 +18,8 @@ import pytest
 
 from tests.support.flyte_backend import NAMESPACE, Backend
 from tests.support.wait import wait_for
-from tether.api import AgentRunSpec, ExecRequest
+from tether.api import AgentRunSpec
+from tether.contract import ExecRequest
 from tether_operator.executors.base import ExecutionState, SecretFile, Submission, execution_name
 from tether_operator.executors.flyte import RUNTIME_TASK, FlyteExecutor, flyte_secret_name, task_version
 

@@ -36,15 +36,13 @@ from tether.api import (
     AgentRunStatus,
     AgentToolSpec,
     ApprovalStatus,
-    ExecRequest,
     ManifestError,
     Phase,
-    Progress,
     parse_duration,
     read_spec,
     validation_problems,
 )
-from tether.contract import LEGACY_APPROVAL_ANNOTATIONS, RUN_LABEL, RUN_UID_LABEL, progress_key
+from tether.contract import LEGACY_APPROVAL_ANNOTATIONS, RUN_LABEL, RUN_UID_LABEL, ExecRequest, Progress, progress_key
 from tether.secrets import Secrets
 from tether.stores import Store
 from tether.tools import AGENT_MODULES_ENV

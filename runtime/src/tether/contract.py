@@ -1,12 +1,28 @@
 """What the runtime process, the operator and ``tether approve`` agree on, in one place.
 
-Both sides import these names; a change here changes both ends together. The CRDs themselves are
-in :mod:`tether.api`.
+Both sides import these names; a change here changes both ends together:
+
+- the run request (:class:`ExecRequest`, the REQUEST.json an executor hands ``tether exec``),
+- the progress record the runtime rewrites in the store and the operator mirrors to status
+  (:class:`Progress`, at :func:`progress_key`),
+- the exit codes of an attempt,
+- the environment variables one side sets and the other reads, store keys, labels and
+  AgentApproval names.
+
+The CRDs themselves are :mod:`tether.api`.
 """
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from enum import Enum
+from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator
+
+from .api import AgentRunSpec, AgentToolSpec, ApprovalStatus, Steps, Usage
+from .api.shared import _Wire
 
 # -- exit codes of one attempt (`tether exec`, `python -m tether.entrypoint`) -------------------
 EXIT_SUCCEEDED = 0
@@ -92,6 +108,7 @@ PROVIDER_KEY_ENV = {
 #: file whose hash differs (exit 2): a request swapped on the way never runs.
 REQUEST_SHA256_ENV = "TETHER_REQUEST_SHA256"
 
+
 #: The exit codes of ``tether run`` and ``tether exec`` (the values above), for ``--help``.
 EXIT_CODES_HELP = """exit codes:
   0  succeeded
@@ -101,3 +118,75 @@ EXIT_CODES_HELP = """exit codes:
   3  suspended: waiting for a human approval (approve, then run the same command again)
   130  interrupted (Ctrl-C, SIGTERM): tool calls already running finished and were recorded;
      run the same command again to resume"""
+
+
+# -- the run request, the progress record, the outcome -------------------------------------------
+class ExecRequest(_Wire):
+    """REQUEST.json of `python -m tether exec REQUEST.json --store URL`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: str = Field(description="The AgentRun's uid: the journal's scope.")
+    namespace: str
+    name: str
+    spec: AgentRunSpec
+    tools: dict[str, AgentToolSpec] = Field(default_factory=dict)
+
+
+class ProgressApproval(_Wire):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    tool: str | None = None
+    prompt: str | None = None
+    arguments: Any = None
+    requested_at: datetime | str | None = None
+    decision: str | None = None
+    by: str | None = None
+    decided_at: datetime | str | None = None
+    reason: str | None = None
+
+    def status(self) -> ApprovalStatus:
+        args = self.arguments
+        if args is not None and not isinstance(args, str):
+            args = json.dumps(args, sort_keys=True, default=str)
+        return ApprovalStatus(
+            id=self.id,
+            tool=self.tool,
+            prompt=self.prompt,
+            arguments=args[:1024] if args is not None else None,
+            requested_at=self.requested_at or None,
+            decision=self.decision or None,
+            by=self.by,
+            decided_at=self.decided_at or None,
+            reason=self.reason,
+        )
+
+
+class Progress(_Wire):
+    """The runtime's progress record at `runs/<runId>/progress.json` (rewritten on each step)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: str | None = None
+    attempt: int = 0
+    steps: Steps = Field(default_factory=Steps)
+    usage: Usage = Field(default_factory=Usage)
+    approvals: list[ProgressApproval] = Field(default_factory=list)
+    result: Any = None
+    result_truncated: bool = False
+    error: Any = None
+    updated_at: datetime | float | str | None = None
+
+    @field_validator("steps", "usage", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+    @field_validator("approvals", mode="before")
+    @classmethod
+    def _none_is_no_approvals(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+    def pending_approvals(self) -> list[ProgressApproval]:
+        return [a for a in self.approvals if not a.decision]

@@ -24,12 +24,13 @@ from typing import Any, TextIO
 import flyte
 
 from .agent import Tool, load_adapter, run_agent
-from .api import AgentToolSpec, ExecRequest
+from .api import AgentToolSpec
 from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
 from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
 from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from .contract import EXIT_TERMINAL as EXIT_TERMINAL
+from .contract import ExecRequest
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
@@ -252,7 +253,7 @@ def _print_step(e: StepEvent, stream: TextIO) -> None:
 def _publish_failed_start(store: str, run_id: str, error: str) -> None:
     """Progress for an attempt that failed before the agent started: the cause, and no figures
     of an earlier attempt (the operator and ``tether run`` show this document)."""
-    from .api import Progress
+    from .contract import Progress
     from .progress import write_progress
     from .stores import open_store
 
@@ -307,7 +308,7 @@ async def agent_run(request: str, store: str) -> str:
     remote = os.environ.get(FLYTE_REMOTE_ENV) == "1"
     if remote:
         from . import secrets as tether_secrets
-        from .api import PROVIDER_KEY_ENV
+        from .contract import PROVIDER_KEY_ENV
 
         tether_secrets.use(tether_secrets.load(), PROVIDER_KEY_ENV.get(parsed.spec.model.provider))
     starts = 0

@@ -1,9 +1,9 @@
 """Progress of a run, published to the store for executors, the operator and ``tether status``.
 
 ``runs/<scope>/progress.json`` is rewritten atomically on every step (at most every
-``interval`` seconds, and always at the end). It is written through ``tether.api.Progress``, the
-model the operator reads it back with, so the two can never disagree on a field's type. Secrets
-never reach it: it holds counters, usage, approvals and the (truncated) result only.
+``interval`` seconds, and always at the end). It is written through ``tether.contract.Progress``,
+the model the operator reads it back with, so the two can never disagree on a field's type.
+Secrets never reach it: it holds counters, usage, approvals and the (truncated) result only.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .api import Divergence, Progress, ProgressApproval, Steps, Usage
+from .api import Divergence, Steps, Usage
 from .approvals import list_approvals
+from .contract import Progress, ProgressApproval
 from .contract import progress_key as progress_key  # where the operator reads it
 from .errors import StoreError
 from .run import Run, StepEvent

@@ -334,7 +334,7 @@ async def serve(
 def load_served(request_text: str, names: list[str], secrets: Any) -> dict[str, Served]:
     """The tools ``names`` of an exec request, each with its own secrets from ``secrets``."""
     from .agent import Tool
-    from .api import ExecRequest
+    from .contract import ExecRequest
     from .tools import allowed_tool_modules, import_tool
 
     request = ExecRequest.model_validate_json(request_text)

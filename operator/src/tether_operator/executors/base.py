@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from tether.api import AgentRunSpec, AgentToolSpec, ExecRequest
+from tether.api import AgentRunSpec, AgentToolSpec
 from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
 from tether.contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
-from tether.contract import AttemptEnd, attempt_end
+from tether.contract import AttemptEnd, ExecRequest, attempt_end
 from tether.secrets import Secrets
 
 log = logging.getLogger(__name__)

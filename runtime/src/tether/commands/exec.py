@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     if not request_is_the_executors(data, args.request, "tether exec"):  # swapped or squatted
         return EXIT_TERMINAL
     text = data.decode()
-    from ..api import PROVIDER_KEY_ENV, ExecRequest
+    from ..contract import PROVIDER_KEY_ENV, ExecRequest
 
     try:
         request = ExecRequest.model_validate_json(text)

@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ExecRequest, ManifestError, load_manifests
-from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_TERMINAL, AttemptEnd, attempt_end
+from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ManifestError, load_manifests
+from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_TERMINAL, AttemptEnd, ExecRequest, attempt_end
 from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules

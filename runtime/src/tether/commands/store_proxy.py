@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--store", required=True, help="the real store URL (this process holds its credentials)")
     p.add_argument("--socket", required=True, help="Unix socket path to listen on")
     args = p.parse_args(argv)
-    from ..api import ExecRequest
+    from ..contract import ExecRequest
     from ..stores import open_store
     from ..stores.proxy import RunKeys, serve
 

@@ -1,0 +1,206 @@
+"""AgentTool: a tool (a Python function) AgentRuns in its namespace may call, and its status."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from .shared import (
+    DURATION,
+    ENV_NAME,
+    IMPORT_PATH,
+    MAX_DURATION,
+    Condition,
+    Duration,
+    Image,
+    Resources,
+    SecretKeyRef,
+    Text,
+    _cel,
+    _conditions,
+    _Wire,
+    parse_duration,
+)
+
+# --------------------------------------------------------------------------------- AgentTool
+
+
+#: The shortest approval timeout admission accepts: a human needs time to see the request.
+MIN_APPROVAL_TIMEOUT = "1m"
+
+
+def _approval_timeout(value: str | None) -> str | None:
+    if value is not None and parse_duration(value) < parse_duration(MIN_APPROVAL_TIMEOUT):
+        raise ValueError(f"an approval timeout must be at least {MIN_APPROVAL_TIMEOUT} (a human needs time to decide), not {value}")
+    return value
+
+
+class Approval(_Wire):
+    """Human approval before each call of the tool.
+
+    Every new call waits for a decision: results cached by earlier runs are not reused for such a
+    tool unless `cachedWithoutApproval` says so. Within one run a call that was approved and
+    completed replays after a crash without asking again (that is the journal, not the cache).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.required",
+                    "approval settings need required: true (remove approval to call the tool without asking)",
+                    fieldPath=".required",
+                )
+            ]
+        }
+    )
+
+    required: bool = Field(
+        default=False, description="Ask a human before each call. Must be true when approval is set (remove approval instead)."
+    )
+    prompt: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="Question shown to the approver; `{name}` placeholders are filled from the "
+        "call's arguments, e.g. 'Refund {amount} to {customer}?'.",
+    )
+    timeout: Annotated[str | None, AfterValidator(_approval_timeout)] = Field(
+        default=None,
+        pattern=DURATION,
+        max_length=32,
+        description=f"How long to wait for a decision, at least {MIN_APPROVAL_TIMEOUT}, e.g. 24h; then defaultAction applies. "
+        "Without it the run waits indefinitely.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(f"duration(self) >= duration('{MIN_APPROVAL_TIMEOUT}')", f"must be at least {MIN_APPROVAL_TIMEOUT}")
+            ]
+        },
+    )
+    default_action: Literal["approve", "decline"] = Field(
+        default="decline",
+        description="Decision taken when the timeout passes. approve is honoured only where the cluster admin "
+        "allows auto-approval (chart value approvals.allowAutoApprove, default false); otherwise the tool is not "
+        "Ready and runs using it are refused.",
+    )
+    cached_without_approval: bool = Field(
+        default=False,
+        description="Allow cache: auto on this tool: a result cached by an earlier run with the same version and "
+        "arguments is then returned WITHOUT asking anyone. Off by default: every new call needs a decision.",
+    )
+
+    @model_validator(mode="after")
+    def _required(self) -> Approval:
+        if not self.required:
+            raise ValueError("approval settings need required: true (remove approval to call the tool without asking)")
+        return self
+
+
+class EnvFromSecret(_Wire):
+    """An environment variable of the tool, taken from a Secret."""
+
+    name: str = Field(max_length=128, pattern=ENV_NAME, description="Variable name.")
+    secret_key_ref: SecretKeyRef = Field(description="Secret key holding the value.")
+
+
+CACHE_WITH_APPROVAL = (
+    "cache: auto would return results cached by earlier runs without asking for approval; "
+    "set cache: off, or approval.cachedWithoutApproval: true to allow it"
+)
+
+
+class AgentToolSpec(_Wire):
+    """A tool an agent may call: a Python function, where it runs, and how it is governed."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!(has(self.cache) && self.cache == 'auto' && has(self.approval) && self.approval.required)"
+                    " || (has(self.approval.cachedWithoutApproval) && self.approval.cachedWithoutApproval)",
+                    CACHE_WITH_APPROVAL,
+                    fieldPath=".cache",
+                )
+            ]
+        }
+    )
+
+    description: Text = Field(
+        min_length=1,
+        max_length=4096,
+        description="What the tool does; the model reads this to decide when to call it.",
+    )
+    implementation: str = Field(
+        max_length=512,
+        pattern=IMPORT_PATH,
+        description="The function, as `module:function` importable in the image.",
+    )
+    version: Text = Field(
+        default="1",
+        min_length=1,
+        max_length=64,
+        description="Part of the tool call's journal key: change it when the implementation changes so cached results are not reused.",
+    )
+    image: Image | None = Field(default=None, description="Image to run the tool in (default: the run's).")
+    resources: Resources | None = Field(default=None, description="Compute for the tool.")
+    retries: int = Field(default=0, ge=0, le=20, strict=True, description="Retries of a call that failed recoverably.")
+    timeout: Duration | None = Field(
+        default=None,
+        description=f"Limit of one call, e.g. 30s, at most {MAX_DURATION}; a call over it fails recoverably.",
+    )
+    cache: Literal["auto", "off"] | None = Field(
+        default=None,
+        description="auto: reuse a result across runs for the same version and arguments; off: "
+        "never across runs. Within one run a completed call never executes twice either way. "
+        "Default: auto, or off for a tool that requires approval; cache: auto with approval "
+        "required is refused unless approval.cachedWithoutApproval is true.",
+    )
+    approval: Approval | None = Field(default=None, description="Human approval of each call.")
+    env: list[EnvFromSecret] | None = Field(
+        default=None,
+        max_length=64,
+        description="Environment variables from Secrets; each name at most once.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env(cls, env: list[EnvFromSecret] | None) -> list[EnvFromSecret] | None:
+        names = [e.name for e in env or []]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate env names: {', '.join(duplicates)}")
+        return env
+
+    @property
+    def approval_required(self) -> bool:
+        return self.approval is not None and self.approval.required
+
+    @property
+    def effective_cache(self) -> Literal["auto", "off"]:
+        """The cache setting in force: the spec's, else off for an approval-required tool, else auto."""
+        return self.cache or ("off" if self.approval_required else "auto")
+
+    @model_validator(mode="after")
+    def _cache_needs_decision(self) -> AgentToolSpec:
+        if self.cache == "auto" and self.approval is not None and self.approval.required and not self.approval.cached_without_approval:
+            raise ValueError(CACHE_WITH_APPROVAL)
+        return self
+
+
+class AgentToolStatus(_Wire):
+    """Whether the tool is usable."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int = Field(
+        default=-1,
+        description="metadata.generation last acted on; -1 until the operator has looked.",
+    )
+    conditions: list[Condition] = _conditions()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tether import api, contract, crds
+from tether import api, contract
+from tether_operator import crds
 
 RUN = """
 apiVersion: tether.dev/v1alpha1

@@ -30,6 +30,12 @@ def test_runtime_wheel_has_no_testing_package(tmp_path: Path) -> None:
     names = _wheel("runtime", tmp_path / "runtime")
     assert "tether/__init__.py" in names and "tether/run.py" in names
     assert not [n for n in names if n.startswith("tether/testing/")]
+    # The CRD generator is the operator's (the CRDs are what its chart installs): no agent image carries it.
+    assert "tether/crds.py" not in names and "tether/api/agentrun.py" in names
+
+
+def test_operator_wheel_ships_the_crd_generator(tmp_path: Path) -> None:
+    assert "tether_operator/crds.py" in _wheel("operator", tmp_path / "operator")
 
 
 def test_testing_wheel_ships_only_tether_testing(tmp_path: Path) -> None:
@@ -49,3 +55,10 @@ def test_fake_provider_command_without_tether_testing_says_what_to_install(tmp_p
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "tether fake-provider needs the tether-testing package (pip install tether-testing)" in proc.stderr
+
+
+def test_crds_command_without_the_operator_says_what_to_install(tmp_path: Path) -> None:
+    code = "import sys; sys.modules['tether_operator'] = None; from tether.cli import main; sys.exit(main(['crds', '--check']))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "tether crds needs the tether-operator package (pip install tether-operator)" in proc.stderr

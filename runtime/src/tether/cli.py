@@ -15,9 +15,12 @@ COMMANDS = {
     "approve": ("tether.commands.approve", "Approve or decline a pending tool call of a run."),
     "status": ("tether.commands.status", "Show a run's progress, steps, usage and approvals."),
     "list": ("tether.commands.list", "List the runs in a store: phase, attempt, turns, cost."),
-    "crds": ("tether.crds", "Write crds/*.yaml from tether.api (--check: fail on drift)."),
+    "crds": ("tether_operator.crds", "Write crds/*.yaml from tether.api (--check: fail on drift)."),
     "fake-provider": ("tether.testing.fake_provider", "Serve scripted fake model providers on loopback."),
 }
+
+#: Commands whose module is another distribution's (not in the runtime's wheel): the package to install.
+_ELSEWHERE = {"tether.testing": "tether-testing", "tether_operator": "tether-operator"}
 
 
 def _usage() -> str:
@@ -53,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
     except ModuleNotFoundError as e:
-        if e.name is None or not e.name.startswith("tether.testing"):
+        package = next((p for m, p in _ELSEWHERE.items() if e.name and e.name.startswith(m)), None)
+        if package is None:
             raise
-        print(f"tether {argv[0]} needs the tether-testing package (pip install tether-testing)", file=sys.stderr)
+        print(f"tether {argv[0]} needs the {package} package (pip install {package})", file=sys.stderr)
         return 2
     from .contract import EXIT_RECOVERABLE, EXIT_TERMINAL
     from .errors import StoreError, StoreUnavailable

@@ -6,6 +6,10 @@ structural schema: `$ref`s inlined, `Optional` unwrapped, titles dropped, `const
 are written to `crds/` and, byte for byte, to the Helm chart's `files/crds/` (the chart's
 templates add the keep policy and the `crds.enabled` switch). `--check` regenerates in memory and
 exits 1 on any difference, naming the command that fixes it.
+
+It lives in the operator's distribution, not the runtime's: the CRDs are what the chart installs
+for the operator; an agent's image has no use for them. `tether crds` runs it where the operator
+is installed (every environment of this repository).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ HEADER = (
     "# generated from tether.api by `tether crds`; do not edit.\n# Regenerate with `tether crds` (a test runs `tether crds --check`).\n"
 )
 
-_REPO = Path(__file__).resolve().parents[3]  # runtime/src/tether/crds.py -> repository root
+_REPO = Path(__file__).resolve().parents[3]  # operator/src/tether_operator/crds.py -> repository root
 
 # JSON Schema keywords a structural schema may carry, copied as they are.
 _KEEP = {

@@ -42,10 +42,9 @@ from tether.api import (
     read_spec,
     validation_problems,
 )
-from tether.contract import LEGACY_APPROVAL_ANNOTATIONS, RUN_LABEL, RUN_UID_LABEL, ExecRequest, Progress, progress_key
+from tether.contract import AGENT_MODULES_ENV, LEGACY_APPROVAL_ANNOTATIONS, RUN_LABEL, RUN_UID_LABEL, ExecRequest, Progress, progress_key
 from tether.secrets import Secrets
 from tether.stores import Store
-from tether.tools import AGENT_MODULES_ENV
 
 from . import conditions as C
 from . import kube, metrics

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from tether.api import quantity_value
+from tether.contract import AGENT_MODULES_ENV, TOOL_MODULES_ENV
 
 from .images import repository
 
@@ -229,11 +230,11 @@ class Settings:
             metrics_port=int(num("TETHER_METRICS_PORT", 9090)),
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
             allowed_base_urls=tuple(json.loads(env.get("TETHER_ALLOWED_BASE_URLS") or "[]")),
-            tool_modules=_names(env["TETHER_TOOL_MODULES"]) if env.get("TETHER_TOOL_MODULES", "").strip() else None,
+            tool_modules=_names(env[TOOL_MODULES_ENV]) if env.get(TOOL_MODULES_ENV, "").strip() else None,
             allow_auto_approve=env.get("TETHER_ALLOW_AUTO_APPROVE", "").strip().lower() in ("1", "true", "yes"),
             approval_policy_binding=env.get("TETHER_APPROVAL_POLICY_BINDING") or "tether-approvals",
             allowed_images=tuple(json.loads(env.get("TETHER_ALLOWED_IMAGES") or "[]")),
-            agent_modules=_names(env["TETHER_AGENT_MODULES"]) if env.get("TETHER_AGENT_MODULES", "").strip() else None,
+            agent_modules=_names(env[AGENT_MODULES_ENV]) if env.get(AGENT_MODULES_ENV, "").strip() else None,
             tenancy=env.get("TETHER_TENANCY", "").strip() or "multi-tenant",
             secret_access_policy=env.get("TETHER_SECRET_ACCESS_POLICY") or "tether-secret-access",
         )

@@ -5,7 +5,8 @@ Both sides import these names; a change here changes both ends together:
 - the run request (:class:`ExecRequest`, the REQUEST.json an executor hands ``tether exec``),
 - the progress record the runtime rewrites in the store and the operator mirrors to status
   (:class:`Progress`, at :func:`progress_key`),
-- the exit codes of an attempt,
+- how an attempt ended (:class:`Outcome`, ``tether exec``'s last line and the Flyte task's
+  output) and its exit code,
 - the environment variables one side sets and the other reads, store keys, labels and
   AgentApproval names.
 
@@ -15,6 +16,7 @@ The CRDs themselves are :mod:`tether.api`.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -108,6 +110,37 @@ PROVIDER_KEY_ENV = {
 #: file whose hash differs (exit 2): a request swapped on the way never runs.
 REQUEST_SHA256_ENV = "TETHER_REQUEST_SHA256"
 
+#: Where the attempt's secrets are (``tether.secrets``): a directory (the Kubernetes executor's
+#: projected Secret volume), JSON naming the variables Flyte injected them into, or JSON of the
+#: values themselves (the local executor). The last two are removed from the environment as read.
+SECRETS_DIR_ENV = "TETHER_SECRETS_DIR"
+SECRETS_FROM_ENV = "TETHER_SECRETS_FROM_ENV"
+SECRETS_ENV = "TETHER_SECRETS"
+
+#: The modules the admin allows as tools and as bring-your-own agents (``tools.allowedModules``,
+#: ``agents.allowedModules``): the operator passes them, the runtime and the tool runner enforce them.
+TOOL_MODULES_ENV = "TETHER_TOOL_MODULES"
+AGENT_MODULES_ENV = "TETHER_AGENT_MODULES"
+
+#: JSON ``{AgentTool: address}`` of the tool runners (Kubernetes executor): a Unix socket beside
+#: the agent, or ``tcp://IP:PORT`` of a tool pod; the tokens of the TCP ones are files in the
+#: directory named by ``TOKENS_ENV``, one per AgentTool.
+RUNNERS_ENV = "TETHER_TOOL_RUNNERS"
+TOKENS_ENV = "TETHER_TOOL_TOKENS"
+
+#: Set (to 1) by the Flyte executor on the runs it submits: the task is the process's entry point
+#: (no ``tether exec`` before it), so it reads its secrets itself, and a recoverable failure raises,
+#: so that Flyte's own retries start the next attempt.
+FLYTE_REMOTE_ENV = "TETHER_FLYTE_REMOTE"
+#: JSON ``{AgentTool: deployed tool task}``: AgentTools with their own image or resources run as
+#: child tasks of the ``tether-tool`` environment (the Flyte executor deploys it per image).
+FLYTE_TOOL_TASKS_ENV = "TETHER_FLYTE_TOOL_TASKS"
+
+#: Set (to 1) by ``tether run`` on the attempts it starts: ``tether exec`` prints a line per step.
+PROGRESS_ENV = "TETHER_PROGRESS"
+#: ``tether run --kill-after N`` sets it on an attempt: it SIGKILLs itself after N steps (to watch
+#: a crash and a resume happen).
+KILL_AFTER_STEP_ENV = "TETHER_KILL_AFTER_STEP"
 
 #: The exit codes of ``tether run`` and ``tether exec`` (the values above), for ``--help``.
 EXIT_CODES_HELP = """exit codes:
@@ -190,3 +223,74 @@ class Progress(_Wire):
 
     def pending_approvals(self) -> list[ProgressApproval]:
         return [a for a in self.approvals if not a.decision]
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the agent's run reported: absent from an outcome when it failed before or while running."""
+
+    output: str | None
+    attempt: int
+    pending_approval: str | None
+    model_live: int
+    model_replayed: int
+    tool_live: int
+    tool_replayed: int
+    cost_usd: float
+    saved_usd: float
+    replay_ms: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended: ``tether exec`` prints it as its last stdout line, the Flyte task
+    returns it, executors read it (:meth:`from_json`). ``status`` is ``succeeded``, ``suspended``,
+    ``failed`` or ``interrupted``; ``exit_code`` one of the ``EXIT_`` codes above."""
+
+    run_id: str
+    status: str
+    exit_code: int
+    error: str | None = None
+    figures: Figures | None = None
+    #: The runtime's count of the starts of a Flyte run (the backend's own count misses some).
+    attempts: int | None = None
+    #: A start past the run's retries: nothing ran, the run fails.
+    retries_exhausted: bool = False
+    #: A warm worker's timings (``tether exec --warm``): what ``tether run`` and tests read.
+    warm_worker: dict[str, float] | None = None
+
+    def to_json(self) -> str:
+        """The one JSON form: ``error`` only when there is one, the figures flat beside it."""
+        doc: dict[str, Any] = {"run_id": self.run_id, "status": self.status}
+        if self.error is not None:
+            doc["error"] = self.error
+        if self.figures is not None:
+            doc.update(asdict(self.figures))
+        doc["exit_code"] = self.exit_code
+        if self.attempts is not None:
+            doc["attempts"] = self.attempts
+        if self.retries_exhausted:
+            doc["retries_exhausted"] = True
+        if self.warm_worker is not None:
+            doc["warm_worker"] = self.warm_worker
+        return json.dumps(doc)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Outcome:
+        """The outcome :meth:`to_json` wrote; ValueError (or KeyError) on anything else."""
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ValueError("an outcome is a JSON object")
+        figures = None
+        if "attempt" in doc:
+            figures = Figures(**{name: doc[name] for name in Figures.__dataclass_fields__})
+        return cls(
+            str(doc["run_id"]),
+            str(doc["status"]),
+            int(doc["exit_code"]),
+            doc.get("error"),
+            figures,
+            doc.get("attempts"),
+            bool(doc.get("retries_exhausted")),
+            doc.get("warm_worker"),
+        )

@@ -1,8 +1,11 @@
-"""One attempt of an AgentRun: what ``tether exec`` runs, as a Flyte task.
+"""One attempt of an AgentRun, as a Flyte task.
 
-The Flyte task ``agent_run`` takes the exec request (the AgentRun spec with its AgentTools,
-resolved by the operator or by ``tether run``) and the store URL, runs the agent through its
-framework adapter and returns an outcome whose ``exit_code`` executors understand:
+:func:`attempt` takes the run request (:class:`tether.contract.ExecRequest`: the AgentRun spec
+with its AgentTools, resolved by the operator or by ``tether run``) and the store URL, runs the
+agent through its framework adapter and returns the typed :class:`tether.contract.Outcome`, whose
+``exit_code`` executors understand. Two edges reach it: ``tether exec`` hands it the request it
+parsed (:func:`run_here`, a Flyte local execution in that process: nothing serialised), and the
+Flyte executor's runs start the task ``agent_run`` (JSON request in, JSON outcome out: Flyte's wire).
 
     0  succeeded          3  suspended: waiting for a human approval (nothing is held)
     2  terminal failure   1  recoverable failure: start the attempt again (it replays)
@@ -12,17 +15,21 @@ framework adapter and returns an outcome whose ``exit_code`` executors understan
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import flyte
 
+from . import secrets as tether_secrets
 from .agent import Tool, load_adapter, run_agent
 from .api import AgentToolSpec
 from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
@@ -30,7 +37,18 @@ from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
 from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from .contract import EXIT_TERMINAL as EXIT_TERMINAL
-from .contract import ExecRequest
+from .contract import (
+    FLYTE_REMOTE_ENV,
+    FLYTE_TOOL_TASKS_ENV,
+    KILL_AFTER_STEP_ENV,
+    PROGRESS_ENV,
+    PROVIDER_KEY_ENV,
+    SECRETS_FROM_ENV,
+    ExecRequest,
+    Figures,
+    Outcome,
+    Progress,
+)
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
 from .secrets import tool_secrets
@@ -48,7 +66,6 @@ env = flyte.TaskEnvironment(name="tether-runtime")
 tool_env = flyte.TaskEnvironment(name="tether-tool")
 """AgentTools with their own image or resources run as child tasks of this environment (the Flyte
 executor deploys it per image and names them in ``$TETHER_FLYTE_TOOL_TASKS``)."""
-TOOL_TASKS_ENV = "TETHER_FLYTE_TOOL_TASKS"
 
 
 def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> Tool:
@@ -85,7 +102,7 @@ def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | No
             tool.spec.code = described["code"]  # the cross-run cache follows the tool's own code
         return tool
     tool.spec.secrets = tool_secrets(name)
-    child = json.loads(os.environ.get(TOOL_TASKS_ENV) or "{}").get(name)
+    child = json.loads(os.environ.get(FLYTE_TOOL_TASKS_ENV) or "{}").get(name)
     if child is not None and os.environ.get(FLYTE_REMOTE_ENV) == "1":
         tool.task = ChildToolTask(name, spec.implementation, child)
     return tool
@@ -113,8 +130,6 @@ class ChildToolTask:
         if os.environ.get(TOOL_MODULES_ENV):  # the child enforces the allowlist its parent was given
             env[TOOL_MODULES_ENV] = os.environ[TOOL_MODULES_ENV]
         if self.ref.get("secrets"):  # the tool's own Secret references, injected into its task only
-            from .secrets import SECRETS_FROM_ENV
-
             overrides["secrets"] = [flyte.Secret(key=key, group=group, as_env_var=var) for group, key, _, var in self.ref["secrets"]]
             env[SECRETS_FROM_ENV] = json.dumps({path: var for _, _, path, var in self.ref["secrets"]})
         if env:
@@ -159,9 +174,9 @@ def classify_exception(e: BaseException) -> int:
     return EXIT_TERMINAL
 
 
-async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent], None] | None = None) -> dict[str, Any]:
+async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent], None] | None = None) -> Outcome:
+    """Run one attempt of the request against ``store``; how it ended (never raises)."""
     spec = request.spec
-    outcome: dict[str, Any] = {"run_id": request.run_id}
     try:
         missing = [name for name in spec.tools if name not in request.tools]
         if missing:
@@ -175,9 +190,9 @@ async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent
         tools = [tool_from_spec(name, request.tools[name], allowed) for name in spec.tools]
         adapter = load_adapter(spec.framework)
     except Exception as e:  # the run could not start: say why where status is read, not only in a log
-        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
-        _publish_failed_start(store, request.run_id, outcome["error"])
-        return outcome
+        failed = Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")
+        _publish_failed_start(store, request.run_id, failed.error or "")
+        return failed
     try:
         provider = spec.model.provider
         result = await run_agent(
@@ -200,13 +215,10 @@ async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent
             on_step=on_step,
         )
     except Interrupted as e:  # a clean stop: what finished is recorded; the next attempt replays it
-        outcome.update(status="interrupted", error=str(e), exit_code=EXIT_INTERRUPTED)
-        return outcome
+        return Outcome(request.run_id, "interrupted", EXIT_INTERRUPTED, error=str(e))
     except Exception as e:
-        outcome.update(status="failed", error=f"{type(e).__name__}: {e}", exit_code=classify_exception(e))
-        return outcome
-    outcome.update(
-        status=result.status,
+        return Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")
+    figures = Figures(
         output=result.output,
         attempt=result.attempt,
         pending_approval=result.pending_approval,
@@ -217,15 +229,14 @@ async def execute(request: ExecRequest, store: str, on_step: Callable[[StepEvent
         cost_usd=result.cost_usd,
         saved_usd=result.saved_usd,
         replay_ms=round(result.replay_ms, 2),
-        exit_code=EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED,
     )
-    return outcome
+    return Outcome(request.run_id, result.status, EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED, figures=figures)
 
 
 def step_printer(stream: TextIO | None = sys.stdout) -> Callable[[StepEvent], None]:
     """Progress lines as steps complete (``stream=None``: silent); ``$TETHER_KILL_AFTER_STEP``
     SIGKILLs the process after that many steps (to watch a crash and a resume happen)."""
-    kill_after = int(os.environ.get("TETHER_KILL_AFTER_STEP") or 0)
+    kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV) or 0)
 
     def on_step(e: StepEvent) -> None:
         if stream is not None:
@@ -253,7 +264,6 @@ def _print_step(e: StepEvent, stream: TextIO) -> None:
 def _publish_failed_start(store: str, run_id: str, error: str) -> None:
     """Progress for an attempt that failed before the agent started: the cause, and no figures
     of an earlier attempt (the operator and ``tether run`` show this document)."""
-    from .contract import Progress
     from .progress import write_progress
     from .stores import open_store
 
@@ -261,12 +271,6 @@ def _publish_failed_start(store: str, run_id: str, error: str) -> None:
         write_progress(open_store(store), run_id, Progress(phase="Failed", error=error, updated_at=time.time()))
     except Exception:  # the store is what failed, or is unreachable: the exit code still tells
         pass
-
-
-FLYTE_REMOTE_ENV = "TETHER_FLYTE_REMOTE"
-"""Set (to 1) by the Flyte executor on the runs it submits: the task is the process's entry point
-(no ``tether exec`` before it), so it reads its secrets itself, and a recoverable failure raises,
-so that Flyte's own retries start the next attempt."""
 
 
 class RecoverableAttempt(RuntimeError):
@@ -277,8 +281,6 @@ class RecoverableAttempt(RuntimeError):
 async def tool_call(implementation: str, tool: str, arguments: str) -> str:
     """One call of AgentTool ``tool`` in its own task: JSON arguments in, JSON result out. Its
     secrets (and only its) are injected into this task by the Flyte executor."""
-    from . import secrets as tether_secrets
-
     secrets = tether_secrets.load()
     fn = import_tool(tool, implementation, allowed_tool_modules())
     if isinstance(fn, Tool):
@@ -303,13 +305,11 @@ async def warm_up() -> None:
 
 @env.task
 async def agent_run(request: str, store: str) -> str:
-    """Run one attempt of an AgentRun (JSON exec request) against ``store``; JSON outcome."""
+    """The Flyte executor's entry point: one attempt of an AgentRun (JSON run request) against
+    ``store``; the JSON outcome. Parsed and serialised here, once: this is Flyte's wire."""
     parsed = ExecRequest.model_validate_json(request)
     remote = os.environ.get(FLYTE_REMOTE_ENV) == "1"
-    if remote:
-        from . import secrets as tether_secrets
-        from .contract import PROVIDER_KEY_ENV
-
+    if remote:  # no `tether exec` before this task: its secrets are read here, once
         tether_secrets.use(tether_secrets.load(), PROVIDER_KEY_ENV.get(parsed.spec.model.provider))
     starts = 0
     if remote:
@@ -319,16 +319,15 @@ async def agent_run(request: str, store: str) -> str:
             error = f"counting this attempt in the store: {type(e).__name__}: {e}"
             if classify_exception(e) == EXIT_RECOVERABLE:
                 raise RecoverableAttempt(error) from e
-            return json.dumps({"run_id": parsed.run_id, "status": "failed", "error": error, "exit_code": EXIT_TERMINAL})
+            return Outcome(parsed.run_id, "failed", EXIT_TERMINAL, error=error).to_json()
         if starts > parsed.spec.retries + 1:
-            return json.dumps(_restarts_exhausted(parsed, starts))
-    show = os.environ.get("TETHER_PROGRESS") == "1"
-    outcome = await execute(parsed, store, step_printer(sys.stdout if show else None))
-    if remote and outcome["exit_code"] in (EXIT_RECOVERABLE, EXIT_INTERRUPTED):
-        raise RecoverableAttempt(outcome.get("error") or "recoverable failure")
+            return _restarts_exhausted(parsed, starts).to_json()
+    outcome = await attempt(parsed, store, step_printer(sys.stdout if os.environ.get(PROGRESS_ENV) == "1" else None))
+    if remote and outcome.exit_code in (EXIT_RECOVERABLE, EXIT_INTERRUPTED):
+        raise RecoverableAttempt(outcome.error or "recoverable failure")
     if starts:
-        outcome["attempts"] = starts
-    return json.dumps(outcome)
+        outcome = dataclasses.replace(outcome, attempts=starts)
+    return outcome.to_json()
 
 
 def _claim_start(request: ExecRequest, store: str) -> int:
@@ -353,18 +352,45 @@ def _claim_start(request: ExecRequest, store: str) -> int:
     return n
 
 
-def _restarts_exhausted(request: ExecRequest, starts: int) -> dict[str, Any]:
+def _restarts_exhausted(request: ExecRequest, starts: int) -> Outcome:
     """The outcome of a start past the run's retries: nothing runs, the run fails saying why."""
     retries = request.spec.retries
     error = (
         f"attempt {starts}: retries exhausted ({retries}); the Flyte backend started the task again after "
         "a pod that exited with a bare exit code (killed, out of memory or crashed), which it does not count as an attempt"
     )
-    return {
-        "run_id": request.run_id,
-        "status": "failed",
-        "error": error,
-        "exit_code": EXIT_TERMINAL,
-        "attempts": starts,
-        "retries_exhausted": True,
-    }
+    return Outcome(request.run_id, "failed", EXIT_TERMINAL, error=error, attempts=starts, retries_exhausted=True)
+
+
+@dataclass
+class _Handed:
+    request: ExecRequest
+    store: str
+    on_step: Callable[[StepEvent], None] | None
+    outcome: Outcome | None = None
+
+
+#: Attempts :func:`run_here` hands to :func:`attempt_here`, by a key only this process knows.
+_handed: dict[str, _Handed] = {}
+
+
+def run_here(request: ExecRequest, store: str, on_step: Callable[[StepEvent], None] | None = None) -> Outcome:
+    """One attempt in this process, as a Flyte local execution (``tether exec``): inside Flyte's
+    task context (a tool that is a Flyte task, the run's report), with the request handed over as
+    the object the caller parsed and the outcome handed back typed. A local execution runs in this
+    process, so nothing needs to cross a wire: only a key goes through Flyte."""
+    key = uuid.uuid4().hex
+    handed = _handed[key] = _Handed(request, store, on_step)
+    try:
+        flyte.run(attempt_here, key)
+    finally:
+        _handed.pop(key, None)
+    assert handed.outcome is not None  # attempt() returns an outcome for every failure
+    return handed.outcome
+
+
+@env.task
+async def attempt_here(key: str) -> None:
+    """The task of :func:`run_here`: the attempt it handed over, in this process."""
+    handed = _handed[key]
+    handed.outcome = await attempt(handed.request, handed.store, handed.on_step)

@@ -60,9 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-SECRETS_DIR_ENV = "TETHER_SECRETS_DIR"
-SECRETS_ENV = "TETHER_SECRETS"
-SECRETS_FROM_ENV = "TETHER_SECRETS_FROM_ENV"
+from .contract import SECRETS_DIR_ENV as SECRETS_DIR_ENV  # where the secrets are: one name for both sides
+from .contract import SECRETS_ENV as SECRETS_ENV
+from .contract import SECRETS_FROM_ENV as SECRETS_FROM_ENV
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .contract import RUNNERS_ENV as RUNNERS_ENV  # the operator sets them (tether.contract)
+from .contract import TOKENS_ENV as TOKENS_ENV
 from .errors import ConfigError, ToolRunnerUnavailable
 from .tools import ToolFailed, ToolSpec, _idempotency_key, _invoke, code_hash, encode_result, idempotency_key
 
-RUNNERS_ENV = "TETHER_TOOL_RUNNERS"
-TOKENS_ENV = "TETHER_TOOL_TOKENS"
-"""Directory of the tokens of the tools whose runners listen on TCP, one file per AgentTool."""
 WAIT_ENV = "TETHER_TOOL_RUNNER_WAIT"
 """Seconds a call waits for its runner's socket to accept (a runner still starting, or restarting
 after a crash) before the attempt fails recoverably; default 60."""

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_json, fingerprint, sha256_hex
+from .contract import AGENT_MODULES_ENV as AGENT_MODULES_ENV  # the operator sets them (tether.contract)
+from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
 from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .run import Run, current_run
@@ -304,9 +306,7 @@ def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = No
 
 # ------------------------------------------------------ which modules may be tools or agents
 
-TOOL_MODULES_ENV = "TETHER_TOOL_MODULES"
 TOOL_ENTRY_POINTS = "tether.tools"
-AGENT_MODULES_ENV = "TETHER_AGENT_MODULES"
 AGENT_ENTRY_POINTS = "tether.agents"
 
 

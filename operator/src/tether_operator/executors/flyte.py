@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tether.api import Resources
-from tether.contract import AttemptEnd, attempt_end
+from tether.contract import AttemptEnd, Outcome, attempt_end
 
 from .base import Capability, Execution, ExecutionState, ExecutionStatus, FollowingExecutor, Submission
 
@@ -301,16 +301,14 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
         the namespace's Flyte project (the run is launched there)."""
         import flyte
 
-        from tether.entrypoint import FLYTE_REMOTE_ENV, TOOL_TASKS_ENV
-        from tether.secrets import SECRETS_FROM_ENV
-        from tether.tools import TOOL_MODULES_ENV
+        from tether.contract import FLYTE_REMOTE_ENV, FLYTE_TOOL_TASKS_ENV, SECRETS_FROM_ENV, TOOL_MODULES_ENV
 
         spec = sub.request.spec
         env = {**sub.env, FLYTE_REMOTE_ENV: "1"}
         if self.tool_modules is not None:  # as the Kubernetes executor's pods: the runtime enforces it
             env[TOOL_MODULES_ENV] = ",".join(self.tool_modules)
         if tool_tasks:
-            env[TOOL_TASKS_ENV] = json.dumps(tool_tasks, sort_keys=True)
+            env[FLYTE_TOOL_TASKS_ENV] = json.dumps(tool_tasks, sort_keys=True)
         secrets = []
         names: dict[str, str] = {}
         own = [f for f in sub.secret_files if not any(f.path.startswith(f"tools/{t}/") for t in tool_tasks or {})]
@@ -482,23 +480,22 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
     async def _outcome(self, run: _Execution, remote: Any) -> None:
         """A succeeded Flyte run ran the task to its end: its output says how the attempt ended."""
         outputs = await remote.outputs.aio()
-        outcome = json.loads(outputs[0])
-        code = int(outcome["exit_code"])
-        run.exit_code = code
+        outcome = Outcome.from_json(outputs[0])
+        code = run.exit_code = outcome.exit_code
         # The runtime counts its starts: the backend makes a pod that died with a bare exit code
         # again under the same attempt number, so Flyte's count misses those attempts.
-        run.attempts = max(run.attempts, int(outcome.get("attempts") or 0))
-        if outcome.get("retries_exhausted"):
+        run.attempts = max(run.attempts, outcome.attempts or 0)
+        if outcome.retries_exhausted:
             run.failures = run.attempts - 1
         end = attempt_end(code)
         if end is AttemptEnd.SUCCEEDED:
             run.state = ExecutionState.SUCCEEDED
         elif end is AttemptEnd.SUSPENDED:
             run.state, run.message = ExecutionState.SUSPENDED, "waiting for an approval"
-        elif outcome.get("retries_exhausted"):
-            run.state, run.message = ExecutionState.FAILED, str(outcome.get("error"))
+        elif outcome.retries_exhausted:
+            run.state, run.message = ExecutionState.FAILED, str(outcome.error)
         else:
-            run.state, run.message = ExecutionState.FAILED, f"terminal failure: {outcome.get('error') or f'exit code {code}'}"
+            run.state, run.message = ExecutionState.FAILED, f"terminal failure: {outcome.error or f'exit code {code}'}"
         run.changed.set()
 
 

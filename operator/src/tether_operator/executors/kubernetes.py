@@ -51,9 +51,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tether.api import API_VERSION, Resources
-from tether.contract import REQUEST_SHA256_ENV
-from tether.toolrunner import RUNNERS_ENV, TOKENS_ENV
-from tether.tools import TOOL_MODULES_ENV
+from tether.contract import REQUEST_SHA256_ENV, RUNNERS_ENV, SECRETS_DIR_ENV, TOKENS_ENV, TOOL_MODULES_ENV
 
 from .. import kube
 from ..conditions import Reason
@@ -201,7 +199,7 @@ def tool_container(
     if files:
         volumes.append(_secrets_volume(f"tool-{index}-secrets", files))
         mounts.append({"name": f"tool-{index}-secrets", "mountPath": SECRETS_DIR, "readOnly": True})
-        env.append({"name": "TETHER_SECRETS_DIR", "value": SECRETS_DIR})
+        env.append({"name": SECRETS_DIR_ENV, "value": SECRETS_DIR})
     if tool_modules is not None:
         env.append({"name": TOOL_MODULES_ENV, "value": ",".join(tool_modules)})
     container: dict[str, Any] = {
@@ -280,7 +278,7 @@ def runner_pod(
     spec = sub.request.spec
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": "/tmp"},  # the root filesystem is read-only
-        {"name": "TETHER_SECRETS_DIR", "value": SECRETS_DIR},
+        {"name": SECRETS_DIR_ENV, "value": SECRETS_DIR},
         {"name": REQUEST_SHA256_ENV, "value": request_sha256(sub)},  # the request file must match
     ]
     if tool_modules is not None:  # the chart's tools.allowedModules; else the image's own tools

@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from tether.secrets import SECRETS_ENV, Secrets
+from tether.contract import AGENT_MODULES_ENV, SECRETS_ENV, TOOL_MODULES_ENV, Outcome
+from tether.secrets import Secrets
 
 from .base import EXIT_SUCCEEDED, AttemptingExecutor, Capability, Execution, ExecutionState, Submission
 
@@ -39,7 +40,7 @@ _PASSED_ENV = frozenset(
         "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
         "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV",
         "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENAI_AGENTS_DISABLE_TRACING",
-        "TETHER_TOOL_MODULES", "TETHER_AGENT_MODULES", "TETHER_PRICES",
+        TOOL_MODULES_ENV, AGENT_MODULES_ENV, "TETHER_PRICES",
     }
 )  # fmt: skip
 _PASSED_PREFIXES = ("LC_", "AWS_", "TETHER_UPSTREAM_")
@@ -211,8 +212,8 @@ def _outcome_error(log: Path) -> str | None:
     for line in reversed(lines[-50:]):
         if line.startswith("{") and '"exit_code"' in line:
             try:
-                error = json.loads(line).get("error")
-            except ValueError:
+                error = Outcome.from_json(line).error
+            except (ValueError, KeyError, TypeError):
                 return None
             return str(error)[:1024] if error else None
     return None

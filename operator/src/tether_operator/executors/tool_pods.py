@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-from tether.toolrunner import RUNNERS_ENV
+from tether.contract import RUNNERS_ENV
 
 from .. import kube
 from ..conditions import Reason

@@ -1,6 +1,10 @@
 """``tether exec REQUEST.json --store URL``: one attempt of an AgentRun, as a Flyte local
 execution. Executors (the operator's local executor, ``tether run``) start it and read the exit
-code: 0 succeeded, 1 recoverable (start again), 2 terminal, 3 suspended awaiting approval.
+code: 0 succeeded, 1 recoverable (start again), 2 terminal, 3 suspended awaiting approval; the
+last stdout line is the outcome (:class:`tether.contract.Outcome`, as JSON).
+
+The request is read and parsed once, here, and handed to :func:`tether.entrypoint.run_here` as
+the object; the typed outcome comes back and is written once, here.
 
 Secrets (``tether.secrets``) are read first, from ``$TETHER_SECRETS_DIR`` or ``$TETHER_SECRETS``
 (removed from the environment then), before any agent or tool module is imported. With ``$TETHER_REQUEST_SHA256`` set (the Kubernetes
@@ -17,18 +21,17 @@ agent module is imported before ``go``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
-import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from .. import secrets as tether_secrets
 from .. import stopping
-from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL
+from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL, PROGRESS_ENV, PROVIDER_KEY_ENV, ExecRequest
 from . import EXIT_CODES_HELP, command_name, request_is_the_executors, secrets_or_refusal
 
 #: What a warm worker waits for on stdin before it runs its attempt.
@@ -62,8 +65,6 @@ def main(argv: list[str]) -> int:
     if not request_is_the_executors(data, args.request, "tether exec"):  # swapped or squatted
         return EXIT_TERMINAL
     text = data.decode()
-    from ..contract import PROVIDER_KEY_ENV, ExecRequest
-
     try:
         request = ExecRequest.model_validate_json(text)
     except ValueError as e:
@@ -73,12 +74,11 @@ def main(argv: list[str]) -> int:
 
     import flyte
 
-    from ..entrypoint import agent_run
+    from ..entrypoint import run_here, step_printer
 
-    if args.progress:
-        os.environ["TETHER_PROGRESS"] = "1"
+    on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None)
     flyte.init()
-    worker: dict[str, Any] | None = None
+    worker: dict[str, float] | None = None
     if args.warm:
         _warm_up(request.spec.framework)
         # What is here now lives as long as the process: the collector need not walk it again
@@ -93,14 +93,14 @@ def main(argv: list[str]) -> int:
         go, go_cpu = time.time(), time.process_time()
         # What the parent and tests read: this process was started (and ready) before its turn.
         worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
-    run = flyte.run(agent_run, request.model_dump_json(by_alias=True), args.store)
-    outcome = json.loads(run.outputs()[0])
+    outcome = run_here(request, args.store, on_step)
     if worker is not None:
         # CPU time from 'go' to the outcome: what the retry costs apart from waiting for a core.
-        outcome["warm_worker"] = {**worker, "cpu_ms_after_go": round(1000 * (time.process_time() - go_cpu), 1)}
-    print(json.dumps(outcome), flush=True)
-    if outcome.get("error"):
-        print(f"tether exec: {outcome['error']}", file=sys.stderr)
+        worker["cpu_ms_after_go"] = round(1000 * (time.process_time() - go_cpu), 1)
+        outcome = dataclasses.replace(outcome, warm_worker=worker)
+    print(outcome.to_json(), flush=True)
+    if outcome.error:
+        print(f"tether exec: {outcome.error}", file=sys.stderr)
     # The attempt is over and everything it wrote is durable (the journal closed, the outcome
     # printed): leave without the interpreter's teardown of the framework's modules and heap
     # (measured: 40 ms of a warm retry's 106 ms on an idle machine; 2.8 s of 3.1 s loaded).
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     # Pipes closed first: the kernel frees a dying process's memory before its files, so a parent
     # reading to the end of output (tether run) has the outcome without waiting for that (~20 ms).
     os.closerange(0, 3)
-    os._exit(int(outcome["exit_code"]))
+    os._exit(outcome.exit_code)
 
 
 def _warm_up(framework: str) -> None:

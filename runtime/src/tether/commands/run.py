@@ -44,7 +44,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ManifestError, load_manifests
-from ..contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_SUCCEEDED, EXIT_TERMINAL, AttemptEnd, ExecRequest, attempt_end
+from ..contract import (
+    EXIT_INTERRUPTED,
+    EXIT_RECOVERABLE,
+    EXIT_SUCCEEDED,
+    EXIT_TERMINAL,
+    KILL_AFTER_STEP_ENV,
+    PROGRESS_ENV,
+    AttemptEnd,
+    ExecRequest,
+    attempt_end,
+)
 from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules
@@ -152,7 +162,7 @@ def main(argv: list[str]) -> int:
         return EXIT_TERMINAL
     the_store.put(manifest_key(run_id), json.dumps(current, sort_keys=True).encode())
     here = args.manifest.resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])), "TETHER_PROGRESS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])), PROGRESS_ENV: "1"}
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     # The manifest's own tool modules (beside it: the user's code on the user's machine) are
     # allowed besides the image's declared ones; the standard library never is (tether.tools).
@@ -226,7 +236,7 @@ def _attempts(
     def start(attempt: int) -> subprocess.Popen[str]:
         attempt_env = dict(env)
         if kill_after and attempt == 1:
-            attempt_env["TETHER_KILL_AFTER_STEP"] = str(kill_after)
+            attempt_env[KILL_AFTER_STEP_ENV] = str(kill_after)
         extra = ["--warm"] if warm else []
         return subprocess.Popen(
             command + extra,

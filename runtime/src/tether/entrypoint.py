@@ -24,7 +24,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 import flyte
@@ -218,18 +217,8 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
         return Outcome(request.run_id, "interrupted", EXIT_INTERRUPTED, error=str(e))
     except Exception as e:
         return Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")
-    figures = Figures(
-        output=result.output,
-        attempt=result.attempt,
-        pending_approval=result.pending_approval,
-        model_live=result.model_live,
-        model_replayed=result.model_replayed,
-        tool_live=result.tool_live,
-        tool_replayed=result.tool_replayed,
-        cost_usd=result.cost_usd,
-        saved_usd=result.saved_usd,
-        replay_ms=round(result.replay_ms, 2),
-    )
+    # The figures are the AgentResult's fields of the same names (replay time rounded).
+    figures = Figures(**{f.name: getattr(result, f.name) for f in dataclasses.fields(Figures)} | {"replay_ms": round(result.replay_ms, 2)})
     return Outcome(request.run_id, result.status, EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED, figures=figures)
 
 
@@ -362,7 +351,7 @@ def _restarts_exhausted(request: ExecRequest, starts: int) -> Outcome:
     return Outcome(request.run_id, "failed", EXIT_TERMINAL, error=error, attempts=starts, retries_exhausted=True)
 
 
-@dataclass
+@dataclasses.dataclass
 class _Handed:
     request: ExecRequest
     store: str

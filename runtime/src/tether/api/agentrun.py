@@ -32,9 +32,24 @@ from .shared import (
     Toleration,
     _cel,
     _conditions,
+    _observed_generation,
     _Wire,
     parse_duration,
 )
+
+__all__ = [
+    "BYO_AGENT_OWN_TOOLS",
+    "AgentRunSpec",
+    "AgentRunStatus",
+    "ApprovalStatus",
+    "Divergence",
+    "Execution",
+    "Limits",
+    "Model",
+    "Result",
+    "Steps",
+    "Usage",
+]
 
 # ---------------------------------------------------------------------------------- AgentRun
 
@@ -294,10 +309,7 @@ class AgentRunStatus(_Wire):
 
     model_config = ConfigDict(extra="ignore")
 
-    observed_generation: int = Field(
-        default=-1,
-        description="metadata.generation last acted on; -1 until the operator has looked.",
-    )
+    observed_generation: int = _observed_generation()
     phase: Phase | None = Field(default=None, description="Pending, Running, AwaitingApproval, Succeeded or Failed.")
     conditions: list[Condition] = _conditions()
     execution: Execution | None = Field(default=None, description="Where the run executes.")

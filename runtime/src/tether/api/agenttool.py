@@ -25,9 +25,12 @@ from .shared import (
     Text,
     _cel,
     _conditions,
+    _observed_generation,
     _Wire,
     parse_duration,
 )
+
+__all__ = ["CACHE_WITH_APPROVAL", "MIN_APPROVAL_TIMEOUT", "AgentToolSpec", "AgentToolStatus", "Approval", "EnvFromSecret"]
 
 # --------------------------------------------------------------------------------- AgentTool
 
@@ -199,8 +202,5 @@ class AgentToolStatus(_Wire):
 
     model_config = ConfigDict(extra="ignore")
 
-    observed_generation: int = Field(
-        default=-1,
-        description="metadata.generation last acted on; -1 until the operator has looked.",
-    )
+    observed_generation: int = _observed_generation()
     conditions: list[Condition] = _conditions()

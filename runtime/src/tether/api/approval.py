@@ -9,7 +9,9 @@ from pydantic import (
     Field,
 )
 
-from .shared import DNS_SUBDOMAIN, MAX_RUN_NAME, Condition, _conditions, _Wire
+from .shared import DNS_SUBDOMAIN, MAX_RUN_NAME, Condition, _conditions, _observed_generation, _Wire
+
+__all__ = ["APPROVAL_ID", "AgentApprovalSpec", "AgentApprovalStatus"]
 
 # ------------------------------------------------------------------------------ AgentApproval
 
@@ -38,8 +40,5 @@ class AgentApprovalStatus(_Wire):
 
     model_config = ConfigDict(extra="ignore")
 
-    observed_generation: int = Field(
-        default=-1,
-        description="metadata.generation last acted on; -1 until the operator has looked.",
-    )
+    observed_generation: int = _observed_generation()
     conditions: list[Condition] = _conditions()

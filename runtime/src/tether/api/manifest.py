@@ -18,6 +18,21 @@ from .agentrun import AgentRunSpec, AgentRunStatus
 from .agenttool import AgentToolSpec, AgentToolStatus
 from .shared import API_VERSION, DNS_LABEL, DNS_SUBDOMAIN, MAX_NAME, MAX_RUN_NAME, _Wire
 
+__all__ = [
+    "AgentRunManifest",
+    "AgentToolManifest",
+    "Manifest",
+    "ManifestError",
+    "ObjectMeta",
+    "RunMeta",
+    "SpecT",
+    "load_manifest",
+    "load_manifests",
+    "parse_manifest",
+    "read_spec",
+    "validation_problems",
+]
+
 # ------------------------------------------------------------------------------------ manifests
 
 

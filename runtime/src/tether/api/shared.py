@@ -20,6 +20,46 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+__all__ = [
+    "API_VERSION",
+    "CPU",
+    "DNS_LABEL",
+    "DNS_SUBDOMAIN",
+    "DURATION",
+    "ENV_NAME",
+    "GPU",
+    "GROUP",
+    "IMAGE_REF",
+    "IMPORT_PATH",
+    "LABEL_VALUE",
+    "MAX_CPU",
+    "MAX_DURATION",
+    "MAX_INPUT",
+    "MAX_INSTRUCTIONS",
+    "MAX_NAME",
+    "MAX_RUN_NAME",
+    "MEMORY_RANGE",
+    "QUANTITY",
+    "SECRET_KEY",
+    "VERSION",
+    "BaseURL",
+    "Condition",
+    "Duration",
+    "Framework",
+    "Image",
+    "LabelValue",
+    "Memory",
+    "ObjectName",
+    "Phase",
+    "Provider",
+    "Resources",
+    "SecretKeyRef",
+    "Text",
+    "Toleration",
+    "parse_duration",
+    "quantity_value",
+]
+
 GROUP = "tether.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -375,6 +415,10 @@ class Condition(_Wire):
     message: str = Field(default="", max_length=32768, description="Human-readable details.")
     last_transition_time: datetime | None = Field(default=None, description="When the status last changed.")
     observed_generation: int | None = Field(default=None, description="metadata.generation this condition was set for.")
+
+
+def _observed_generation() -> Any:
+    return Field(default=-1, description="metadata.generation last acted on; -1 until the operator has looked.")
 
 
 def _conditions() -> Any:

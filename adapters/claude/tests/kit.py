@@ -41,6 +41,7 @@ MULTI_SCRIPT = [
 def multi_agent(tools: list) -> object:
     """Options with a ``weather`` subagent (the SDK's ``agents=``) that holds get_weather."""
     from claude_agent_sdk import AgentDefinition, ClaudeAgentOptions
+
     from tether_claude import ClaudeAgent, tool_name
 
     by_name = {t.name: t for t in tools}

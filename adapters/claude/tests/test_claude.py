@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
-from tether_claude import ClaudeAgent, run_agent, tool, tool_name
 
 from tether.progress import read_progress
 from tether.run import Run
@@ -25,6 +24,7 @@ from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 from tether.wire.proxy import shared_proxy
+from tether_claude import ClaudeAgent, run_agent, tool, tool_name
 
 MODEL = "claude-sonnet-4-5"
 KEY = "sk-ant-test-secret-0123456789"

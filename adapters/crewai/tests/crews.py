@@ -91,9 +91,8 @@ def child(args: dict) -> int:
     import json
     import signal
 
-    from tether_crewai import run_agent
-
     from tests.conformance.agents import TOOLS  # defining a tool imports Flyte: not in the zygote
+    from tether_crewai import run_agent
 
     turns = 0
 

@@ -30,6 +30,7 @@ def multi_agent(tools: list) -> object:
     """A crew as CrewAI documents one: agents with roles, tasks handed from one to the next (model
     names only: the adapter routes every agent's LLM through the seam)."""
     from crewai import Agent, Crew, Process, Task
+
     from tether_crewai import crewai_tool
 
     by_name = {t.name: t for t in tools}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from deepagents import create_deep_agent
 from langchain_openai import ChatOpenAI
+
 from tether_deepagents import langchain_tool, openai_base_url
 
 FRAMEWORK = "deepagents"

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tether_deepagents import TetherCheckpointer, run_agent
 
 from tether import tool
 from tether.agent import AgentSession
@@ -20,6 +19,7 @@ from tether.memory import Memory
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider, Fault
 from tether.testing.script import Script
+from tether_deepagents import TetherCheckpointer, run_agent
 
 MODEL = "gpt-4o-mini"
 calls: list[str] = []
@@ -139,6 +139,7 @@ async def test_your_own_deep_agent_keeps_its_files_under_a_memory_key_and_is_lef
     from deepagents import create_deep_agent
     from langchain_openai import ChatOpenAI
     from langgraph.channels.delta import DeltaChannel
+
     from tether_deepagents import langchain_tool, openai_base_url
 
     agent = create_deep_agent(model=ChatOpenAI(model=MODEL, base_url=openai_base_url(), max_retries=0), tools=[langchain_tool(get_weather)])

@@ -16,11 +16,13 @@ PROMPT = "transfer: refund order 7"
 
 def preload() -> None:
     import google.adk.agents  # noqa: F401
+
     import tether_google_adk  # noqa: F401
 
 
 def child(args: dict) -> int:
     from google.adk.agents import LlmAgent
+
     from tether_google_adk import adk_tool, run_agent, tool
 
     @tool  # defined here, not at import: defining a tool starts a thread, which a fork would not copy

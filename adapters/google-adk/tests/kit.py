@@ -32,6 +32,7 @@ def multi_agent(tools: list) -> object:
     (model names only: the adapter routes both agents through the seam)."""
     from google.adk.agents import LlmAgent
     from google.adk.tools.agent_tool import AgentTool
+
     from tether_google_adk import adk_tool
 
     by_name = {t.name: t for t in tools}

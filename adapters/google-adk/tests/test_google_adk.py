@@ -16,10 +16,10 @@ import pytest
 from google.adk.agents import LlmAgent, ParallelAgent, SequentialAgent
 from google.adk.models import Gemini
 from google.adk.tools import FunctionTool
-from tether_google_adk import ADAPTER, adk_tool, run_agent, tool
 
 from tether.testing.fake_provider import FakeProvider, Fault
 from tether.testing.script import Script
+from tether_google_adk import ADAPTER, adk_tool, run_agent, tool
 
 MODEL = "gemini-2.5-flash"
 executions: list[str] = []

@@ -31,6 +31,7 @@ def multi_agent(tools: list) -> object:
     """A coordinator that may delegate (Hermes' ``delegation`` toolset); its sub-agents inherit
     its endpoint and its Tether tools, as Hermes' ``delegate_task`` builds them."""
     from run_agent import AIAgent
+
     from tether_hermes import TOOLSET, HermesAgent
 
     def coordinator(**tether: str) -> AIAgent:

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 from run_agent import AIAgent
-from tether_hermes import TOOLSET, HermesAgent, run_agent, tool
 
 from tether.errors import ConfigError
 from tether.journal import Record
@@ -31,6 +30,7 @@ from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 from tether.wire.proxy import shared_proxy
+from tether_hermes import TOOLSET, HermesAgent, run_agent, tool
 
 MODEL = "gpt-4o-mini"
 executions: list[str] = []

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 from mistralai.client import Mistral
-from tether_mistral import ADAPTER, MistralAgent
 
 from tether.agent import AgentSession, AgentSpec
 from tether.errors import ConfigError
 from tether.journal import Record
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
+from tether_mistral import ADAPTER, MistralAgent
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = "mistral-small-latest"

@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tether_mistral import ADAPTER, MistralAgent, run_agent
 
 from tests.conformance.agents import PROMPTS, SCRIPT, TOOLS
 from tether.errors import ConfigError
 from tether.journal import Record
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
+from tether_mistral import ADAPTER, MistralAgent, run_agent
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = "mistral-small-latest"

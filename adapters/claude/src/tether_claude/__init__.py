@@ -13,17 +13,13 @@ session transcripts and approvals.
 with Tether tools, served to the CLI as the in-process MCP server ``tether``.
 """
 
-try:
-    import claude_agent_sdk  # noqa: F401
-except ImportError as e:  # pragma: no cover - the import guard names what to install
-    raise ImportError("tether-claude needs the Claude Agent SDK: pip install 'tether-claude' (claude-agent-sdk)") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-claude", "the Claude Agent SDK (claude-agent-sdk)", "claude_agent_sdk")
 
 from .adapter import OFFLINE_ENV, SERVER, ClaudeAdapter, ClaudeAgent, mcp_tool, tool_name
 
-ADAPTER = ClaudeAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(ClaudeAdapter())
 
 __all__ = [
     "ADAPTER",

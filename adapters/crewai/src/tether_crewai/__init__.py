@@ -20,20 +20,16 @@ _crewai_was_imported = "crewai" in sys.modules
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
-try:
-    import crewai  # noqa: F401
-except ImportError as e:  # pragma: no cover - the import guard names what to install
-    raise ImportError("tether-crewai needs CrewAI: pip install 'tether-crewai' (crewai)") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool  # noqa: E402 - after the environment above
+requires("tether-crewai", "CrewAI (crewai)", "crewai")
 
-from .adapter import CrewAIAdapter, SeamLLMs, crewai_tool, telemetry_off  # noqa: E402
-from .memory import Transcript  # noqa: E402
+from .adapter import CrewAIAdapter, SeamLLMs, crewai_tool, telemetry_off
+from .memory import Transcript
 
 if _crewai_was_imported:
     telemetry_off()
 
-ADAPTER = CrewAIAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(CrewAIAdapter())
 
 __all__ = ["ADAPTER", "CrewAIAdapter", "SeamLLMs", "Tool", "Transcript", "crewai_tool", "run_agent", "run_agent_sync", "tool"]

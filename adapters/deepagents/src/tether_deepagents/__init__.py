@@ -14,19 +14,14 @@ every Tether tool call at the tool seam, and keeps ``memory_key`` as the graph's
 thread: transcript and virtual files (:class:`TetherCheckpointer`).
 """
 
-try:
-    import deepagents as _deepagents  # noqa: F401
-    import langchain_openai as _openai  # noqa: F401
-except ImportError as e:  # pragma: no cover - the guard users see
-    raise ImportError("tether_deepagents needs Deep Agents and langchain-openai: pip install tether-deepagents") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
-from tether_langgraph.memory import TetherCheckpointer
+requires("tether-deepagents", "Deep Agents and langchain-openai", "deepagents", "langchain_openai")
 
-from .adapter import DeepAgentsAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
 
-ADAPTER = DeepAgentsAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+from .adapter import DeepAgentsAdapter, TetherCheckpointer, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
+
+ADAPTER, run_agent, run_agent_sync = package(DeepAgentsAdapter())
 
 __all__ = [
     "ADAPTER",

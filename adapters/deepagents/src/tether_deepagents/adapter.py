@@ -32,14 +32,25 @@ from deepagents import create_deep_agent
 from langgraph.pregel import Pregel
 
 from tether.agent import AgentSession, AgentSpec
-from tether_langchain.adapter import tool_errors
-from tether_langgraph.adapter import LangGraphAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
-from tether_langgraph.memory import TetherCheckpointer, without_delta_channels
+
+# A deep agent is a compiled LangGraph graph built by create_agent: everything but building is
+# the LangChain family's (tether_langgraph.family).
+from tether_langgraph.family import (
+    CheckpointedGraphAdapter,
+    TetherCheckpointer,
+    answer_text,
+    chat_model,
+    langchain_tool,
+    openai_base_url,
+    routed_env,
+    tool_errors,
+    without_delta_channels,
+)
 
 
-class DeepAgentsAdapter(LangGraphAdapter):
-    """``create_deep_agent`` graphs; loading, routing, running and memory are the LangGraph
-    adapter's, only building differs."""
+class DeepAgentsAdapter(CheckpointedGraphAdapter):
+    """``create_deep_agent`` graphs; loading, routing, running and memory are the LangChain
+    family's (those of LangGraph's compiled graphs), only building differs."""
 
     framework = "deepagents"
     default_provider = "openai"
@@ -65,4 +76,4 @@ class DeepAgentsAdapter(LangGraphAdapter):
         return await super().run(agent, prompt, session)
 
 
-__all__ = ["DeepAgentsAdapter", "answer_text", "chat_model", "langchain_tool", "openai_base_url", "routed_env"]
+__all__ = ["DeepAgentsAdapter", "TetherCheckpointer", "answer_text", "chat_model", "langchain_tool", "openai_base_url", "routed_env"]

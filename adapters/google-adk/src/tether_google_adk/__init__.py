@@ -11,17 +11,13 @@
 ``adk_tool(t)`` turns a Tether tool into an ADK ``FunctionTool`` for agents you build yourself.
 """
 
-try:
-    import google.adk  # noqa: F401
-except ImportError as e:  # pragma: no cover - the import guard names what to install
-    raise ImportError("tether-google-adk needs Google ADK: pip install 'tether-google-adk' (google-adk)") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-google-adk", "Google ADK (google-adk)", "google.adk")
 
 from .adapter import GoogleADKAdapter, SeamModels, adk_tool
 from .memory import SessionEvents
 
-ADAPTER = GoogleADKAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(GoogleADKAdapter())
 
 __all__ = ["ADAPTER", "GoogleADKAdapter", "SeamModels", "SessionEvents", "Tool", "adk_tool", "run_agent", "run_agent_sync", "tool"]

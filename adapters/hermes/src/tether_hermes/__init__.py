@@ -20,18 +20,14 @@ import tempfile
 # the host's ~/.hermes. Each attempt then gets its own fresh home (see adapter.py).
 os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="tether-hermes-"))
 
-try:
-    import run_agent as _hermes  # noqa: F401  (hermes-agent's top-level module)
-except ImportError as e:  # pragma: no cover - the import guard names what to install
-    raise ImportError("tether-hermes needs Hermes Agent: pip install 'tether-hermes' (hermes-agent)") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-hermes", "Hermes Agent (hermes-agent)", "run_agent")
 
 from .adapter import TOOLSET, HermesAdapter, HermesAgent, parameters_schema
 from .memory import Transcript
 
-ADAPTER = HermesAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(HermesAdapter())
 
 __all__ = [
     "ADAPTER",

@@ -13,19 +13,14 @@ request at the wire (``ChatOpenAI`` over the seam's httpx transport) and every t
 tool seam, and keeps ``memory_key`` as the agent's message history (:class:`MessageHistory`).
 """
 
-try:
-    import langchain.agents as _agents  # noqa: F401
-    import langchain_openai as _openai  # noqa: F401
-except ImportError as e:  # pragma: no cover - the guard users see
-    raise ImportError("tether_langchain needs LangChain and langchain-openai: pip install tether-langchain") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-langchain", "LangChain and langchain-openai", "langchain.agents", "langchain_openai")
 
 from .adapter import LangChainAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env, tool_errors
 from .memory import MessageHistory
 
-ADAPTER = LangChainAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(LangChainAdapter())
 
 __all__ = [
     "ADAPTER",

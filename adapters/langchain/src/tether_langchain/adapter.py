@@ -25,35 +25,23 @@ import uuid
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import ToolErrorMiddleware
 from langchain_core.messages import HumanMessage
 
-from tether.agent import AgentSession, AgentSpec, tool_error_text
-from tether.errors import ConfigError, ToolError
+from tether.agent import AgentSession, AgentSpec
+from tether.errors import ConfigError
 
-# LangChain agents are LangGraph graphs: the model client, tool wrapping and proxy routing are
-# tether-langgraph's, shared rather than copied.
-from tether_langgraph.adapter import LangGraphAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
+# LangChain agents are LangGraph graphs: the model client, tool wrapping, proxy routing and the
+# runner are the family's (tether_langgraph.family), shared rather than copied.
+from tether_langgraph.family import GraphAdapter, answer_text, chat_model, invoke, langchain_tool, openai_base_url, routed_env, tool_errors
 
 from .memory import MessageHistory
 
 
-def _on_tool_error(exc: Exception, request: Any) -> str | None:
-    """Terminal tool failures become an error ``ToolMessage`` the model sees; anything else
-    (a bug in the agent) propagates."""
-    return tool_error_text(exc) if isinstance(exc, ToolError) else None
-
-
-def tool_errors() -> ToolErrorMiddleware:
-    """LangChain's own tool-error path, set to hand :class:`~tether.errors.ToolError` to the model."""
-    return ToolErrorMiddleware(on_error=_on_tool_error)
-
-
-class LangChainAdapter(LangGraphAdapter):
+class LangChainAdapter(GraphAdapter):
     """``create_agent`` agents; memory is the message history (:class:`MessageHistory`).
 
     A LangChain agent is a LangGraph graph, so loading (with proxy routing) and telling built
-    agents from brought ones are the LangGraph adapter's; building and running differ."""
+    agents from brought ones are the family's; building and running (memory) are LangChain's."""
 
     framework = "langchain"
     default_provider = "openai"
@@ -74,12 +62,11 @@ class LangChainAdapter(LangGraphAdapter):
             raise ConfigError(
                 f"tether-langchain runs LangChain agents (runnables taking {{'messages': [...]}}), not {type(agent).__name__}"
             )
-        if session.durable and not self._is_built(agent):
-            session.proxy_url()  # register the run, so /r/active/ (see openai_base_url) reaches its seam
+        self.register(agent, session)
         history = MessageHistory(session) if session.memory is not None else None
         before = history.committed if history is not None else []
         inputs = {"messages": [*before, HumanMessage(prompt)]}
-        state = await _invoke(agent, inputs, _config(agent, session), stream=session.stream)
+        state = await invoke(agent, inputs, _config(agent, session), stream=session.stream)
         messages = list(state["messages"]) if isinstance(state, dict) and "messages" in state else []
         if history is not None:
             history.add_messages(messages[len(before) :])
@@ -95,21 +82,6 @@ def _config(agent: Any, session: AgentSession) -> dict[str, Any]:
         # state of its own to the conversation (Tether's memory is the message history).
         config["configurable"] = {"thread_id": f"tether-{uuid.uuid4().hex}"}
     return config
-
-
-async def _invoke(agent: Any, inputs: dict[str, Any], config: dict[str, Any], *, stream: bool) -> Any:
-    """The agent's own runner: ``ainvoke``, or with ``stream`` the graph's ``astream`` (token
-    streams from the model, the state after each step; the last one is the result). A runnable
-    that is not a graph is invoked: its graphs stream only if their models are set to."""
-    from langgraph.pregel import Pregel
-
-    if not stream or not isinstance(agent, Pregel):
-        return await agent.ainvoke(inputs, config)
-    final: Any = None
-    async for mode, chunk in agent.astream(inputs, config, stream_mode=["messages", "values"]):
-        if mode == "values":
-            final = chunk
-    return final
 
 
 __all__ = [

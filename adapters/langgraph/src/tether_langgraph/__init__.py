@@ -14,13 +14,9 @@ call at the tool seam, and keeps ``memory_key`` as a LangGraph thread in a check
 store (:class:`TetherCheckpointer`).
 """
 
-try:
-    import langchain_openai as _openai  # noqa: F401
-    import langgraph.graph as _graph  # noqa: F401
-except ImportError as e:  # pragma: no cover - the guard users see
-    raise ImportError("tether_langgraph needs LangGraph and langchain-openai: pip install tether-langgraph") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-langgraph", "LangGraph and langchain-openai", "langchain_openai", "langgraph.graph")
 
 from .adapter import (
     LangGraphAdapter,
@@ -35,8 +31,7 @@ from .adapter import (
 )
 from .memory import TetherCheckpointer
 
-ADAPTER = LangGraphAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(LangGraphAdapter())
 
 __all__ = [
     "ADAPTER",

@@ -10,17 +10,13 @@ result = await run_agent("Weather in Paris?", model="mistral-chat:mistral-small-
 result = await run_agent("Weather in Paris?", agent=MistralAgent(model="mistral-small-latest", agents=[...]))
 """
 
-try:
-    import mistralai.client  # noqa: F401
-except ImportError as e:  # pragma: no cover - the import guard names what to install
-    raise ImportError("tether-mistral needs the Mistral SDK: pip install 'tether-mistral' (mistralai[agents])") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-mistral", "the Mistral SDK (mistralai[agents])", "mistralai.client")
 
 from .adapter import MistralAdapter, MistralAgent, tool_schema
 from .memory import Transcript
 
-ADAPTER = MistralAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(MistralAdapter())
 
 __all__ = ["ADAPTER", "MistralAdapter", "MistralAgent", "Tool", "Transcript", "run_agent", "run_agent_sync", "tool", "tool_schema"]

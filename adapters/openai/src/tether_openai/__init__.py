@@ -13,18 +13,14 @@ request at the wire and every tool call at the tool seam, and maps ``memory_key`
 ``Session`` protocol (:class:`TetherSession`).
 """
 
-try:
-    import agents as _agents  # noqa: F401
-except ImportError as e:  # pragma: no cover - the guard users see
-    raise ImportError("tether_openai needs the OpenAI Agents SDK: pip install tether-openai") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-openai", "the OpenAI Agents SDK (openai-agents)", "agents")
 
 from .adapter import OpenAIAgentsAdapter, function_tool, seam_client
 from .memory import TetherSession
 
-ADAPTER = OpenAIAgentsAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(OpenAIAgentsAdapter())
 
 __all__ = [
     "ADAPTER",

@@ -11,18 +11,14 @@
 ``pydantic_tool(t)`` turns a Tether tool into a ``pydantic_ai.Tool`` for agents you build yourself.
 """
 
-try:
-    import pydantic_ai  # noqa: F401
-except ImportError as e:  # pragma: no cover - the import guard names what to install
-    raise ImportError("tether-pydantic-ai needs Pydantic AI: pip install 'tether-pydantic-ai' (pydantic-ai-slim[openai])") from e
+from tether.adapter_package import Tool, package, requires, tool
 
-from tether.agent import Tool, bind, tool
+requires("tether-pydantic-ai", "Pydantic AI (pydantic-ai-slim[openai])", "pydantic_ai")
 
 from .adapter import PydanticAIAdapter, SeamProviders, pydantic_tool, route_model, routed
 from .memory import MessageHistory
 
-ADAPTER = PydanticAIAdapter()
-run_agent, run_agent_sync = bind(ADAPTER)
+ADAPTER, run_agent, run_agent_sync = package(PydanticAIAdapter())
 
 __all__ = [
     "ADAPTER",

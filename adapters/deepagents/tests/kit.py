@@ -11,9 +11,9 @@ the run exists, so they point at the loopback proxy's ``/r/active/openai/v1``
 from __future__ import annotations
 
 from deepagents import create_deep_agent
-from langchain_openai import ChatOpenAI
 
-from tether_deepagents import langchain_tool, openai_base_url
+from tests.support.langchain_family import model
+from tether_deepagents import langchain_tool
 
 FRAMEWORK = "deepagents"
 MODEL = "gpt-4o-mini"
@@ -34,10 +34,6 @@ MULTI_SCRIPT = [
         ],
     }
 ]
-
-
-def model() -> ChatOpenAI:
-    return ChatOpenAI(model=MODEL, base_url=openai_base_url(), stream_usage=True, max_retries=0)
 
 
 def multi_agent(tools: list) -> object:

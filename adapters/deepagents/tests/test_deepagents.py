@@ -8,13 +8,12 @@ OpenAI provider over HTTP.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.support.adapter_tests import records, run_args, store  # noqa: F401 (store: a fixture)
 from tether import tool
 from tether.agent import AgentSession
-from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider, Fault
@@ -76,20 +75,6 @@ def fake():
         yield provider
 
 
-@pytest.fixture
-def store(tmp_path):
-    return str(tmp_path / "store")
-
-
-def common(fake, store, run_id, **kw):
-    return dict(run_id=run_id, store=store, upstreams={"openai": fake.url + "/openai"}, **kw)
-
-
-def records(store, run_id, kind="model"):
-    root = Path(store) / "journal" / run_id / kind
-    return sorted((Record.decode(p.read_bytes()) for p in root.glob("*.rec")), key=lambda r: r.started_at)
-
-
 def thread(store, key):
     """The memory key's thread as the graph sees it: the last checkpoint's channel values."""
     memory = Memory(open_store(store), "default", key)
@@ -99,12 +84,12 @@ def thread(store, key):
 
 async def test_memory_keeps_the_virtual_files_and_the_transcript(fake, store):
     first = await run_agent(
-        "notes: remember that Ada likes Paris", model=MODEL, tools=[get_weather], memory_key="ada", **common(fake, store, "n1")
+        "notes: remember that Ada likes Paris", model=MODEL, tools=[get_weather], memory_key="ada", **run_args(fake, store, "n1")
     )
     assert first.status == "succeeded" and first.output == "Saved."
     values = thread(store, "ada")
     assert "/notes.md" in values["files"]
-    second = await run_agent("what is the weather?", model=MODEL, tools=[get_weather], memory_key="ada", **common(fake, store, "n2"))
+    second = await run_agent("what is the weather?", model=MODEL, tools=[get_weather], memory_key="ada", **run_args(fake, store, "n2"))
     assert second.status == "succeeded"
     sent = json.dumps(records(store, "n2")[0].request["body"]["messages"])
     assert "notes: remember that Ada likes Paris" in sent and "Saved." in sent
@@ -121,10 +106,10 @@ async def test_a_retry_restores_the_files_and_replays_the_sub_agent(fake, store)
     # the loop to turn to it, tether.wire.seam).
     fake.inject(Fault("status:500", times=3, after=5))
     with pytest.raises(Exception, match="500"):
-        await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip"))
+        await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **run_args(fake, store, "trip"))
     assert fake.live_calls() == 5 and calls == ["get_weather:Paris"]
 
-    result = await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **common(fake, store, "trip"))
+    result = await run_agent("trip: plan Ada's day", model=MODEL, tools=[get_weather], **run_args(fake, store, "trip"))
     assert result.status == "succeeded" and "Ada visits Paris." in result.output
     assert (result.model_replayed, result.model_live, result.tool_replayed, result.tool_live) == (5, 1, 1, 0)
     assert calls == ["get_weather:Paris"]
@@ -143,7 +128,7 @@ async def test_your_own_deep_agent_keeps_its_files_under_a_memory_key_and_is_lef
     from tether_deepagents import langchain_tool, openai_base_url
 
     agent = create_deep_agent(model=ChatOpenAI(model=MODEL, base_url=openai_base_url(), max_retries=0), tools=[langchain_tool(get_weather)])
-    result = await run_agent("notes: remember that Ada likes Paris", agent=agent, memory_key="own", **common(fake, store, "own"))
+    result = await run_agent("notes: remember that Ada likes Paris", agent=agent, memory_key="own", **run_args(fake, store, "own"))
     assert result.status == "succeeded" and result.model_live == 2
     assert "/notes.md" in thread(store, "own")["files"]
     assert isinstance(agent.channels["files"], DeltaChannel) and isinstance(agent.channels["messages"], DeltaChannel)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import StructuredTool
-from langchain_openai import ChatOpenAI
 
-from tether_langchain import answer_text, langchain_tool, openai_base_url, tool_errors
+from tests.support.langchain_family import model
+from tether_langchain import answer_text, langchain_tool, tool_errors
 
 FRAMEWORK = "langchain"
 MODEL = "gpt-4o-mini"
@@ -31,10 +31,6 @@ MULTI_SCRIPT = [
         ],
     }
 ]
-
-
-def model() -> ChatOpenAI:
-    return ChatOpenAI(model=MODEL, base_url=openai_base_url(), stream_usage=True, max_retries=0)
 
 
 def multi_agent(tools: list) -> object:

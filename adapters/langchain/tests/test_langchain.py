@@ -16,14 +16,21 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, messag
 from langchain_openai import ChatOpenAI
 
 import tether_langchain
-from tether import tool
-from tether.agent import Tool
+from tests.support.adapter_tests import memory_items, records, run_args, store  # noqa: F401 (store: a fixture)
+from tests.support.langchain_family import (  # noqa: F401 (fixtures)
+    TOOLS,
+    Flaky,
+    calls,
+    fake,
+    flaky_state,
+    flaky_tool,
+    get_weather,
+    lookup,
+    openai_env,
+)
 from tether.errors import ConfigError
-from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
-from tether.testing.fake_provider import FakeProvider
-from tether.testing.script import Script
 from tether_langchain import langchain_tool, openai_base_url, run_agent, tool_errors
 
 # One event loop for the module: a user-built ChatOpenAI without its own client takes
@@ -31,115 +38,16 @@ from tether_langchain import langchain_tool, openai_base_url, run_agent, tool_er
 # opened them (langchain-ai/langchain#35783) — the bring-your-own tests share one such client.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SCRIPT = {
-    "conversations": [
-        {
-            "match": "multi:",
-            "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-                {"tool_calls": [{"name": "lookup", "arguments": {"topic": "Paris"}}]},
-                {"text_from_tool_results": True, "text": "Answer:"},
-            ],
-        },
-        {
-            "match": "broken:",
-            "turns": [
-                {"tool_calls": [{"name": "broken", "arguments": {"reason": "test"}}]},
-                {"text_from_tool_results": True, "text": "The tool said:"},
-            ],
-        },
-        {"match": "memory:", "turns": [{"tool_calls": [{"name": "lookup", "arguments": {"topic": "Ada"}}]}, {"text": "Noted."}]},
-        {
-            "match": "",
-            "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-                {"text_from_tool_results": True, "text": "Done:"},
-            ],
-        },
-    ]
-}
-
-calls: list[str] = []
-
-
-@tool
-async def get_weather(city: str) -> str:
-    """Get the current weather in a city."""
-    calls.append("get_weather")
-    return f"The weather in {city} is sunny, 21 C."
-
-
-@tool
-def lookup(topic: str) -> str:
-    """Look a topic up."""
-    calls.append("lookup")
-    return f"{topic} is a city of two million people."
-
-
-@tool
-def broken(reason: str) -> str:
-    """A tool that always fails."""
-    calls.append("broken")
-    raise RuntimeError(f"the backend is down ({reason})")
-
-
-class Flaky(Exception):
-    pass
-
-
-flaky_state = {"fail": True}
-
-
-def flaky_lookup(topic: str) -> str:
-    """A lookup whose backend is down on the first attempt (a retryable failure: not recorded)."""
-    if flaky_state["fail"]:
-        raise Flaky("try again")
-    return f"{topic} is a name."
-
-
-TOOLS = [get_weather, lookup, broken]
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    calls.clear()
-
-
-@pytest.fixture
-def fake():
-    with FakeProvider(Script.from_dict(SCRIPT), seed=3) as provider:
-        yield provider
-
-
-@pytest.fixture
-def store(tmp_path):
-    return str(tmp_path / "store")
-
-
-def common(fake, store, run_id, **kw):
-    return dict(run_id=run_id, store=store, upstreams={"openai": fake.url + "/openai"}, **kw)
-
-
-def records(store, run_id, kind="model"):
-    root = Path(store) / "journal" / run_id / kind
-    return sorted((Record.decode(p.read_bytes()) for p in root.glob("*.rec")), key=lambda r: r.started_at)
-
-
-def memory_items(store, key):
-    """The committed items under a memory key, in commit order."""
-    return Memory(open_store(store), "default", key).load()
-
 
 async def test_declarative_run_is_journaled_then_replayed(fake, store):
-    first = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "decl"))
+    first = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **run_args(fake, store, "decl"))
     assert first.status == "succeeded"
     assert first.output == "Answer: Paris is a city of two million people."
     assert (first.model_live, first.model_replayed, first.tool_live, first.tool_replayed) == (3, 0, 2, 0)
     assert fake.live_calls() == 3 and calls == ["get_weather", "lookup"]
     assert [r.request["path"] for r in records(store, "decl")] == ["/v1/chat/completions"] * 3
 
-    again = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "decl"))
+    again = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **run_args(fake, store, "decl"))
     assert again.output == first.output
     assert (again.model_live, again.model_replayed, again.tool_live, again.tool_replayed) == (0, 3, 0, 2)
     assert fake.live_calls() == 3 and calls == ["get_weather", "lookup"]
@@ -149,7 +57,7 @@ async def test_declarative_run_is_journaled_then_replayed(fake, store):
 async def test_the_wire_body_is_what_create_agent_sends(fake, store):
     """Chat Completions with the tools' schemas built by LangChain from the functions, the
     system prompt first, and no LangChain ids or run ids anywhere."""
-    await run_agent("multi: weather?", model="gpt-4o-mini", tools=TOOLS, instructions="Be brief.", **common(fake, store, "body"))
+    await run_agent("multi: weather?", model="gpt-4o-mini", tools=TOOLS, instructions="Be brief.", **run_args(fake, store, "body"))
     body = records(store, "body")[0].request["body"]
     assert body["model"] == "gpt-4o-mini" and body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["messages"][1] == {"role": "user", "content": "multi: weather?"}
@@ -160,18 +68,18 @@ async def test_the_wire_body_is_what_create_agent_sends(fake, store):
 
 
 async def test_tool_error_becomes_an_error_tool_message(fake, store):
-    result = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, memory_key="err", **common(fake, store, "broken"))
+    result = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, memory_key="err", **run_args(fake, store, "broken"))
     assert result.status == "succeeded"
     assert result.output == "The tool said: Error: tool broken failed: RuntimeError: the backend is down (test)"
     [tool_message] = [m for m in messages_from_dict(memory_items(store, "err")) if isinstance(m, ToolMessage)]
     assert tool_message.status == "error" and "the backend is down" in tool_message.content
-    again = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "broken"))
+    again = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, **run_args(fake, store, "broken"))
     assert again.output == result.output and calls == ["broken"]
 
 
 async def test_memory_is_the_message_history(fake, store):
-    first = await run_agent("memory: my name is Ada", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **common(fake, store, "m1"))
-    second = await run_agent("memory: what is my name?", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **common(fake, store, "m2"))
+    first = await run_agent("memory: my name is Ada", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **run_args(fake, store, "m1"))
+    second = await run_agent("memory: what is my name?", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **run_args(fake, store, "m2"))
     assert first.output == second.output == "Noted."
     # The second run's first request carries the first run's whole conversation, then the prompt.
     sent = records(store, "m2")[0].request["body"]["messages"]
@@ -188,24 +96,24 @@ async def test_memory_is_the_message_history(fake, store):
 
 async def test_a_crashed_attempt_commits_nothing_and_its_retry_commits_once(fake, store):
     flaky_state["fail"] = True
-    flaky = Tool(flaky_lookup, name="lookup", retryable=(Flaky,))
+    flaky = flaky_tool()
     with pytest.raises(Flaky):
-        await run_agent("memory: remember Ada", model="gpt-4o-mini", tools=[flaky], memory_key="crash", **common(fake, store, "c1"))
+        await run_agent("memory: remember Ada", model="gpt-4o-mini", tools=[flaky], memory_key="crash", **run_args(fake, store, "c1"))
     assert memory_items(store, "crash") == []
     flaky_state["fail"] = False
-    done = await run_agent("memory: remember Ada", model="gpt-4o-mini", tools=[flaky], memory_key="crash", **common(fake, store, "c1"))
+    done = await run_agent("memory: remember Ada", model="gpt-4o-mini", tools=[flaky], memory_key="crash", **run_args(fake, store, "c1"))
     assert done.status == "succeeded" and done.model_replayed == 1  # the first turn was not paid twice
     items = memory_items(store, "crash")
     assert len(items) == 4 and json.dumps(items).count("remember Ada") == 1
 
 
 async def test_streamed_run_is_recorded_as_streams_and_replays(fake, store):
-    first = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **common(fake, store, "s"))
+    first = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **run_args(fake, store, "s"))
     assert first.status == "succeeded" and first.model_live == 3
     assert all(e.streamed for e in fake.ledger)
     assert all(r.response["streamed"] for r in records(store, "s"))
     assert first.usage_live["output_tokens"] > 0  # stream_usage is on: the last chunk carries usage
-    again = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **common(fake, store, "s"))
+    again = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **run_args(fake, store, "s"))
     assert again.output == first.output and again.model_live == 0 and fake.live_calls() == 3
 
 
@@ -219,11 +127,11 @@ def fresh_byo_module():
 async def test_byo_import_path_is_routed_through_the_proxy(fake, store, fresh_byo_module, monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/unreachable")  # restored after the import
-    result = await run_agent("weather: Paris?", agent="lc_byo_agents:agent", **common(fake, store, "byo-path"))
+    result = await run_agent("weather: Paris?", agent="lc_byo_agents:agent", **run_args(fake, store, "byo-path"))
     assert result.status == "succeeded" and result.output == "Done: The weather in Paris is sunny."
     assert (result.model_live, result.tool_live) == (2, 1) and fake.live_calls() == 2
     assert "OPENAI_BASE_URL" not in os.environ and os.environ["OPENAI_API_BASE"] == "http://127.0.0.1:9/unreachable"
-    again = await run_agent("weather: Paris?", agent="lc_byo_agents:agent", **common(fake, store, "byo-path"))
+    again = await run_agent("weather: Paris?", agent="lc_byo_agents:agent", **run_args(fake, store, "byo-path"))
     assert again.output == result.output and again.model_replayed == 2 and fake.live_calls() == 2
 
 
@@ -236,11 +144,11 @@ async def test_byo_without_durability_is_not_routed(fake, store, fresh_byo_modul
 
 
 async def test_byo_factory_and_own_checkpointer(fake, store, fresh_byo_module):
-    made = await run_agent("weather: factory", agent="lc_byo_agents:make_agent", **common(fake, store, "byo-factory"))
+    made = await run_agent("weather: factory", agent="lc_byo_agents:make_agent", **run_args(fake, store, "byo-factory"))
     assert made.status == "succeeded" and made.model_live == 2
     # An agent with its own checkpointer gets a fresh thread per attempt: memory stays Tether's.
     for run_id in ("byo-saver-1", "byo-saver-2"):
-        r = await run_agent("weather: saver", agent="lc_byo_agents:with_saver", memory_key="saver", **common(fake, store, run_id))
+        r = await run_agent("weather: saver", agent="lc_byo_agents:with_saver", memory_key="saver", **run_args(fake, store, run_id))
         assert r.status == "succeeded"
     second = records(store, "byo-saver-2")[0].request["body"]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "assistant", "user"]
@@ -253,10 +161,10 @@ async def test_byo_object_built_on_the_proxy_url(fake, store):
         tools=[langchain_tool(get_weather)],
         middleware=[tool_errors()],
     )
-    result = await run_agent("weather: object", agent=agent, memory_key="obj", **common(fake, store, "byo-object"))
+    result = await run_agent("weather: object", agent=agent, memory_key="obj", **run_args(fake, store, "byo-object"))
     assert result.status == "succeeded" and (result.model_live, result.tool_live) == (2, 1)
     assert len(memory_items(store, "obj")) == 4
-    again = await run_agent("weather: object", agent=agent, memory_key="obj", **common(fake, store, "byo-object"))
+    again = await run_agent("weather: object", agent=agent, memory_key="obj", **run_args(fake, store, "byo-object"))
     assert again.model_replayed == 2 and again.model_live == 0 and again.output == result.output
     assert len(memory_items(store, "obj")) == 4  # the same run scope commits its segment once
 
@@ -269,12 +177,12 @@ async def test_byo_composed_runnable(fake, store):
         return create_agent(model, tools=[langchain_tool(get_weather)], middleware=[tool_errors()], name=name)
 
     pipeline = make("researcher") | make("writer")
-    result = await run_agent("weather: piped", agent=pipeline, memory_key="piped", **common(fake, store, "piped"))
+    result = await run_agent("weather: piped", agent=pipeline, memory_key="piped", **run_args(fake, store, "piped"))
     assert result.status == "succeeded" and result.output == "Done: The weather in Paris is sunny, 21 C."
     assert result.model_live == 3 and len(memory_items(store, "piped")) == 5  # prompt, a's 3 messages, b's answer
-    streamed = await run_agent("weather: piped", agent=pipeline, stream=True, **common(fake, store, "piped-stream"))
+    streamed = await run_agent("weather: piped", agent=pipeline, stream=True, **run_args(fake, store, "piped-stream"))
     assert streamed.output == result.output and streamed.model_live == 3  # not a graph: invoked, not streamed
-    again = await run_agent("weather: piped", agent=pipeline, memory_key="piped", **common(fake, store, "piped"))
+    again = await run_agent("weather: piped", agent=pipeline, memory_key="piped", **run_args(fake, store, "piped"))
     assert again.model_live == 0 and again.model_replayed == 3 and again.output == result.output
 
 
@@ -287,9 +195,9 @@ async def test_byo_object_not_routed_is_refused_by_the_proxy_when_no_run_is_acti
 
 async def test_declarative_needs_an_openai_model(fake, store):
     with pytest.raises(ConfigError, match="ChatOpenAI"):
-        await run_agent("x", model="claude-sonnet-4-5", **common(fake, store, "bad"))
+        await run_agent("x", model="claude-sonnet-4-5", **run_args(fake, store, "bad"))
     with pytest.raises(ConfigError, match="LangChain agents"):
-        await run_agent("x", agent=object(), **common(fake, store, "bad2"))
+        await run_agent("x", agent=object(), **run_args(fake, store, "bad2"))
 
 
 async def test_package_surface():

@@ -13,12 +13,12 @@ from typing import Annotated
 
 from langchain_core.messages import SystemMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
-from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
-from tether_langgraph import langchain_tool, openai_base_url, tool_node
+from tests.support.langchain_family import model
+from tether_langgraph import langchain_tool, tool_node
 
 FRAMEWORK = "langgraph"
 MODEL = "gpt-4o-mini"
@@ -37,10 +37,6 @@ MULTI_SCRIPT = [
         ],
     }
 ]
-
-
-def model() -> ChatOpenAI:
-    return ChatOpenAI(model=MODEL, base_url=openai_base_url(), stream_usage=True, max_retries=0)
 
 
 @tool("transfer_to_weather_agent", description="Hand the conversation over to the weather agent.")

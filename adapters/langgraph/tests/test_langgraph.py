@@ -20,13 +20,21 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
 import tether_langgraph
-from tether import tool
+from tests.support.adapter_tests import memory_items, records, run_args, store  # noqa: F401 (store: a fixture)
+from tests.support.langchain_family import (  # noqa: F401 (fixtures)
+    TOOLS,
+    Flaky,
+    calls,
+    fake,
+    flaky_state,
+    flaky_tool,
+    get_weather,
+    lookup,
+    openai_env,
+)
 from tether.agent import AgentSession
-from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
-from tether.testing.fake_provider import FakeProvider
-from tether.testing.script import Script
 from tether_langgraph import TetherCheckpointer, agent_graph, langchain_tool, openai_base_url, run_agent
 
 # One event loop for the module: a user-built ChatOpenAI without its own client takes
@@ -34,111 +42,16 @@ from tether_langgraph import TetherCheckpointer, agent_graph, langchain_tool, op
 # opened them (langchain-ai/langchain#35783) — the bring-your-own tests share one such client.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SCRIPT = {
-    "conversations": [
-        {
-            "match": "multi:",
-            "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-                {"tool_calls": [{"name": "lookup", "arguments": {"topic": "Paris"}}]},
-                {"text_from_tool_results": True, "text": "Answer:"},
-            ],
-        },
-        {
-            "match": "broken:",
-            "turns": [
-                {"tool_calls": [{"name": "broken", "arguments": {"reason": "test"}}]},
-                {"text_from_tool_results": True, "text": "The tool said:"},
-            ],
-        },
-        {"match": "memory:", "turns": [{"tool_calls": [{"name": "lookup", "arguments": {"topic": "Ada"}}]}, {"text": "Noted."}]},
-        {
-            "match": "",
-            "turns": [
-                {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-                {"text_from_tool_results": True, "text": "Done:"},
-            ],
-        },
-    ]
-}
-
-calls: list[str] = []
-
-
-@tool
-async def get_weather(city: str) -> str:
-    """Get the current weather in a city."""
-    calls.append("get_weather")
-    return f"The weather in {city} is sunny, 21 C."
-
-
-@tool
-def lookup(topic: str) -> str:
-    """Look a topic up."""
-    calls.append("lookup")
-    return f"{topic} is a city of two million people."
-
-
-@tool
-def broken(reason: str) -> str:
-    """A tool that always fails."""
-    calls.append("broken")
-    raise RuntimeError(f"the backend is down ({reason})")
-
-
-class Flaky(Exception):
-    pass
-
-
-flaky_state = {"fail": True}
-
-
-@tool(retryable=(Flaky,))
-def flaky_lookup(topic: str) -> str:
-    """A lookup whose backend is down on the first attempt (a retryable failure: not recorded)."""
-    if flaky_state["fail"]:
-        raise Flaky("try again")
-    return f"{topic} is a name."
-
-
-TOOLS = [get_weather, lookup, broken]
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    calls.clear()
-
-
-@pytest.fixture
-def fake():
-    with FakeProvider(Script.from_dict(SCRIPT), seed=3) as provider:
-        yield provider
-
-
-@pytest.fixture
-def store(tmp_path):
-    return str(tmp_path / "store")
-
-
-def common(fake, store, run_id, **kw):
-    return dict(run_id=run_id, store=store, upstreams={"openai": fake.url + "/openai"}, **kw)
-
-
-def records(store, run_id, kind="model"):
-    root = Path(store) / "journal" / run_id / kind
-    return sorted((Record.decode(p.read_bytes()) for p in root.glob("*.rec")), key=lambda r: r.started_at)
-
 
 async def test_declarative_run_is_journaled_then_replayed(fake, store):
-    first = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "decl"))
+    first = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **run_args(fake, store, "decl"))
     assert first.status == "succeeded"
     assert first.output == "Answer: Paris is a city of two million people."
     assert (first.model_live, first.model_replayed, first.tool_live, first.tool_replayed) == (3, 0, 2, 0)
     assert fake.live_calls() == 3 and calls == ["get_weather", "lookup"]
     assert [r.request["path"] for r in records(store, "decl")] == ["/v1/chat/completions"] * 3
 
-    again = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "decl"))
+    again = await run_agent("multi: weather and facts?", model="gpt-4o-mini", tools=TOOLS, **run_args(fake, store, "decl"))
     assert again.output == first.output
     assert (again.model_live, again.model_replayed, again.tool_live, again.tool_replayed) == (0, 3, 0, 2)
     assert fake.live_calls() == 3 and calls == ["get_weather", "lookup"]
@@ -148,7 +61,7 @@ async def test_declarative_run_is_journaled_then_replayed(fake, store):
 async def test_the_wire_body_is_what_a_langgraph_user_sends(fake, store):
     """Chat Completions with the tools' schemas built by LangChain from the functions, the
     instructions as a system message, and no LangChain ids or run ids anywhere."""
-    await run_agent("multi: weather?", model="gpt-4o-mini", tools=TOOLS, instructions="Be brief.", **common(fake, store, "body"))
+    await run_agent("multi: weather?", model="gpt-4o-mini", tools=TOOLS, instructions="Be brief.", **run_args(fake, store, "body"))
     body = records(store, "body")[0].request["body"]
     assert body["model"] == "gpt-4o-mini" and body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["messages"][1] == {"role": "user", "content": "multi: weather?"}
@@ -159,14 +72,14 @@ async def test_the_wire_body_is_what_a_langgraph_user_sends(fake, store):
 
 
 async def test_tool_error_becomes_an_error_tool_message(fake, store):
-    result = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, memory_key="err", **common(fake, store, "broken"))
+    result = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, memory_key="err", **run_args(fake, store, "broken"))
     assert result.status == "succeeded"
     assert result.output == "The tool said: Error: tool broken failed: RuntimeError: the backend is down (test)"
     state = _reader(store, "err")
     messages = state.get_tuple({"configurable": {"thread_id": "err"}}).checkpoint["channel_values"]["messages"]
     [tool_message] = [m for m in messages if isinstance(m, ToolMessage)]
     assert tool_message.status == "error" and "the backend is down" in tool_message.content
-    again = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, **common(fake, store, "broken"))
+    again = await run_agent("broken: go", model="gpt-4o-mini", tools=TOOLS, **run_args(fake, store, "broken"))
     assert again.output == result.output and calls == ["broken"]
 
 
@@ -182,8 +95,8 @@ def _reader(store, key):
 
 
 async def test_memory_is_a_checkpointer_thread_stored_as_deltas(fake, store):
-    first = await run_agent("memory: my name is Ada", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **common(fake, store, "m1"))
-    second = await run_agent("memory: what is my name?", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **common(fake, store, "m2"))
+    first = await run_agent("memory: my name is Ada", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **run_args(fake, store, "m1"))
+    second = await run_agent("memory: what is my name?", model="gpt-4o-mini", tools=TOOLS, memory_key="ada", **run_args(fake, store, "m2"))
     assert first.output == second.output == "Noted."
     # The second run's first request carries the first run's whole conversation.
     sent = records(store, "m2")[0].request["body"]["messages"]
@@ -209,31 +122,22 @@ async def test_a_crashed_attempt_commits_nothing_and_its_retry_commits_once(fake
     flaky_state["fail"] = True
     script_prompt = "memory: remember Ada"
     with pytest.raises(Flaky):
-        await run_agent(script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1"))
+        await run_agent(script_prompt, model="gpt-4o-mini", tools=[flaky_tool()], memory_key="crash", **run_args(fake, store, "c1"))
     assert _memory(store, "crash") == []
     flaky_state["fail"] = False
-    done = await run_agent(
-        script_prompt, model="gpt-4o-mini", tools=[_renamed(flaky_lookup)], memory_key="crash", **common(fake, store, "c1")
-    )
+    done = await run_agent(script_prompt, model="gpt-4o-mini", tools=[flaky_tool()], memory_key="crash", **run_args(fake, store, "c1"))
     assert done.status == "succeeded" and done.model_replayed == 1  # the first turn was not paid twice
     items = _memory(store, "crash")
     assert len(items) == 1 and json.dumps(items).count("remember Ada") == 1
 
 
-def _renamed(t):
-    """The flaky tool under the name the script calls."""
-    from tether.agent import Tool
-
-    return Tool(t.fn, name="lookup", retryable=(Flaky,))
-
-
 async def test_streamed_run_is_recorded_as_streams_and_replays(fake, store):
-    first = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **common(fake, store, "s"))
+    first = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **run_args(fake, store, "s"))
     assert first.status == "succeeded" and first.model_live == 3
     assert all(e.streamed for e in fake.ledger)
     assert all(r.response["streamed"] for r in records(store, "s"))
     assert first.usage_live["output_tokens"] > 0  # stream_usage is on: the last chunk carries usage
-    again = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **common(fake, store, "s"))
+    again = await run_agent("multi: stream it", model="gpt-4o-mini", tools=TOOLS, stream=True, **run_args(fake, store, "s"))
     assert again.output == first.output and again.model_live == 0 and fake.live_calls() == 3
 
 
@@ -247,14 +151,14 @@ def fresh_byo_module():
 async def test_byo_import_path_is_routed_through_the_proxy(fake, store, fresh_byo_module, monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/unreachable")  # restored after the import
-    result = await run_agent("weather: Paris?", agent="lg_byo_graphs:graph", **common(fake, store, "byo-path"))
+    result = await run_agent("weather: Paris?", agent="lg_byo_graphs:graph", **run_args(fake, store, "byo-path"))
     assert result.status == "succeeded" and result.output == "Done: The weather in Paris is sunny."
     assert (result.model_live, result.tool_live) == (2, 1) and fake.live_calls() == 2
     assert "OPENAI_BASE_URL" not in os.environ and os.environ["OPENAI_API_BASE"] == "http://127.0.0.1:9/unreachable"
     import lg_byo_graphs
 
     assert lg_byo_graphs.graph is not None
-    again = await run_agent("weather: Paris?", agent="lg_byo_graphs:graph", **common(fake, store, "byo-path"))
+    again = await run_agent("weather: Paris?", agent="lg_byo_graphs:graph", **run_args(fake, store, "byo-path"))
     assert again.output == result.output and again.model_replayed == 2 and fake.live_calls() == 2
 
 
@@ -267,17 +171,17 @@ async def test_byo_without_durability_is_not_routed(fake, store, fresh_byo_modul
 
 
 async def test_byo_factory_and_own_checkpointer(fake, store, fresh_byo_module):
-    made = await run_agent("weather: factory", agent="lg_byo_graphs:make_graph", **common(fake, store, "byo-factory"))
+    made = await run_agent("weather: factory", agent="lg_byo_graphs:make_graph", **run_args(fake, store, "byo-factory"))
     assert made.status == "succeeded" and made.model_live == 2
     # A graph compiled with the user's own checkpointer runs on Tether's (thread = memory key).
-    saved = await run_agent("weather: saver", agent="lg_byo_graphs:with_saver", memory_key="saver", **common(fake, store, "byo-saver"))
+    saved = await run_agent("weather: saver", agent="lg_byo_graphs:with_saver", memory_key="saver", **run_args(fake, store, "byo-saver"))
     assert saved.status == "succeeded"
     assert len(_memory(store, "saver")) == 1
     # ... and without a memory key, each attempt gets an empty thread of its own.
     import lg_byo_graphs
 
     for run_id in ("byo-saver-2", "byo-saver-3"):
-        r = await run_agent("weather: saver", agent=lg_byo_graphs.with_saver, **common(fake, store, run_id))
+        r = await run_agent("weather: saver", agent=lg_byo_graphs.with_saver, **run_args(fake, store, run_id))
         assert r.status == "succeeded" and len(records(store, run_id)[0].request["body"]["messages"]) == 1
 
 
@@ -285,9 +189,9 @@ async def test_byo_object_built_on_the_proxy_url(fake, store):
     """A graph object built before the run, its model on ``openai_base_url()``."""
     tools = [langchain_tool(get_weather)]
     graph = agent_graph(ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0), tools, name="mine")
-    result = await run_agent("weather: object", agent=graph, **common(fake, store, "byo-object"))
+    result = await run_agent("weather: object", agent=graph, **run_args(fake, store, "byo-object"))
     assert result.status == "succeeded" and (result.model_live, result.tool_live) == (2, 1)
-    again = await run_agent("weather: object", agent=graph, **common(fake, store, "byo-object"))
+    again = await run_agent("weather: object", agent=graph, **run_args(fake, store, "byo-object"))
     assert again.model_replayed == 2 and again.model_live == 0 and again.output == result.output
 
 
@@ -302,7 +206,7 @@ async def test_not_a_graph_is_a_config_error(fake, store):
     from tether.errors import ConfigError
 
     with pytest.raises(ConfigError, match="compiled LangGraph graphs"):
-        await run_agent("x", agent=object(), **common(fake, store, "bad"))
+        await run_agent("x", agent=object(), **run_args(fake, store, "bad"))
 
 
 async def test_package_surface():
@@ -344,8 +248,8 @@ async def test_a_delta_channel_graph_keeps_its_memory(fake, store):
     checkpoint), stored once, as for any graph. The user's graph keeps its DeltaChannel."""
 
     graph = delta_graph([langchain_tool(lookup)])
-    first = await run_agent("memory: my name is Ada", agent=graph, memory_key="delta", **common(fake, store, "d1"))
-    second = await run_agent("memory: what is my name?", agent=graph, memory_key="delta", **common(fake, store, "d2"))
+    first = await run_agent("memory: my name is Ada", agent=graph, memory_key="delta", **run_args(fake, store, "d1"))
+    second = await run_agent("memory: what is my name?", agent=graph, memory_key="delta", **run_args(fake, store, "d2"))
     assert first.status == second.status == "succeeded" and second.output == "Noted."
     sent = records(store, "d2")[0].request["body"]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "assistant", "user"]

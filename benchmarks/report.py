@@ -46,7 +46,7 @@ Everything runs on loopback against real parts: the `tether.testing` fake provid
 server), the real `openai` SDK, a moto S3 server the script starts itself. Figures move with the
 machine's load; compare a figure with the floor printed beside it in the same run.
 
-## crash_resume.py — DESIGN §5.1
+## crash_resume.py — a kill and its retry
 
 The reference scenario through `python -m tether.testing.chat_loop`: turn 1 asks for two tools
 (`get_weather` sleeps 5.1 s, `lookup` 16.6 s, × `--scale`), turn 2 answers. Attempt 1 is
@@ -81,7 +81,7 @@ as it no longer waits for the exit). Keys under `warm`: the same figures for tha
 worker's CPU time from `go` to its outcome: the retry's cost apart from waiting for a core).
 Goal: `warm.ratio` ≤ 1/400.
 
-## replay_cost.py — DESIGN §5.2
+## replay_cost.py — what a replayed step costs
 
 Per step as the SDK sees it (`await client.chat.completions.create(...)` called → parsed
 `ChatCompletion` returned), for journals of 10, 100 and 1,000 steps, local store and S3 on
@@ -103,7 +103,7 @@ A load reads the pack and the tail at known keys and claims the attempt number, 
 after a clean end and after a kill alike (journal_load.py).
 The steady state is the same journal replayed again in the benchmark's own, started process.
 
-## record_overhead.py — DESIGN §5.3
+## record_overhead.py — what recording a step costs
 
 A live turn (non-streamed and streamed) with durability off (the SDK straight to the fake provider,
 50 ms latency) vs the same call through Tether's transport (an `httpx2` client, as tether-openai
@@ -178,7 +178,7 @@ asserts none). A listing remains the fallback for what writers do not leave (a t
 process). Beside it: `SqliteSaver.get_tuple` of a 200-message thread (local file). Goals: ≤ 20 ms
 locally, ≤ 100 ms on S3.
 
-## operator_submit.py — DESIGN §5.4
+## operator_submit.py — the operator with 1,000 AgentRuns
 
 Operator latency from creating an AgentRun to its execution being submitted, and operator memory
 with 1,000 AgentRuns, against a real kube-apiserver + etcd on loopback. See its docstring.

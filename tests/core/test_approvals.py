@@ -1,4 +1,4 @@
-"""Approval before cache (DESIGN §3 "Human approval", "Tools"): a tool that requires approval never
+"""Approval before cache (README.md, "How it works": Approvals, Tool seam): a tool that requires approval never
 returns a result cached by an earlier run without a decision; every new call needs one. Within a
 run, a completed approved call replays (the journal) without asking again.
 

@@ -1,4 +1,4 @@
-"""Failures at the wire seam (DESIGN §3 "Failures", "Divergence"), with the real ``openai`` SDK.
+"""Failures at the wire seam (README.md, "How it works": Wire seam), with the real ``openai`` SDK.
 
 Each attempt is a fresh :class:`~tether.run.Run` of the same scope (it loads the journal again,
 claims the next attempt number); the SDK reaches it through the in-process transport or the

@@ -1,4 +1,4 @@
-"""Memory keyed by namespace + memoryKey (DESIGN §3 "Memory"), on both stores for real.
+"""Memory keyed by namespace + memoryKey (README.md, "How it works": Memory), on both stores for real.
 
 Crashes and races are made deterministic by a store wrapper whose hooks run before each call:
 one raises (the process dies between the segment write and the HEAD update), another holds

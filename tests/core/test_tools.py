@@ -1,4 +1,4 @@
-"""The tool seam (DESIGN §3 "Tools"): a completed call never runs twice within a run scope.
+"""The tool seam (README.md, "How it works": Tool seam): a completed call never runs twice within a run scope.
 
 Each attempt is a fresh :class:`~tether.run.Run` of the scope (journal loaded again, next attempt
 number). Tools count their own executions, so "did not run" is observed, not inferred.

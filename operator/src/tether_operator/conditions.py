@@ -2,7 +2,7 @@
 
 Descriptive conditions say what happened (Accepted, Running, AwaitingApproval, Succeeded, Failed);
 the kstatus trio says what a tool such as Flux, Argo CD or `kubectl wait` should conclude
-(DESIGN §6): Reconciling=True while pending, running or awaiting approval; Ready=True when the run
+(operator/README.md, "Conditions (kstatus)"): Reconciling=True while pending, running or awaiting approval; Ready=True when the run
 succeeded; Stalled=True on a terminal failure only, never together with Reconciling.
 """
 

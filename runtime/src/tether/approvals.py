@@ -1,4 +1,4 @@
-"""Human approval of tool calls, without holding compute (DESIGN §3 "Human approval").
+"""Human approval of tool calls, without holding compute (README.md, "How it works": Approvals).
 
 A tool that requires approval asks once per step: the request is written to the store under
 ``approvals/<scope>/<slot>.request.json`` (the slot is derived from the step key) and the run

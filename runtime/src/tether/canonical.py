@@ -1,4 +1,4 @@
-"""Canonical JSON and fingerprints (DESIGN §3 "Fingerprint").
+"""Canonical JSON and fingerprints (README.md, "How it works": Fingerprints).
 
 A fingerprint is SHA-256 over a *versioned* canonical form: JSON with keys sorted at every depth,
 no whitespace, UTF-8, no reprs. Bump ``FINGERPRINT_VERSION`` whenever the canonical form of any

@@ -1,4 +1,4 @@
-"""Dollars from tokens. Usage is read at the wire, for every framework alike (DESIGN §3 "Cost").
+"""Dollars from tokens. Usage is read at the wire, for every framework alike (README.md, "How it works": Cost).
 
 Prices are USD per million tokens: ``input`` (uncached), ``cached_input`` (read from the
 provider's prompt cache), ``cache_write`` and ``output``. The built-in table covers common models;

@@ -1,4 +1,4 @@
-"""The journal: an append-only record of the completed steps of one run scope (DESIGN §3).
+"""The journal: an append-only record of the completed steps of one run scope (README.md, "How it works": Occurrences).
 
 A step's key is ``(kind, fingerprint, occurrence)``. An attempt loads the whole journal once and
 serves replays from memory; a live step is written before it counts as done. Records are immutable

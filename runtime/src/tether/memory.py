@@ -1,4 +1,4 @@
-"""Agent memory keyed by ``memoryKey`` (DESIGN §3 "Memory").
+"""Agent memory keyed by ``memoryKey`` (README.md, "How it works": Memory).
 
 The path comes from the namespace and the key, never the run, so later runs share it and
 namespaces never see each other's memory:

@@ -1,4 +1,4 @@
-"""The tool seam: every tool call of every adapter goes through :func:`call_tool` (DESIGN §3).
+"""The tool seam: every tool call of every adapter goes through :func:`call_tool` (README.md, "How it works": Tool seam).
 
     journal hit, ok      → the recorded result (the tool does not run)
     journal hit, error   → the recorded error, raised again as ToolError

@@ -1,4 +1,4 @@
-"""A crew's conversation over a Tether memory store (DESIGN §3 "Memory").
+"""A crew's conversation over a Tether memory store (README.md, "How it works": Memory).
 
 CrewAI keeps no conversation between kickoffs (a crew run is a fresh set of task executions);
 its own ``memory=True`` is a vector store of extracted facts on local disk, which Tether refuses

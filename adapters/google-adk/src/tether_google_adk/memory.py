@@ -1,4 +1,4 @@
-"""ADK session events over a Tether memory store (DESIGN §3 "Memory").
+"""ADK session events over a Tether memory store (README.md, "How it works": Memory).
 
 ADK keeps a conversation as a session: an ordered list of ``Event`` objects (the user's message,
 each model response with its function calls, each function response). Tether stores each event

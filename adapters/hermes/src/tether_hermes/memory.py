@@ -1,4 +1,4 @@
-"""The Hermes transcript over a Tether memory store (DESIGN §3 "Memory").
+"""The Hermes transcript over a Tether memory store (README.md, "How it works": Memory).
 
 Hermes keeps a conversation as a list of OpenAI-style message dicts: the user's messages, each
 assistant message with its ``tool_calls``, each ``tool`` result, the answers.

@@ -1,4 +1,4 @@
-"""A Mistral transcript over a Tether memory store (DESIGN §3 "Memory").
+"""A Mistral transcript over a Tether memory store (README.md, "How it works": Memory).
 
 One memory item per successful run, in the API the agent speaks::
 

@@ -1,4 +1,4 @@
-"""The loopback recording proxy: the universal way into the wire seam (DESIGN §3).
+"""The loopback recording proxy: the universal way into the wire seam (README.md, "How it works": Wire seam).
 
 Any SDK, any language, a subprocess CLI: point its base URL at ``proxy.base_url(run, provider)``
 (``http://127.0.0.1:PORT/r/<token>/<provider>``) and every request reaches the run's seam. The

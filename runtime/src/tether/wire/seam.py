@@ -1,4 +1,4 @@
-"""The wire seam: every model HTTP request goes through :meth:`WireSeam.handle` (DESIGN §3).
+"""The wire seam: every model HTTP request goes through :meth:`WireSeam.handle` (README.md, "How it works": Wire seam).
 
 Request in, response out, like an httpx transport. The in-process transports
 (``tether.wire.transport``) and the loopback proxy (``tether.wire.proxy``) are only two ways in;

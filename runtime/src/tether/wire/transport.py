@@ -1,4 +1,4 @@
-"""In-process httpx transports: the fast way into the wire seam (DESIGN §3).
+"""In-process httpx transports: the fast way into the wire seam (README.md, "How it works": Wire seam).
 
 Hand an SDK an httpx client built on one of these wherever the SDK accepts one (``http_client=``).
 The SDK keeps its own base URL; it must point at the run's upstream for that provider

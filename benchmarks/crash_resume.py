@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -159,7 +160,7 @@ def main() -> int:
         turns = provider.ledger.snapshot()
         assert [e.turn for e in turns] == [0, 1], "expected turn 1 = two tool calls, turn 2 = the answer"
         store = open_store(store_url)
-        recorded = [Record.decode(store.get(k)) for k in store.list(f"journal/{scope}/") if k.endswith(".rec")]
+        recorded = [Record.decode(cast(bytes, store.get(k))) for k in store.list(f"journal/{scope}/") if k.endswith(".rec")]
         executions_before = len(tool_log.read_text().splitlines())
 
         retry_s, retry = wall(base, env)

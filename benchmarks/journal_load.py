@@ -80,6 +80,7 @@ def count_lists(store):
 
 def peer_load(path: Path, steps: int, repeat: int) -> float:
     from langchain_core.messages import AIMessage
+    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import START, MessagesState, StateGraph
 
@@ -89,7 +90,7 @@ def peer_load(path: Path, steps: int, repeat: int) -> float:
     builder = StateGraph(MessagesState)
     builder.add_node("n", node)
     builder.add_edge(START, "n")
-    config = {"configurable": {"thread_id": "bench"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "bench"}}
     builder.compile(checkpointer=SqliteSaver(sqlite3.connect(path, check_same_thread=False))).invoke({"messages": []}, config)
     times = []
     for _ in range(repeat):
@@ -97,7 +98,7 @@ def peer_load(path: Path, steps: int, repeat: int) -> float:
         saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))  # cold: a new connection
         found = saver.get_tuple(config)
         times.append(time.perf_counter() - started)
-        assert len(found.checkpoint["channel_values"]["messages"]) == steps
+        assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == steps
     return round(statistics.median(times) * 1000, 2)
 
 

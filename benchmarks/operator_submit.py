@@ -1,4 +1,4 @@
-"""Operator benchmark (DESIGN §5.4): apply -> execution submitted, and memory with 1,000 AgentRuns.
+"""Operator benchmark: apply -> execution submitted, and memory with 1,000 AgentRuns.
 
 Starts its own etcd + kube-apiserver (tests/support/kube.py), installs the CRDs, runs
 `python -m tether_operator` as a process, then:
@@ -32,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, cast
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -53,7 +54,7 @@ def rss_kib(pid: int) -> dict[str, int]:
 
 
 def manifest(name: str, waiting: bool) -> dict:
-    model = {"name": "gpt-4.1", "baseURL": MODEL_URL}
+    model: dict[str, Any] = {"name": "gpt-4.1", "baseURL": MODEL_URL}
     if waiting:
         model["apiKeySecretRef"] = {"name": "never-created", "key": "OPENAI_API_KEY"}
     return {
@@ -151,7 +152,7 @@ def main() -> int:
 
         # Wait until the operator has looked at every run (observedGeneration set).
         def looked_at() -> int:
-            items = api.list_namespaced_custom_object("tether.dev", "v1alpha1", NS, "agentruns")["items"]
+            items = cast(dict[str, Any], api.list_namespaced_custom_object("tether.dev", "v1alpha1", NS, "agentruns"))["items"]
             return sum((o.get("status") or {}).get("observedGeneration", -1) >= 1 for o in items)
 
         deadline = time.monotonic() + 600

@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -64,7 +65,7 @@ TOOLS = [
 ]
 
 
-def messages(tag: str, i: int) -> list[dict]:
+def messages(tag: str, i: int) -> list[Any]:
     return [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": f"[{tag}] question {i}: what is the weather like?"},
@@ -73,11 +74,12 @@ def messages(tag: str, i: int) -> list[dict]:
 
 async def call(client: AsyncOpenAI, tag: str, i: int, stream: bool) -> float:
     started = time.perf_counter()
+    completion: Any
     if stream:
-        async with client.chat.completions.stream(model=MODEL, messages=messages(tag, i), tools=TOOLS) as s:
+        async with client.chat.completions.stream(model=MODEL, messages=messages(tag, i), tools=cast(Any, TOOLS)) as s:
             completion = await s.get_final_completion()
     else:
-        completion = await client.chat.completions.create(model=MODEL, messages=messages(tag, i), tools=TOOLS)
+        completion = await client.chat.completions.create(model=MODEL, messages=messages(tag, i), tools=cast(Any, TOOLS))
     elapsed = time.perf_counter() - started
     assert completion.choices[0].message.content
     return elapsed
@@ -211,7 +213,7 @@ def s3_with_latency(stack: ExitStack, latency: float):
 
     set_aws_env()
     endpoint = stack.enter_context(s3_server())
-    store = open_store(f"s3://{new_bucket(endpoint)}/bench?endpoint_url={endpoint}")
+    store: Any = open_store(f"s3://{new_bucket(endpoint)}/bench?endpoint_url={endpoint}")  # an S3Store: its boto3 client
 
     def delay(request, **_):
         time.sleep(latency)

@@ -38,6 +38,7 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any, cast
 
 PROCESS_STARTED = time.perf_counter()  # before the SDK and Tether imports: a cold retry pays for them
 
@@ -58,7 +59,7 @@ from tether.wire.transport import AsyncWireTransport  # noqa: E402
 MODEL = "gpt-4o-mini"
 
 
-def messages(i: int) -> list[dict]:
+def messages(i: int) -> list[Any]:
     return [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}]
 
 
@@ -66,7 +67,7 @@ def client_for(run: Run, via: str) -> AsyncOpenAI:
     if via == "proxy":
         return AsyncOpenAI(base_url=shared_proxy().base_url(run, "openai") + "/v1", api_key="sk-bench", max_retries=0)
     http = httpx.AsyncClient(transport=AsyncWireTransport("openai", run))
-    return AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key="sk-bench", max_retries=0, http_client=http)
+    return AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key="sk-bench", max_retries=0, http_client=cast(Any, http))
 
 
 async def record(store: str, scope: str, steps: int, upstream: str) -> float:
@@ -208,7 +209,7 @@ async def main_async(args: argparse.Namespace, stores: dict[str, str], provider:
             recorded_s = await record(store, scope, steps, upstream)
             if not clients:  # the floors answer with the recorded bytes of one step
                 st = open_store(store)
-                body = Record.decode(st.get(st.list(f"journal/{scope}/model/")[0])).body
+                body = cast(Record, Record.decode(cast(bytes, st.get(st.list(f"journal/{scope}/model/")[0])))).body
                 canned = httpx.MockTransport(
                     lambda request: httpx.Response(200, headers={"content-type": "application/json"}, content=body)
                 )
@@ -218,7 +219,7 @@ async def main_async(args: argparse.Namespace, stores: dict[str, str], provider:
                         base_url="http://canned.invalid/v1",
                         api_key="sk-bench",
                         max_retries=0,
-                        http_client=httpx.AsyncClient(transport=canned),
+                        http_client=cast(Any, httpx.AsyncClient(transport=canned)),
                     ),
                     "proxy": AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="sk-bench", max_retries=0),
                 }
@@ -226,7 +227,7 @@ async def main_async(args: argparse.Namespace, stores: dict[str, str], provider:
                     await floor_calls(client, 50)  # warm
             row = {"record_s": round(recorded_s, 3), "first_retry": first_retry(store, scope, steps, upstream)}
             for via in ("transport", "proxy"):
-                best = None
+                best: dict[str, Any] | None = None
                 for _ in range(args.repeat):  # each repeat is a new attempt of the same scope
                     r = await replay(store, scope, steps, upstream, via, clients[via])
                     # Per step: the journal load spread over the steps + the median call (medians
@@ -236,6 +237,7 @@ async def main_async(args: argparse.Namespace, stores: dict[str, str], provider:
                     if best is None or over < best["over"]:
                         best = {"amortised": amortised, "over": over, **r}
                     floors.setdefault(via, []).extend(r["floor_times"])
+                assert best is not None  # --repeat is at least 1
                 row[via] = {
                     "load_ms": ms(best["load_s"]),
                     "load_per_step_ms": ms(best["load_s"] / steps),

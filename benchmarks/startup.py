@@ -124,7 +124,7 @@ def child(code: str, **names: object) -> dict:
 
 
 def median(rows: list[dict], key: str) -> float:
-    return round(statistics.median(r[key] for r in rows), 1)
+    return round(float(statistics.median(r[key] for r in rows)), 1)
 
 
 def main() -> None:

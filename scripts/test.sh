@@ -3,9 +3,12 @@
 # its duration and its log file:
 #   k8s-tools  kube-apiserver, etcd, kubectl and helm, built or reused (cached by version; ~10-25
 #              min cold), in the background from the start;
-#   gates      ruff check, ruff format --check and mypy --strict (in the core environment);
+#   gates      ruff check, ruff format --check and mypy --strict (in the core environment: the
+#              runtime, the operator and tether.testing);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
-#   <adapter>  for each of ADAPTERS: its own tests and the shared conformance suite;
+#   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
+#              environment, against the framework's real types; langgraph's adds benchmarks/), its
+#              own tests and the shared conformance suite;
 #   flyte      the Flyte executor against a real Flyte 2 backend (tests/flyte), built (from the start,
 #              in the background, like k8s-tools) by
 #              scripts/flyte-backend.sh from the pinned source tarballs in ../shared/sources beside
@@ -25,7 +28,9 @@ cd "$root"
 out=$(mktemp -d "${TMPDIR:-/tmp}/tether-test.XXXXXX")
 export TETHER_CACHE=${TETHER_CACHE:-$HOME/.cache/tether}
 export OPENAI_AGENTS_DISABLE_TRACING=1
-ADAPTERS=(openai langgraph langchain pydantic-ai google-adk deepagents mistral claude hermes crewai)
+# One group per adapter: the folders under adapters/ are the list of frameworks (nothing else lists them).
+ADAPTERS=()
+for project in adapters/*/pyproject.toml; do ADAPTERS+=("$(basename "$(dirname "$project")")"); done
 jobs=${TETHER_TEST_JOBS:-$(($(nproc) + 1))}
 began=$SECONDS
 echo "logs: $out  (groups at once: $jobs)"
@@ -74,6 +79,11 @@ adapter() {
   local venv
   venv=$(scripts/env.sh "$1") || return 2
   echo "environment: $venv ($((SECONDS - began)) s into the run)"
+  # mypy (config in pyproject.toml) on the adapter against its framework's real types; the
+  # benchmarks run on LangGraph, so its group checks them too.
+  local check=("adapters/$1/src")
+  [ "$1" = langgraph ] && check+=(benchmarks)
+  MYPYPATH="adapters/$1/src" "$venv/bin/mypy" "${check[@]}" || return
   TETHER_KIT="adapters/$1/tests/kit.py" "$venv/bin/python" -m pytest "adapters/$1/tests" tests/conformance -q --durations=15 \
     --junitxml="$out/$1.xml" || return
   # An adapter with a second way in (Mistral: chat completions beside conversations) has a second kit.

@@ -163,7 +163,8 @@ def wait_phase(name: str, *phases: str, timeout: float = 300) -> dict[str, Any]:
         return s if s.get("phase") in phases else None
 
     try:
-        return poll(f"AgentRun {name} in {phases}", done, timeout)
+        found: dict[str, Any] = poll(f"AgentRun {name} in {phases}", done, timeout)
+        return found
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{describe(name)}") from None
 

@@ -36,7 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,8 @@ def ensure_k8s_tools() -> Path:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _free_ports(n: int) -> list[int]:
@@ -330,7 +331,7 @@ class ControlPlane:
                 parts.append(f"--- tail of {name} log ({log}) ---\n{_tail_file(log)}")
         return ControlPlaneError("\n".join(parts))
 
-    def _with_port_retry(self, start, which: str, attempts: int = 3) -> None:
+    def _with_port_retry(self, start: Callable[[], None], which: str, attempts: int = 3) -> None:
         """Free ports are picked before the server binds them: retry on a lost race."""
         for attempt in range(attempts):
             try:

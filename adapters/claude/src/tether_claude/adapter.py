@@ -42,7 +42,7 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SdkMcpTool, create_sdk_mcp_server, query
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
-from pydantic import create_model
+from pydantic import BaseModel, create_model
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
 from tether.errors import ConfigError, Suspended, ToolError
@@ -78,7 +78,8 @@ def input_schema(t: Tool) -> dict[str, Any]:
     for name, p in inspect.signature(t.fn).parameters.items():
         annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
         fields[name] = (annotation, ... if p.default is inspect.Parameter.empty else p.default)
-    schema = create_model(f"{t.name}_input", **fields).model_json_schema()
+    model: type[BaseModel] = create_model(f"{t.name}_input", **fields)
+    schema = model.model_json_schema()
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any
+from typing import Any, cast
 
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.llms.providers.openai.completion import OpenAICompletion
@@ -122,10 +122,11 @@ class SeamLLMs:
         """A copy of the user's crew whose every model call goes through the seam."""
         refuse_unsupported(crew)
         copy = crew.copy()
+        # Crew types its agents as BaseAgent; what it runs are Agents (their LLM fields are routed).
         for agent in copy.agents:
-            self._route_agent(agent)
+            self._route_agent(cast(Agent, agent))
         if copy.manager_agent is not None:
-            self._route_agent(copy.manager_agent)
+            self._route_agent(cast(Agent, copy.manager_agent))
         if copy.process == Process.hierarchical and copy.manager_agent is None:
             # CrewAI builds its manager from manager_llm (a model name, an LLM) at kickoff.
             copy.manager_llm = self.llm(copy.manager_llm)

@@ -26,12 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 from google.adk.agents import BaseAgent, LlmAgent
-from google.adk.agents.run_config import RunConfig, StreamingMode
+from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]  # ADK's documented path, not re-exported
 from google.adk.models import Gemini
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
-from google.adk.tools import FunctionTool
 from google.adk.tools.agent_tool import AgentTool
+from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool

@@ -117,7 +117,8 @@ def parameters_schema(fn: Callable[..., Any]) -> dict[str, Any]:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         fields[name] = (hints.get(name, Any), ... if p.default is p.empty else p.default)
-    schema = pydantic.create_model(f"{fn.__name__}_args", **fields).model_json_schema()
+    model: type[pydantic.BaseModel] = pydantic.create_model(f"{fn.__name__}_args", **fields)
+    schema = model.model_json_schema()
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
     schema.pop("title", None)
@@ -135,7 +136,7 @@ class ToolBridge:
     """
 
     def __init__(self) -> None:
-        self._runs: dict[int, _ActiveRun] = {}
+        self._runs: dict[str, _ActiveRun] = {}
         self._lock = threading.Lock()
         self._current: contextvars.ContextVar[_ActiveRun | None] = contextvars.ContextVar("tether_hermes_run", default=None)
 

@@ -21,17 +21,20 @@ package to install and pin without adding a dependency boundary.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import os
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 from langchain_openai import ChatOpenAI
 from langgraph.pregel import Pregel
+from langgraph.types import StreamMode
 
 from tether.agent import Adapter, AgentSession, Tool, current_run, tool_error_text
 from tether.errors import ConfigError, ToolError
@@ -106,9 +109,8 @@ def tool_errors() -> Any:
     :class:`~tether.errors.ToolError` to the model. For the members that run ``create_agent``
     graphs (LangChain, Deep Agents), whose distributions bring ``langchain``: imported here, on
     use, because tether-langgraph itself does not depend on it."""
-    from langchain.agents.middleware import ToolErrorMiddleware
-
-    return ToolErrorMiddleware(on_error=_on_tool_error)
+    middleware = importlib.import_module("langchain.agents.middleware")
+    return middleware.ToolErrorMiddleware(on_error=_on_tool_error)
 
 
 def answer_text(messages: Sequence[BaseMessage]) -> str:
@@ -127,7 +129,8 @@ async def invoke(agent: Any, inputs: dict[str, Any], config: dict[str, Any], *, 
     if not stream or not isinstance(agent, Pregel):
         return await agent.ainvoke(inputs, config)
     final: Any = None
-    async for mode, chunk in agent.astream(inputs, config, stream_mode=["messages", "values"]):
+    modes: list[StreamMode] = ["messages", "values"]
+    async for mode, chunk in agent.astream(inputs, cast(RunnableConfig, config), stream_mode=modes):
         if mode == "values":
             final = chunk
     return final

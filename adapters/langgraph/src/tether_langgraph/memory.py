@@ -146,7 +146,7 @@ def _one_batch(reducer: Callable[[Any, list[Any]], Any], current: Any, update: A
     return reducer(current, [update])
 
 
-def without_delta_channels(graph: Pregel) -> Pregel:
+def without_delta_channels(graph: Pregel[Any]) -> Pregel[Any]:
     """A copy of ``graph`` whose ``DeltaChannel`` channels are plain reducer channels over the same
     reducer, so every checkpoint holds their value (``graph`` itself when it has none)."""
     if not any(isinstance(ch, DeltaChannel) for ch in graph.channels.values()):

@@ -244,6 +244,8 @@ class Runner:
         if not self.session.stream:
             response = await self.client.chat.complete_async(**options)
             message = response.choices[0].message
+            if message is None:  # the SDK's type allows it; the API always sends one
+                raise RuntimeError("Mistral answered a chat completion without a message")
             content, calls = message.content, message.tool_calls or []
         else:
             content, by_index = "", {}

@@ -103,11 +103,12 @@ def _tool_error(ctx: Any, error: Exception) -> str:
 
 def _attempt_failure(error: BaseException) -> Exception | None:
     seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, _AttemptFailed):
-            return error.error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _AttemptFailed):
+            return current.error
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
     return None
 
 
@@ -251,7 +252,7 @@ def _warm_up_response(request: Any, output: list[dict[str, Any]]) -> dict[str, A
 
 
 #: What the warm-up agent is answered: a tool call, then a text.
-_WARM_UP_OUTPUTS = [
+_WARM_UP_OUTPUTS: list[list[dict[str, Any]]] = [
     [
         {
             "type": "function_call",
@@ -382,5 +383,5 @@ def _text(output: Any) -> str:
     if output is None or isinstance(output, str):
         return output or ""
     if hasattr(output, "model_dump_json"):
-        return output.model_dump_json()
+        return str(output.model_dump_json())
     return json.dumps(output, default=str, ensure_ascii=False)

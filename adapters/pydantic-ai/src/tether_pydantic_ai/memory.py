@@ -1,4 +1,4 @@
-"""Pydantic AI message history over a Tether memory store (DESIGN §3 "Memory").
+"""Pydantic AI message history over a Tether memory store (README.md, "How it works": Memory).
 
 Pydantic AI's own notion of memory is the message history: ``agent.run(..., message_history=)``
 takes the ``ModelMessage`` list of earlier runs and ``result.new_messages()`` gives what a run
@@ -44,7 +44,8 @@ class MessageHistory:
 
 def dump(messages: Sequence[ModelMessage]) -> list[Any]:
     """Messages as JSON items (Pydantic AI's own serialisation)."""
-    return json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+    items: list[Any] = json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+    return items
 
 
 def load(items: Sequence[Any]) -> list[ModelMessage]:

@@ -18,9 +18,12 @@ def _guarded_modules(init: Path) -> list[str]:
     raise AssertionError(f"{init.relative_to(REPO)} has no requires(...) import guard")
 
 
-def test_every_adapter_folder_is_a_framework() -> None:
+def test_every_adapter_folder_is_a_framework_with_its_environment() -> None:
+    """The folders are the list; each has its test environment (envs/<id>.txt, which the e2e
+    reads for its images) and nothing else has one but core."""
     folders = sorted(p.parent.name for p in REPO.glob("adapters/*/pyproject.toml"))
     assert [f.id for f in frameworks()] == folders and len(folders) >= 10
+    assert sorted(p.stem for p in REPO.glob("envs/*.txt") if p.stem != "core") == folders
 
 
 def test_each_guard_asks_only_for_its_framework_modules() -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from agents import Agent
 
+from tests.support.adapter_tests import records, store  # noqa: F401 (store: a fixture)
 from tether.errors import ConfigError
-from tether.journal import Record
 from tether.memory import Memory
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
@@ -129,18 +129,8 @@ def fake():
         yield provider
 
 
-@pytest.fixture
-def store(tmp_path):
-    return str(tmp_path / "store")
-
-
 def common(fake, store, **extra):
     return {"upstreams": {"openai": fake.url + "/openai"}, "store": store, **extra}
-
-
-def records(store: str, run_id: str, kind: str = "model") -> list[Record]:
-    found = [Record.decode(p.read_bytes()) for p in (Path(store) / "journal" / run_id / kind).glob("*.rec")]
-    return sorted(found, key=lambda r: r.started_at)
 
 
 # -- declarative -------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserProm
 from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from tests.support.adapter_tests import records
 from tether import tool
 from tether.approvals import decide, list_approvals
 from tether.errors import ConfigError
-from tether.journal import Record
 from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
@@ -122,11 +122,6 @@ def opts(fake, tmp_path):
 
     make.store = store
     return make
-
-
-def records(store: str, run_id: str) -> list[Record]:
-    found = [Record.decode(p.read_bytes()) for p in (Path(store) / "journal" / run_id / "model").glob("*.rec")]
-    return sorted(found, key=lambda r: r.started_at)
 
 
 # -- declarative ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from the store. The LangChain family's tests share more: tests/support/langchain
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -29,7 +29,8 @@ def run_args(fake: FakeProvider, store: str, run_id: str, provider: str = "opena
 def records(store: str, run_id: str, kind: str = "model") -> list[Record]:
     """The run's journal records of one kind (``model`` or ``tool``), in the order they started."""
     root = Path(store) / "journal" / run_id / kind
-    return sorted((Record.decode(p.read_bytes()) for p in root.glob("*.rec")), key=lambda r: r.started_at)
+    found = [cast(Record, Record.decode(p.read_bytes())) for p in root.glob("*.rec")]  # a .rec file is a whole record
+    return sorted(found, key=lambda r: r.started_at)
 
 
 def memory_items(store: str, key: str, namespace: str = "default") -> list[Any]:

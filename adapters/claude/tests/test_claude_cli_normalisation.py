@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import tether_claude  # noqa: F401 - as in a run: importing the adapter registers its normaliser
 
+import tether_claude  # noqa: F401 - as in a run: importing the adapter registers its normaliser
 from tether.canonical import canonical_json, fingerprint
 from tether.wire.protocols.anthropic import PROTOCOL
 from tether.wire.protocols.normalise import NORMALISED

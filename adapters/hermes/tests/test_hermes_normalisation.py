@@ -6,8 +6,8 @@ located where Hermes' template puts it, never by its shape alone."""
 from __future__ import annotations
 
 import pytest
-import tether_hermes  # noqa: F401 - as in a run: importing the adapter registers its normaliser
 
+import tether_hermes  # noqa: F401 - as in a run: importing the adapter registers its normaliser
 from tether.canonical import canonical_json, fingerprint
 from tether.wire.protocols.normalise import NORMALISED
 from tether.wire.protocols.openai_chat import PROTOCOL

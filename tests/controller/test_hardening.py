@@ -34,7 +34,7 @@ from tether import api
 from tether.api import AgentRunSpec, AgentToolSpec, Resources
 from tether_operator import execution_name
 from tether_operator.checks import check_base_url, check_run, check_tool
-from tether_operator.executors.kubernetes import container_resources
+from tether_operator.executors.pods import container_resources
 from tether_operator.placement import propagated
 from tether_operator.settings import Settings
 

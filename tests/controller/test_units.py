@@ -114,7 +114,7 @@ def test_capabilities_name_every_unsupported_field() -> None:
 
 
 def test_pod_outcomes_map_to_the_exit_code_contract() -> None:
-    from tether_operator.executors.kubernetes import pod_outcome
+    from tether_operator.executors.pods import pod_outcome
 
     def pod(phase: str, code: int | None = None, reason: str = "", pod_reason: str = "") -> dict:
         status: dict = {"phase": phase, "reason": pod_reason}
@@ -143,7 +143,7 @@ def test_kopf_daemon_finalizer_is_switched_off_for_agentruns() -> None:
 
 
 def test_an_object_is_ours_only_if_every_field_we_set_is_equal() -> None:
-    from tether_operator.executors.kubernetes import differences, start_problem
+    from tether_operator.executors.pods import differences, start_problem
 
     ours = {
         "spec": {"containers": [{"name": "runtime", "command": ["a", "b"], "resources": {"requests": {"cpu": "0.5", "memory": "1024Mi"}}}]}
@@ -183,7 +183,7 @@ def test_the_tool_runner_startup_probe_passes_once_the_runner_listens(tmp_path) 
     import sys
 
     from tests.support.tool_runner_pod import Pod, stop
-    from tether_operator.executors.kubernetes import LISTENING
+    from tether_operator.executors.pods import LISTENING
 
     pod = Pod(tmp_path, "http://127.0.0.1:9", "x")
     probe = [sys.executable, "-c", LISTENING, pod.socket]

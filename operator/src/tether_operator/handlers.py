@@ -31,8 +31,9 @@ from .approvals import apply_approval
 from .checks import check_admission_policy
 from .executors.base import Executor, execution_name
 from .executors.flyte import FlyteExecutor
-from .executors.kubernetes import EXECUTION_LABEL, KubernetesExecutor
+from .executors.kubernetes import KubernetesExecutor
 from .executors.local import LocalExecutor
+from .executors.pods import EXECUTION_LABEL
 from .runs import FINALIZER, FINISHED, RunLoop
 from .settings import Settings
 from .tools import reconcile_tool

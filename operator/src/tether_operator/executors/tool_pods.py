@@ -39,7 +39,7 @@ import math
 import secrets
 import time
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from tether.contract import RUNNERS_ENV
@@ -48,7 +48,7 @@ from .. import kube
 from ..conditions import Reason
 from ..placement import placement
 from .base import Submission
-from .kubernetes import (
+from .pods import (
     ATTEMPT_LABEL,
     CONTAINER,
     EXECUTION_LABEL,
@@ -56,11 +56,12 @@ from .kubernetes import (
     REQUEST_DIR,
     RUNNER_COMMAND,
     TOOL_POD_LABEL,
+    PodSettings,
     RunFailure,
-    _conflict,
-    _created,
-    _not_ours,
-    _owner,
+    conflict,
+    created_at,
+    not_ours,
+    owner_reference,
     pod_outcome,
     pod_tools,
     request_configmap_name,
@@ -68,9 +69,6 @@ from .kubernetes import (
     tokens_secret_name,
     tool_container,
 )
-
-if TYPE_CHECKING:
-    from .kubernetes import KubernetesExecutor
 
 PORT = 7070
 TOKEN_DIR = "/var/run/tether/tool-token"  # in a tool pod: its own token, file `token`
@@ -90,7 +88,7 @@ def tokens_secret(sub: Submission, attempt: int, tokens: Mapping[str, str]) -> d
             "name": tokens_secret_name(sub.name, attempt),
             "namespace": sub.request.namespace,
             "labels": {**sub.labels, EXECUTION_LABEL: sub.name, ATTEMPT_LABEL: str(attempt)},
-            "ownerReferences": [_owner(sub)],
+            "ownerReferences": [owner_reference(sub)],
         },
         "immutable": True,
         "data": {name: base64.b64encode(token.encode()).decode() for name, token in tokens.items()},
@@ -98,22 +96,11 @@ def tokens_secret(sub: Submission, attempt: int, tokens: Mapping[str, str]) -> d
 
 
 def tool_pod(
-    sub: Submission,
-    attempt: int,
-    index: int,
-    name: str,
-    *,
-    image: str,
-    service_account: str,
-    pull_policy: str,
-    tool_modules: tuple[str, ...] | None,
-    gpu_node_pools: Mapping[str, Any],
+    sub: Submission, attempt: int, index: int, name: str, settings: PodSettings, gpu_node_pools: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The pod of GPU tool `name` in an attempt: its runner as a sidecar would be (tool_container),
     on TCP with its token instead of a socket, placed on its GPU type's node pool."""
-    container, volumes = tool_container(
-        sub, index, name, image=sub.request.spec.image or image, pull_policy=pull_policy, tool_modules=tool_modules
-    )
+    container, volumes = tool_container(sub, index, name, settings)
     for key in ("restartPolicy", "startupProbe"):  # a sidecar's
         container.pop(key)
     container["name"] = "tool"
@@ -130,7 +117,7 @@ def tool_pod(
     where = placement(tool.resources, None, None, dict(gpu_node_pools))
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # a dead tool pod fails the attempt; the next makes a new one
-        "serviceAccountName": service_account,
+        "serviceAccountName": settings.service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # Bounded even if the operator is gone (a GPU held for ever): Ready within the timeout
@@ -151,7 +138,7 @@ def tool_pod(
             "name": tool_pod_name(sub.name, attempt, index),
             "namespace": sub.request.namespace,
             "labels": {**sub.labels, EXECUTION_LABEL: sub.name, ATTEMPT_LABEL: str(attempt), TOOL_POD_LABEL: str(index)},
-            "ownerReferences": [_owner(sub)],
+            "ownerReferences": [owner_reference(sub)],
         },
         "spec": pod_spec,
     }
@@ -168,29 +155,15 @@ def endpoint(ip: str) -> str:
 
 
 class ToolPods:
-    """The tool pods of a KubernetesExecutor's attempts."""
+    """The tool pods of a KubernetesExecutor's attempts, made with its `settings`."""
 
-    def __init__(self, executor: KubernetesExecutor, gpu_node_pools: Mapping[str, Any]) -> None:
-        self.executor = executor
+    def __init__(self, settings: PodSettings, gpu_node_pools: Mapping[str, Any]) -> None:
+        self.settings = settings
         self.gpu_node_pools = gpu_node_pools
 
     def pods(self, sub: Submission, attempt: int) -> dict[str, dict[str, Any]]:
         """The attempt's tool pods by AgentTool (a pure function: compared exactly)."""
-        ex = self.executor
-        return {
-            name: tool_pod(
-                sub,
-                attempt,
-                index,
-                name,
-                image=ex.runtime_image,
-                service_account=ex.service_account,
-                pull_policy=ex.pull_policy,
-                tool_modules=ex.tool_modules,
-                gpu_node_pools=self.gpu_node_pools,
-            )
-            for index, name in enumerate(pod_tools(sub))
-        }
+        return {name: tool_pod(sub, attempt, index, name, self.settings, self.gpu_node_pools) for index, name in enumerate(pod_tools(sub))}
 
     def claimed(self, sub: Submission, runner: Mapping[str, Any]) -> dict[str, str] | None:
         """The GPU tools' addresses a runner pod's agent container names, if they are addresses
@@ -225,14 +198,14 @@ class ToolPods:
         try:
             for pod in expected.values():
                 found, created = await kube.create(kube.core_path(namespace, "pods"), pod)
-                if not created and (why := _not_ours(found, pod)):
-                    raise _conflict("Pod", namespace, pod["metadata"]["name"], why)
+                if not created and (why := not_ours(found, pod)):
+                    raise conflict("Pod", namespace, pod["metadata"]["name"], why)
                 made.append(kube.core_path(namespace, "pods", pod["metadata"]["name"]))
             tokens = {name: secrets.token_urlsafe(32) for name in expected}
             _, created = await kube.create(kube.core_path(namespace, "secrets"), tokens_secret(sub, attempt, tokens))
             if not created:  # the operator never reads its value: a Secret found holds someone else's token
                 why = "it was there before the operator created it"
-                raise _conflict("Secret", namespace, tokens_secret_name(sub.name, attempt), why)
+                raise conflict("Secret", namespace, tokens_secret_name(sub.name, attempt), why)
             made.append(kube.core_path(namespace, "secrets", tokens_secret_name(sub.name, attempt)))
             return {name: endpoint(ip) for name, ip in (await self._ready(sub, expected, changed)).items()}
         except asyncio.CancelledError:
@@ -243,35 +216,35 @@ class ToolPods:
             raise
 
     async def _ready(self, sub: Submission, expected: dict[str, dict[str, Any]], changed: asyncio.Event) -> dict[str, str]:
-        ex = self.executor
+        settings = self.settings
         namespace = sub.request.namespace
         while True:
             changed.clear()
             ips: dict[str, str] = {}
-            waits = [ex.resync_seconds]
+            waits = [settings.resync_seconds]
             for name, want in expected.items():
                 pod_id = want["metadata"]["name"]
                 pod = await kube.request("GET", kube.core_path(namespace, "pods", pod_id))
                 if pod is None or pod["metadata"].get("deletionTimestamp"):
                     raise RunFailure(Reason.FAILED, f"tool pod {pod_id} of AgentTool {name} was deleted before it served")
-                if why := _not_ours(pod, want):  # deleted and made again by someone else meanwhile
-                    raise _conflict("Pod", namespace, pod_id, why)
+                if why := not_ours(pod, want):  # deleted and made again by someone else meanwhile
+                    raise conflict("Pod", namespace, pod_id, why)
                 if (ip := _ready_ip(pod)) is not None:
                     ips[name] = ip
                     continue
                 outcome = pod_outcome(pod, sub.timeout_seconds)
                 if outcome is not None:
                     raise RunFailure(Reason.FAILED, f"tool pod {pod_id} of AgentTool {name} ended before it served: {outcome[1]}")
-                age = time.time() - _created(pod)
+                age = time.time() - created_at(pod)
                 phase = (pod.get("status") or {}).get("phase") or "Pending"
                 problem = start_problem(pod) if phase == "Pending" else None
                 if problem is not None:
-                    if age >= ex.start_grace_seconds:
+                    if age >= settings.start_grace_seconds:
                         reason, why = problem
                         raise RunFailure(
-                            reason, f"tool pod {pod_id} of AgentTool {name} did not start within {ex.start_grace_seconds:g}s: {why}"
+                            reason, f"tool pod {pod_id} of AgentTool {name} did not start within {settings.start_grace_seconds:g}s: {why}"
                         )
-                    waits.append(ex.start_grace_seconds - age)
+                    waits.append(settings.start_grace_seconds - age)
                 if age >= sub.timeout_seconds:
                     raise RunFailure(Reason.FAILED, f"tool pod {pod_id} of AgentTool {name} was not ready after {sub.timeout_seconds:g}s")
                 waits.append(sub.timeout_seconds - age)
@@ -319,7 +292,7 @@ class ToolPods:
                 continue
             ours = {want["metadata"]["name"]: want for want in self.pods(sub, int(label)).values()}
             want = ours.get(pod["metadata"]["name"])
-            if want is not None and _not_ours(pod, want) is None:  # a stranger's is left (its name: a conflict)
+            if want is not None and not_ours(pod, want) is None:  # a stranger's is left (its name: a conflict)
                 unstarted.add(int(label))
         for attempt in sorted(unstarted):
             await self.stop(sub, attempt)

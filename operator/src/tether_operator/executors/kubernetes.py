@@ -34,8 +34,8 @@ from .pods import (
     PodSettings,
     RunFailure,
     conflict,
-    created_at,
     not_ours,
+    pod_age,
     pod_attempt,
     pod_name,
     pod_outcome,
@@ -290,7 +290,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             if outcome is not None:
                 return outcome
             phase = (pod.get("status") or {}).get("phase") or "Pending"
-            age = time.time() - created_at(pod)
+            age = pod_age(pod)
             problem = start_problem(pod) if phase == "Pending" else None
             if problem is not None and age >= start_grace:
                 await kube.delete(path)

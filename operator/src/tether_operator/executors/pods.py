@@ -495,6 +495,8 @@ def start_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def created_at(pod: Mapping[str, Any]) -> float:
+def pod_age(pod: Mapping[str, Any]) -> float:
+    """Seconds since the pod's creation (0 for one without a creationTimestamp)."""
+    now = time.time()
     stamp = (pod.get("metadata") or {}).get("creationTimestamp")
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else time.time()
+    return now - (datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else now)

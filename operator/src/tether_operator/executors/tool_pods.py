@@ -37,7 +37,6 @@ import ipaddress
 import json
 import math
 import secrets
-import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -59,9 +58,9 @@ from .pods import (
     PodSettings,
     RunFailure,
     conflict,
-    created_at,
     not_ours,
     owner_reference,
+    pod_age,
     pod_outcome,
     pod_tools,
     request_configmap_name,
@@ -235,7 +234,7 @@ class ToolPods:
                 outcome = pod_outcome(pod, sub.timeout_seconds)
                 if outcome is not None:
                     raise RunFailure(Reason.FAILED, f"tool pod {pod_id} of AgentTool {name} ended before it served: {outcome[1]}")
-                age = time.time() - created_at(pod)
+                age = pod_age(pod)
                 phase = (pod.get("status") or {}).get("phase") or "Pending"
                 problem = start_problem(pod) if phase == "Pending" else None
                 if problem is not None:

@@ -48,19 +48,19 @@ from ..conditions import Reason
 from .base import EXIT_SUCCEEDED, SecretFile, Submission
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodSettings:
     """The chart's values every pod of a run is made and followed with: built by the
-    KubernetesExecutor, read by its runner pods and its GPU tools' pods (tool_pods)."""
+    KubernetesExecutor (its defaults), read by its runner pods and its GPU tools' pods (tool_pods)."""
 
     runtime_image: str
-    service_account: str = "tether-runner"
-    store_secret: str = "tether-store"
-    pull_policy: str = "IfNotPresent"
-    tool_modules: tuple[str, ...] | None = None  # the chart's tools.allowedModules; None: the image's own
-    default_resources: Mapping[str, Mapping[str, str]] | None = None
-    start_grace_seconds: float = 600.0  # how long a pod may fail to start before the run fails
-    resync_seconds: float = 10.0  # how often a pod is read again without a watch event
+    service_account: str
+    store_secret: str  # the namespace's store Secret ("": the pod's own identity, no store proxy)
+    pull_policy: str
+    tool_modules: tuple[str, ...] | None  # the chart's tools.allowedModules; None: the image's own
+    default_resources: Mapping[str, Mapping[str, str]] | None
+    start_grace_seconds: float  # how long a pod may fail to start before the run fails
+    resync_seconds: float  # how often a pod is read again without a watch event
 
 
 EXECUTION_LABEL = "tether.dev/execution"

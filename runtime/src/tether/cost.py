@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from .wire.protocols.base import Usage
+from .usage import Usage
 
 
 @dataclass(frozen=True)

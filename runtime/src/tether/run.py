@@ -20,7 +20,7 @@ from .current import active
 from .current import current_run as current_run  # public here since the start
 from .journal import Counters, Journal, Record
 from .stores import Store, open_store
-from .wire.protocols.base import Usage
+from .usage import Usage
 from .wire.providers import upstreams as resolve_upstreams
 
 

@@ -16,42 +16,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from ...usage import Usage as Usage  # re-exported: the protocol modules name it from here
 from .normalise import NORMALISED, Normaliser, sent_by
 
 # Keys never part of a fingerprint, whatever the protocol: they identify the caller or the call,
 # not what the model is asked.
 COMMON_DROPPED_KEYS = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key", "store"})
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Tokens of one model turn, normalised across providers.
-
-    ``input_tokens`` are the uncached input tokens billed at the full input price;
-    ``cached_input_tokens`` were read from the provider's prompt cache; ``cache_write_tokens``
-    were written to it; ``output_tokens`` include reasoning tokens.
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
-
-    def astuple(self) -> tuple[int, int, int, int]:
-        return (self.input_tokens, self.output_tokens, self.cached_input_tokens, self.cache_write_tokens)
-
-    @property
-    def total(self) -> int:
-        return sum(self.astuple())
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

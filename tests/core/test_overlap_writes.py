@@ -190,9 +190,9 @@ def test_an_answer_nothing_follows_is_written_soon(provider, tmp_path):
 def test_the_next_request_starts_the_earlier_write(tmp_path, monkeypatch):
     """With the delay out of reach, the next request going upstream is what starts the write of
     the answer before it: it is durable while that request waits for the model, not after."""
-    import tether.wire.seam as seam
+    import tether.wire.writes as writes
 
-    monkeypatch.setattr(seam, "WRITE_DELAY", 60.0)
+    monkeypatch.setattr(writes, "WRITE_DELAY", 60.0)
     store = GatedStore(tmp_path)
     store.gate.set()
 

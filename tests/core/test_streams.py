@@ -184,7 +184,7 @@ def test_a_pump_past_the_bound_is_cancelled_and_records_nothing(provider, tmp_pa
     store = str(tmp_path / "store")
     provider.inject(Fault("stall:2"))
     run = new_run(provider, store, "bound")
-    run.seam.settle_timeout = 0.2
+    run.seam.writes.settle_timeout = 0.2
 
     pumps = []
 
@@ -196,7 +196,7 @@ def test_a_pump_past_the_bound_is_cancelled_and_records_nothing(provider, tmp_pa
             async for _ in stream:
                 break
             await stream.close()
-        pumps.extend(run.seam._pumps)
+        pumps.extend(run.seam.writes._pumps)
         started = time.monotonic()
         await run.aclose()
         assert time.monotonic() - started < 1.5

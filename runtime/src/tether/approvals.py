@@ -19,15 +19,12 @@ import json
 import secrets
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .attempt import Attempt
 from .canonical import sha256_hex
 from .errors import ConfigError, Suspended
 from .stores import Store
-
-if TYPE_CHECKING:
-    from .run import Run
-    from .tools import ToolSpec
 
 
 @dataclass
@@ -87,9 +84,10 @@ def prompt_for(approval: Any, tool: str, arguments: dict[str, Any]) -> str:
     return f"Allow {tool}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})?"
 
 
-def require_approval(run: Run, spec: ToolSpec, key: tuple[str, str, int], arguments: dict[str, Any]) -> Decision:
-    """The decision for this step, or raise ``Suspended`` after recording the request (once: a
-    later attempt of the step finds the same request, under the same id)."""
+def require_approval(run: Attempt, tool: str, approval: Any, key: tuple[str, str, int], arguments: dict[str, Any]) -> Decision:
+    """The decision for this step of ``tool`` (its ``approval`` describes the request: see
+    :func:`prompt_for`), or raise ``Suspended`` after recording the request (once: a later
+    attempt of the step finds the same request, under the same id)."""
     slot = approval_slot(key)
     path = f"{_prefix(run.scope)}{slot}.request.json"
     existing = run.store.get(path)
@@ -97,19 +95,19 @@ def require_approval(run: Run, spec: ToolSpec, key: tuple[str, str, int], argume
         aid = new_approval_id(slot)
         request = {
             "id": aid,
-            "tool": spec.name,
-            "prompt": prompt_for(spec.approval, spec.name, arguments),
+            "tool": tool,
+            "prompt": prompt_for(approval, tool, arguments),
             "arguments": arguments,
             "requestedAt": time.time(),
         }
         if run.store.create(path, json.dumps(request, sort_keys=True).encode()):
-            raise Suspended(aid, spec.name)
+            raise Suspended(aid, tool)
         existing = run.store.get(path)  # another attempt recorded it first: that one stands
     aid = str(json.loads(existing or b"{}").get("id") or slot)
     decision = read_decision(run.store, run.scope, aid)
     if decision is not None:
         return decision
-    raise Suspended(aid, spec.name)
+    raise Suspended(aid, tool)
 
 
 def decide(store: Store, scope: str, aid: str, approved: bool, by: str = "", reason: str | None = None) -> Decision:

@@ -1,8 +1,8 @@
 """A run attempt: the journal, the seams and the accounting of one attempt of one run scope.
 
-``Run`` is what the wire seam and the tool seam report to. The current run is held in a context
-variable, so tools and transports created inside ``with run.activate():`` find it without being
-handed it.
+``Run`` builds the wire seam and implements the port both seams talk to (``tether.attempt``:
+replay, record, refuse, account). The current run is held in a context variable, so tools and
+transports created inside ``with run.activate():`` find it without being handed it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .attempt import active
 from .cost import PriceTable
-from .current import active
-from .current import current_run as current_run  # public here since the start
-from .journal import Counters, Journal, Record
+from .journal import Counters, Journal, Record, StepKey
 from .stores import Store, open_store
 from .usage import Usage
 from .wire.providers import upstreams as resolve_upstreams
+from .wire.seam import WireSeam
 
 
 @dataclass
@@ -76,7 +76,8 @@ class Accounting:
 
 
 class Run:
-    """One attempt of one run scope (an AgentRun uid, or a Flyte run + action + call)."""
+    """One attempt of one run scope (an AgentRun uid, or a Flyte run + action + call): a
+    ``tether.attempt.Attempt``."""
 
     def __init__(
         self,
@@ -132,13 +133,9 @@ class Run:
         self.normalised_parts = 0
         #: The framework's own cost figure, where it reports one (shown beside Tether's).
         self.framework_cost_usd: float | None = None
-        #: Tokens under which wire.proxy serves this run (empty until an SDK is pointed at it).
-        self._proxy_tokens: list[str] = []
-        from .wire.seam import WireSeam  # the seam reports back here
-
         #: ``overlap_writes``: live answers are handed back while their records are written; what
         #: follows from them waits until they are durable (see tether.wire.seam).
-        self.seam = WireSeam(self, overlap=overlap_writes)
+        self.seam = WireSeam(self, self.upstreams, overlap=overlap_writes)
 
     async def loaded(self) -> None:
         """Wait for a background load; raises what it raised (e.g. the store is unavailable)."""
@@ -181,12 +178,41 @@ class Run:
     def activate(self) -> Iterator[Run]:
         token = active.set(self)
         try:
-            yield self
+            with self.seam.activate():
+                yield self
         finally:
             active.reset(token)
 
-    # -- reports from the seams --------------------------------------------------------------
-    def model_step(self, record: Record, *, replayed: bool) -> None:
+    # -- the port of the seams (tether.attempt.Attempt) --------------------------------------
+    def replay(self, kind: str, fingerprint: str) -> Record | None:
+        return self.journal.replay_next(kind, fingerprint)
+
+    def claim(self, kind: str, fingerprint: str) -> tuple[Record | None, StepKey]:
+        return self.journal.claim(kind, fingerprint)
+
+    def release(self, key: StepKey) -> None:
+        self.journal.release(key)
+
+    def record(self, record: Record, *, replayed: bool = False) -> None:
+        self.journal.append(record, replayed=replayed)
+
+    def record_next(self, record: Record) -> None:
+        self.journal.append_next(record)
+
+    async def answers_recorded(self) -> None:
+        await self.seam.written()
+
+    @property
+    def cost_limited(self) -> bool:
+        return self.max_cost_usd is not None
+
+    def refused(self, reason: str) -> None:
+        self.limit_exceeded = reason
+
+    def account_normalised(self, parts: int) -> None:
+        self.normalised_parts += parts
+
+    def account_turn(self, record: Record, *, replayed: bool) -> None:
         usage = Usage(**record.usage) if record.usage else Usage()
         dollars = self.prices.dollars(record.model, usage) if record.usage else None
         if dollars is None:
@@ -203,7 +229,7 @@ class Run:
             self.accounting.live_cost_usd += dollars
         self._emit(StepEvent(0, "model", record.model, replayed, record.outcome, usage, 0.0 if replayed else dollars, record.duration_ms))
 
-    def unrecorded_live_turn(self, model: str) -> None:
+    def account_unrecorded_turn(self, model: str) -> None:
         """A live 2xx the seam could not record (no answer in it): paid for, cost unknown."""
         self._unknown_cost(replayed=False)
         self._emit(StepEvent(0, "model", model, False, "error"))
@@ -233,7 +259,7 @@ class Run:
             )
         return None
 
-    def tool_step(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False) -> None:
+    def account_tool(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False) -> None:
         self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms, cached=cached))
 
     def _emit(self, event: StepEvent) -> None:
@@ -247,7 +273,7 @@ class Run:
             listener(event)
 
     async def aclose(self) -> None:
-        if getattr(self, "_proxy_tokens", None):
+        if self.seam.proxy_tokens:  # served by the loopback proxy (imported only then: it is heavy)
             from .wire.proxy import shared_proxy
 
             shared_proxy().unregister(self)
@@ -257,3 +283,9 @@ class Run:
         except Exception:
             return  # never loaded: nothing to pack
         await asyncio.to_thread(self._journal.close)  # the pack the next attempt loads in one read
+
+
+def current_run() -> Run | None:
+    """The run attempt active in this context (``with run.activate():``), or ``None``."""
+    attempt = active.get()
+    return attempt if isinstance(attempt, Run) else None

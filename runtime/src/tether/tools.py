@@ -33,12 +33,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .approvals import require_approval
+from .attempt import Attempt, current_attempt
 from .canonical import canonical_json, fingerprint, sha256_hex
 from .contract import AGENT_MODULES_ENV as AGENT_MODULES_ENV  # the operator sets them (tether.contract)
 from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
 from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
-from .run import Run, current_run
 from .secrets import tool_scope
 
 _idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_idempotency_key", default=None)
@@ -142,34 +143,32 @@ def _from_record(spec: ToolSpec, record: Record) -> Any:
     return payload
 
 
-async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
+async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None = None) -> Any:
     """Call a tool through the journal. Async tools run on the caller's loop, sync tools in a
     thread each (:func:`in_tool_thread`): calls the framework makes in parallel run in parallel."""
-    run = run or current_run()
+    run = run or current_attempt()
     if run is None:
         with tool_scope(spec.secrets):
             return await _invoke(spec, args)
     canonical, fp = _step(spec, args)
-    record, key = run.journal.claim("tool", fp)
+    record, key = run.claim("tool", fp)
     if record is not None:
-        run.tool_step(spec.name, replayed=True, outcome=record.outcome)
+        run.account_tool(spec.name, replayed=True, outcome=record.outcome)
         return _from_record(spec, record)
     # The turn that asked for this call is durable before the call does anything (its record is
     # written while the framework reads it: tether.wire.seam), or a kill in between would let a
     # retry that asks the model again run a different call.
-    await run.seam.written()
+    await run.answers_recorded()
     if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
-        await asyncio.to_thread(functools.partial(run.journal.append, cached, replayed=True))
-        run.tool_step(spec.name, replayed=True, outcome=cached.outcome, cached=True)
+        await asyncio.to_thread(functools.partial(run.record, cached, replayed=True))
+        run.account_tool(spec.name, replayed=True, outcome=cached.outcome, cached=True)
         return _from_record(spec, cached)
     if run.stopping:
         raise Interrupted(run.stopping)  # a stopping attempt starts no new live call
     if spec.approval is not None:
-        from .approvals import require_approval
-
         try:
-            decision = await asyncio.to_thread(require_approval, run, spec, key, canonical["arguments"])
+            decision = await asyncio.to_thread(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
         except Suspended:
             await _running_calls_done(run)  # parallel calls already running finish and are recorded first
             raise
@@ -182,7 +181,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
     try:
         return await _call_live(run, spec, args, canonical, key)
     finally:
-        run.journal.release(key)  # a call that ended unrecorded (retryable error, cancelled): its number is free again
+        run.release(key)  # a call that ended unrecorded (retryable error, cancelled): its number is free again
         _enclosing_calls.reset(enclosing)
         run.tools_running.discard(done)
         done.set_result(None)
@@ -192,7 +191,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = N
 _enclosing_calls: contextvars.ContextVar[tuple[asyncio.Future[None], ...]] = contextvars.ContextVar("tether_enclosing_calls", default=())
 
 
-async def _running_calls_done(run: Run) -> None:
+async def _running_calls_done(run: Attempt) -> None:
     """Wait for the live tool calls of ``run`` running on this loop, except those this call runs
     inside: a call that suspends the run for an approval lets its parallel siblings finish and be
     recorded, so the next attempt replays them instead of running them again."""
@@ -202,7 +201,7 @@ async def _running_calls_done(run: Run) -> None:
         await asyncio.wait(running)
 
 
-async def _call_live(run: Run, spec: ToolSpec, args: dict[str, Any], canonical: dict[str, Any], key: StepKey) -> Any:
+async def _call_live(run: Attempt, spec: ToolSpec, args: dict[str, Any], canonical: dict[str, Any], key: StepKey) -> Any:
     fp = key[1]
     started = time.time()
     token = _idempotency_key.set(sha256_hex(f"{run.scope}\0{fp}\0{key[2]}".encode())[:32])
@@ -223,18 +222,18 @@ async def _call_live(run: Run, spec: ToolSpec, args: dict[str, Any], canonical: 
         "tool", fp, key[2], outcome, canonical, {"tool": spec.name}, body, started_at=started, duration_ms=(time.time() - started) * 1000
     )
     await asyncio.to_thread(_commit, run, spec, record)
-    run.tool_step(spec.name, replayed=False, outcome=outcome, duration_ms=record.duration_ms)
+    run.account_tool(spec.name, replayed=False, outcome=outcome, duration_ms=record.duration_ms)
     return _from_record(spec, record)
 
 
-def _cached(run: Run, spec: ToolSpec, canonical: dict[str, Any]) -> Record | None:
+def _cached(run: Attempt, spec: ToolSpec, canonical: dict[str, Any]) -> Record | None:
     data = run.store.get(_cache_key(spec, canonical))
     record = Record.decode(data) if data else None
     return record if record is not None and record.outcome == "ok" else None
 
 
-def _commit(run: Run, spec: ToolSpec, record: Record) -> None:
-    run.journal.append(record)
+def _commit(run: Attempt, spec: ToolSpec, record: Record) -> None:
+    run.record(record)
     if spec.cache == "auto" and record.outcome == "ok":
         try:
             run.store.put(_cache_key(spec, record.request), record.encode())
@@ -292,16 +291,16 @@ async def in_tool_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
             thread.join()  # it has only to return: no thread outlives its call
 
 
-def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Run | None = None) -> Any:
+def call_tool_sync(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None = None) -> Any:
     """:func:`call_tool` for synchronous frameworks (runs on the wire loop if a loop is running)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(call_tool(spec, args, run=run or current_run()))
+        return asyncio.run(call_tool(spec, args, run=run or current_attempt()))
     from .wire.loop import run_on_wire_loop
 
     ctx = contextvars.copy_context()
-    return run_on_wire_loop(ctx.run(lambda: call_tool(spec, args, run=run or current_run())))
+    return run_on_wire_loop(ctx.run(lambda: call_tool(spec, args, run=run or current_attempt())))
 
 
 # ------------------------------------------------------ which modules may be tools or agents

@@ -2,7 +2,8 @@
 
 Any SDK, any language, a subprocess CLI: point its base URL at ``proxy.base_url(run, provider)``
 (``http://127.0.0.1:PORT/r/<token>/<provider>``) and every request reaches the run's seam. The
-token in the path keeps concurrent runs in one process apart. Live requests go upstream with the
+token in the path keeps concurrent runs in one process apart. The proxy knows a run only by its
+seam (``Wired``): it never reads or writes the run itself. Live requests go upstream with the
 caller's own credentials; the proxy never stores or logs them.
 """
 
@@ -10,21 +11,17 @@ from __future__ import annotations
 
 import secrets
 import threading
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
-from .seam import WireRequest
-
-if TYPE_CHECKING:
-    from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
+from .seam import Wired, WireRequest, WireSeam
 
 
 class WireProxy:
     def __init__(self) -> None:
-        self._runs: dict[str, Run] = {}
+        self._seams: dict[str, WireSeam] = {}
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -34,7 +31,7 @@ class WireProxy:
         app.router.add_route("*", "/r/{token}/{provider}/{tail:.*}", self._handle)
         # handler_cancellation: a client that hangs up (an SDK timing out before its retry) cancels
         # its request here too, so an answer nobody reads is not recorded; a stream already
-        # being recorded finishes on its own (see WireSeam._tee).
+        # being recorded finishes on its own (see WriteScheduler.tee).
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -51,15 +48,15 @@ class WireProxy:
             self._runner = None
 
     # -- runs ----------------------------------------------------------------------------------
-    def register(self, run: Run) -> str:
+    def register(self, run: Wired) -> str:
         token = secrets.token_hex(8)
-        self._runs[token] = run
-        run._proxy_tokens = [*getattr(run, "_proxy_tokens", []), token]
+        self._seams[token] = run.seam
+        run.seam.proxy_tokens.append(token)
         return token
 
-    def unregister(self, run: Run) -> None:
-        for token in getattr(run, "_proxy_tokens", []):
-            self._runs.pop(token, None)
+    def unregister(self, run: Wired) -> None:
+        for token in run.seam.proxy_tokens:
+            self._seams.pop(token, None)
 
     def active_url(self, provider: str) -> str:
         """A base URL that follows whichever run is active in this process (``/r/active/``).
@@ -70,9 +67,9 @@ class WireProxy:
         """
         return f"http://127.0.0.1:{self.port}/r/active/{provider}"
 
-    def base_url(self, run: Run, provider: str) -> str:
+    def base_url(self, run: Wired, provider: str) -> str:
         """The base URL an SDK of ``provider`` should use (append the SDK's version segment)."""
-        tokens = getattr(run, "_proxy_tokens", None) or [self.register(run)]
+        tokens = run.seam.proxy_tokens or [self.register(run)]
         return f"http://127.0.0.1:{self.port}/r/{tokens[0]}/{provider}"
 
     # -- one request ---------------------------------------------------------------------------
@@ -80,26 +77,26 @@ class WireProxy:
         token = request.match_info["token"]
         provider = request.match_info["provider"]
         if token == "active":
-            active = {id(r): r for r in self._runs.values()}
+            active = {id(s): s for s in self._seams.values()}
             if len(active) != 1:
                 msg = f"tether proxy: /r/active/ needs exactly one active run in this process, found {len(active)}"
                 return web.json_response({"error": {"message": msg, "type": "tether_proxy"}}, status=409)
-            token = next(k for k, r in self._runs.items() if r is next(iter(active.values())))
-        run = self._runs.get(token)
-        if run is None or provider not in run.upstreams:
+            token = next(k for k, s in self._seams.items() if s is next(iter(active.values())))
+        seam = self._seams.get(token)
+        if seam is None or provider not in seam.upstreams:
             return web.json_response({"error": {"message": "tether proxy: unknown run or provider", "type": "tether_proxy"}}, status=404)
         path = "/" + request.match_info["tail"]
         wire = WireRequest(
             method=request.method,
             provider=provider,
             path=path,
-            url=run.upstreams[provider] + path,
+            url=seam.upstreams[provider] + path,
             query=request.query_string,
             headers=list(request.headers.items()),
             body=await request.read(),
         )
         try:
-            response = await run.seam.handle(wire)
+            response = await seam.handle(wire)
         except RecoverableStepError as e:
             # 502 is recoverable for every SDK: it retries or fails the attempt, never records.
             return web.json_response({"error": {"message": f"tether proxy: {e}", "type": "tether_upstream"}}, status=502)

@@ -18,18 +18,14 @@ import functools
 import importlib
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
 
-from ..current import current_run
 from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
-from .seam import WireRequest, upstream_http
-
-if TYPE_CHECKING:
-    from ..run import Run  # typing only: run.py builds the seam, the wire never imports it
+from .seam import Wired, WireRequest, WireSeam, current_seam, upstream_http
 
 
 @functools.lru_cache(maxsize=256)
@@ -37,11 +33,11 @@ def _base_path(base: str) -> str:
     return urlsplit(base).path.rstrip("/")
 
 
-def _wire_request(run: Run, provider: str, request: Any, body: bytes) -> WireRequest:
+def _wire_request(seam: WireSeam, provider: str, request: Any, body: bytes) -> WireRequest:
     timeout = request.extensions.get("timeout")
     # Plain string work: parsing URLs with httpx here cost ~0.1 ms per step, a third of a replay.
     path = request.url.path
-    prefix = _base_path(run.upstreams[provider])
+    prefix = _base_path(seam.upstreams[provider])
     if prefix and path.startswith(prefix + "/"):
         path = path[len(prefix) :]
     return WireRequest(
@@ -90,7 +86,7 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
     class AsyncWireTransport(http.AsyncBaseTransport):  # type: ignore[misc]
         """Async transport into the seam of the current run (or of ``run``)."""
 
-        def __init__(self, provider: str, run: Run | None = None) -> None:
+        def __init__(self, provider: str, run: Wired | None = None) -> None:
             self.provider = provider
             self.run = run
             # Built on first use: an HTTP transport loads the CA bundle (~0.2 s), and requests
@@ -98,14 +94,14 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
             self._plain: Any = None
 
         async def handle_async_request(self, request: Any) -> Any:
-            run = self.run or current_run()
-            if run is None:
+            seam = self.run.seam if self.run is not None else current_seam()
+            if seam is None:
                 if self._plain is None:
                     self._plain = http.AsyncHTTPTransport()
                 return await self._plain.handle_async_request(request)
             body = await request.aread()
             try:
-                response = await run.seam.handle(_wire_request(run, self.provider, request, body))
+                response = await seam.handle(_wire_request(seam, self.provider, request, body))
             except RecoverableStepError as e:
                 raise translate(e) from e
             return http.Response(response.status, headers=response.headers, stream=AsyncStream(response.stream), request=request)
@@ -136,20 +132,20 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
     class WireTransport(http.BaseTransport):  # type: ignore[misc]
         """Sync transport: runs the seam on the process's wire loop."""
 
-        def __init__(self, provider: str, run: Run | None = None) -> None:
+        def __init__(self, provider: str, run: Wired | None = None) -> None:
             self.provider = provider
             self.run = run
             self._plain: Any = None  # built on first use, as above
 
         def handle_request(self, request: Any) -> Any:
-            run = self.run or current_run()
-            if run is None:
+            seam = self.run.seam if self.run is not None else current_seam()
+            if seam is None:
                 if self._plain is None:
                     self._plain = http.HTTPTransport()
                 return self._plain.handle_request(request)
             body = request.read()
             try:
-                response = run_on_wire_loop(run.seam.handle(_wire_request(run, self.provider, request, body)))
+                response = run_on_wire_loop(seam.handle(_wire_request(seam, self.provider, request, body)))
             except RecoverableStepError as e:
                 raise translate(e) from e
             return http.Response(response.status, headers=response.headers, stream=SyncStream(response.stream), request=request)

@@ -116,7 +116,7 @@ Recording overlaps delivery, as in `run_agent` (`Run(overlap_writes=True)`): an 
 back while its record is written; it counts as recorded once durable, and what follows from it
 waits for that — a tool call it asked for, the next live answer handed back, the end of the run.
 The write starts when the process turns to it: the next request sent upstream, anything that waits
-for it, or 10 ms later (`WireSeam._turn`); started at once, its threads slowed the framework reading
+for it, or 10 ms later (`WriteScheduler._turn`); started at once, its threads slowed the framework reading
 the answer (×1.03–1.05 instead of ×1.01–1.02 for a plain turn, measured A/B in one session).
 A kill in between loses only an answer nothing acted on: the retry asks the model for that turn
 again (paid twice, as a kill during the call always was); no tool runs twice, no record is torn

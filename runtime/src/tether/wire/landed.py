@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import RecoverableStepError
 from .messages import WireRequest, classify
 from .protocols.base import WireProtocol
-from .upstream import Upstream, transport_errors
+from .upstream import Upstream, read_whole
 
 
 @dataclass
@@ -42,12 +42,7 @@ async def read_back(upstream: Upstream, protocol: WireProtocol, request: WireReq
     headers = [(k, v) for k, v in request.headers if k.lower() not in ("content-type", "accept")]
     read = WireRequest("GET", request.provider, check, request.url[: -len(request.path)] + check, headers=headers, timeout=request.timeout)
     response = await upstream.send(read)
-    try:
-        state = await response.aread()
-    except transport_errors() as e:
-        raise RecoverableStepError(f"reading back {check} broke: {type(e).__name__}") from e
-    finally:
-        await response.aclose()
+    state = await read_whole(response, f"reading back {check}")
     if classify(response.status_code) == "recoverable":
         # Unknown whether the turn landed: sending it could duplicate it, so not now.
         raise RecoverableStepError(f"could not read back {check} (HTTP {response.status_code}) to tell whether the turn landed")

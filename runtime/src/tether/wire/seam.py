@@ -49,7 +49,7 @@ from . import protocols
 from .landed import read_back
 from .messages import WireRequest, WireResponse, classify
 from .protocols.base import NORMALISED, WireProtocol, sse_data
-from .upstream import Upstream, _tls_context, kept_headers, passed_through, transport_errors, upstream_http
+from .upstream import Upstream, _tls_context, kept_headers, passed_through, read_whole, upstream_http
 from .writes import WRITE_DELAY, WriteScheduler
 
 # Named here since the seam was one module: callers and tests import them from tether.wire.seam.
@@ -264,12 +264,7 @@ class WireSeam:
                 attempt.account_turn(record, replayed=False)
 
         if not streamed:
-            try:
-                body = await response.aread()
-            except transport_errors() as e:
-                raise RecoverableStepError(f"upstream response broke: {type(e).__name__}") from e
-            finally:
-                await response.aclose()
+            body = await read_whole(response, "upstream response")
             await self.writes.whole(commit, body)
             return WireResponse.whole(status, headers, body)
         return WireResponse(status, headers, self.writes.tee(response, commit))

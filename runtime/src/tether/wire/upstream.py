@@ -83,6 +83,16 @@ async def drain(response: httpx.Response) -> AsyncIterator[bytes]:
         await response.aclose()
 
 
+async def read_whole(response: httpx.Response, what: str) -> bytes:
+    """A body read to its end (``what`` names it in the error when the connection breaks)."""
+    try:
+        return await response.aread()
+    except transport_errors() as e:
+        raise RecoverableStepError(f"{what} broke: {type(e).__name__}") from e
+    finally:
+        await response.aclose()
+
+
 def passed_through(response: httpx.Response) -> WireResponse:
     """An answer handed back unrecorded, headers and all."""
     return WireResponse(response.status_code, passthrough_headers(response), drain(response))

@@ -88,7 +88,7 @@ class TokenUsage:
         return self.input_tokens + self.output_tokens
 
     def normalised(self) -> dict[str, int]:
-        """Named and split like ``tether.wire.protocols.base.Usage``: ``input_tokens`` are the
+        """Named and split like ``tether.usage.Usage``: ``input_tokens`` are the
         uncached ones, so a ledger entry compares directly with what the seam reads."""
         return {
             "input_tokens": self.uncached_input_tokens,

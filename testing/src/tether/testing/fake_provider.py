@@ -186,7 +186,7 @@ class LedgerEntry:
     body_bytes: int
     headers: tuple[str, ...]
     query: tuple[str, ...]
-    #: Usage the answer reported, normalised like ``tether.wire.protocols.base.Usage``
+    #: Usage the answer reported, normalised like ``tether.usage.Usage``
     #: (``input_tokens`` uncached, ``cached_input_tokens``, ``cache_write_tokens``, ``output_tokens``).
     usage: Mapping[str, int] | None = None
     time: float = field(default_factory=time.time)

@@ -146,6 +146,14 @@ def apply(run: dict[str, Any], tools: list[dict[str, Any]]) -> None:
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*tools, run]}))
 
 
+def replace_tools(tools: list[dict[str, Any]]) -> None:
+    """AgentTools as given, in place of those of the same names (a tool's spec is immutable: each is
+    deleted, then created anew; no finalizer holds a tool)."""
+    for tool in tools:
+        kubectl("delete", "agenttool", tool["metadata"]["name"], "-n", NS, "--ignore-not-found", "--wait=true")
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": tools}))
+
+
 def delete_run(name: str) -> None:
     kubectl("delete", "agentrun", name, "-n", NS, "--ignore-not-found", "--wait=true", timeout=180)
 

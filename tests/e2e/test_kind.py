@@ -32,6 +32,7 @@ from tests.e2e.cluster import (
     ledger,
     pods,
     poll,
+    replace_tools,
     status,
     wait_phase,
 )
@@ -118,14 +119,14 @@ def test_a_gpu_tool_lands_on_the_a100_worker_while_the_agent_stays_on_cpu():
     worker; the agent's pod (no GPU) runs on a CPU worker and calls it over the pod network with
     the attempt's token. Mid-run (turn 2 held back): the two pods on their nodes, the GPU on the
     tool's pod only, and a caller without the token gets no answer. The run
-    succeeds with the tool run once, in one attempt; its pod and token Secret go with the attempt.
-    NOT RUN in the session that wrote it (no Docker/kind there)."""
+    succeeds with the tool run once, in one attempt; its pod and token Secret go with the attempt."""
     name = unique("gputool")
     run, tools = example("openai", "weather", name)
     [weather] = tools  # get-weather: the name the fake provider's script calls
     original = json.loads(json.dumps(tools))
     weather["spec"]["resources"] = {"cpu": "100m", "memory": "256Mi", "gpu": {"type": "A100", "count": 1}}
     weather["spec"]["cache"] = "off"  # earlier runs cached get_weather('Paris'): this one must call it
+    replace_tools(tools)  # before the run exists: a run never sees the tool change under it
     fake_provider("/_control/reset", "POST")
     fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])  # hold turn 2: the pods stay up
     apply(run, tools)
@@ -160,7 +161,7 @@ def test_a_gpu_tool_lands_on_the_a100_worker_while_the_agent_stays_on_cpu():
     finally:
         fake_provider("/_control/reset", "POST")
         delete_run(name)
-        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": original}))  # as the example has it
+        replace_tools(original)  # as the example has it
 
 
 def test_pod_deleted_mid_run_replays_with_no_upstream_call():
@@ -196,8 +197,7 @@ def test_the_agent_container_cannot_read_a_tools_secret():
     """A tool with a Secret runs in its own container (tool-0, a native sidecar): mid-run, the
     agent's container has no such file, no such variable and no such volume (nor the store's
     credentials: they are in the store proxy); the tool's
-    container has the file; the run completes (the pod ends although the sidecar keeps serving).
-    NOT RUN in the session that wrote it (no Docker/kind there)."""
+    container has the file; the run completes (the pod ends although the sidecar keeps serving)."""
     name = unique("keyed")
     run, tools = example("openai", "weather", name)
     [weather] = tools  # get-weather: the name the fake provider's script calls (a renamed tool is unknown to the model)
@@ -208,6 +208,7 @@ def test_the_agent_container_cannot_read_a_tools_secret():
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "weather-key", "namespace": NS, "labels": {"tether.dev/usable": "true"}},
               "stringData": {"key": value}}  # fmt: skip
     kubectl("apply", "-f", "-", input=json.dumps(secret))
+    replace_tools(tools)  # before the run exists: a run never sees the tool change under it
     fake_provider("/_control/reset", "POST")
     fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])  # hold turn 2: the pod stays up
     apply(run, tools)
@@ -236,7 +237,7 @@ def test_the_agent_container_cannot_read_a_tools_secret():
     finally:
         fake_provider("/_control/reset", "POST")
         delete_run(name)
-        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": original}))  # as the example has it
+        replace_tools(original)  # as the example has it
 
 
 def test_kubectl_wait_for_succeeded():

@@ -29,7 +29,8 @@ from typing import Any, TextIO
 import flyte
 
 from . import secrets as tether_secrets
-from .agent import Tool, load_adapter, run_agent
+from .agent import Tool, load_adapter
+from .agent.runner import AgentJob, run_job
 from .api import AgentToolSpec
 from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
 from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
@@ -139,15 +140,6 @@ class ChildToolTask:
         return json.loads(out)
 
 
-def _upstream(base_url: str) -> str:
-    """AgentRun baseURL may carry the API version (``…/v1``); upstreams never do."""
-    base = base_url.rstrip("/")
-    for suffix in ("/v1", "/v1beta"):
-        if base.endswith(suffix):
-            return base[: -len(suffix)]
-    return base
-
-
 def classify_exception(e: BaseException) -> int:
     """Exit code for an exception that ended an attempt. SDKs wrap what the seam raised (e.g.
     an ``APIConnectionError`` around a refused cost limit), so the whole chain is read: a limit,
@@ -193,26 +185,8 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
         _publish_failed_start(store, request.run_id, failed.error or "")
         return failed
     try:
-        provider = spec.model.provider
-        result = await run_agent(
-            adapter,
-            spec.input,
-            tools=tools,
-            model=spec.model.name,
-            provider=provider,
-            instructions=spec.instructions,
-            agent=spec.agent,
-            memory_key=spec.memory_key,
-            durable=spec.durable,
-            run_id=request.run_id,
-            store=store,
-            namespace=request.namespace,
-            upstreams={provider: _upstream(spec.model.base_url)} if spec.model.base_url else None,
-            max_turns=spec.limits.max_turns if spec.limits else None,
-            max_cost_usd=spec.limits.max_cost_usd if spec.limits else None,
-            unknown_cost=spec.limits.unknown_cost if spec.limits else "stop",
-            on_step=on_step,
-        )
+        job = AgentJob.of_agent_run(spec, tools, run_id=request.run_id, store=store, namespace=request.namespace, on_step=on_step)
+        result = await run_job(adapter, job)
     except Interrupted as e:  # a clean stop: what finished is recorded; the next attempt replays it
         return Outcome(request.run_id, "interrupted", EXIT_INTERRUPTED, error=str(e))
     except Exception as e:

@@ -1,5 +1,8 @@
 """``run_agent``: everything around the framework's own runner, done once for every adapter:
-scope, store, journal, proxy, memory commit, approvals, progress, cost and the Flyte report."""
+scope, store, journal, proxy, memory commit, approvals, progress, cost and the Flyte report.
+
+``run_agent``'s keywords (the public API) and an AgentRun's spec (the entrypoint) both become an
+:class:`AgentJob`, which :func:`run_job` runs."""
 
 from __future__ import annotations
 
@@ -10,8 +13,10 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from ..api import AgentRunSpec, Limits
 from ..errors import ConfigError, Interrupted, LimitExceeded, Suspended
 from ..memory import Memory
 from ..progress import ProgressWriter
@@ -72,6 +77,70 @@ def default_store() -> Store:
     return open_store(None)
 
 
+@dataclass(frozen=True)
+class AgentJob:
+    """One run of an agent, typed: what :func:`run_agent`'s keywords say (documented there), and
+    what an AgentRun's spec says (:meth:`of_agent_run`). :func:`run_job` runs it."""
+
+    prompt: str
+    tools: Sequence[Any] = ()
+    model: str | None = None
+    instructions: str | None = None
+    memory_key: str | None = None
+    durable: bool = True
+    agent: Any = None
+    provider: str | None = None
+    run_id: str | None = None
+    store: Store | str | None = None
+    namespace: str = "default"
+    upstreams: dict[str, str] | None = None
+    max_turns: int | None = None
+    max_cost_usd: float | None = None
+    unknown_cost: str = "stop"
+    stream: bool = False
+    report: bool | None = None
+    on_step: Callable[[StepEvent], None] | None = None
+
+    @classmethod
+    def of_agent_run(
+        cls,
+        spec: AgentRunSpec,
+        tools: Sequence[Any],
+        *,
+        run_id: str,
+        store: str,
+        namespace: str,
+        on_step: Callable[[StepEvent], None] | None,
+    ) -> AgentJob:
+        """The AgentRun's spec as a job (``tools``: its AgentTools as Tools, in its order)."""
+        model = spec.model
+        return cls(
+            spec.input,
+            tools,
+            model=model.name,
+            provider=model.provider,
+            upstreams={model.provider: _upstream(model.base_url)} if model.base_url else None,
+            instructions=spec.instructions,
+            agent=spec.agent,
+            memory_key=spec.memory_key,
+            durable=spec.durable,
+            run_id=run_id,
+            store=store,
+            namespace=namespace,
+            on_step=on_step,
+            **(spec.limits or Limits()).model_dump(),  # max_turns, max_cost_usd, unknown_cost: the same names
+        )
+
+
+def _upstream(base_url: str) -> str:
+    """AgentRun baseURL may carry the API version (``…/v1``); upstreams never do."""
+    base = base_url.rstrip("/")
+    for suffix in ("/v1", "/v1beta"):
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
 async def run_agent(
     adapter: Adapter,
     prompt: str,
@@ -108,36 +177,63 @@ async def run_agent(
     tool call, the end of the run, or 10 ms later; ``tether.wire.seam``), so its event can come
     after the next request already left.
     """
-    if model is None and agent is None:
+    return await run_job(
+        adapter,
+        AgentJob(
+            prompt,
+            tools=tools,
+            model=model,
+            instructions=instructions,
+            memory_key=memory_key,
+            durable=durable,
+            agent=agent,
+            provider=provider,
+            run_id=run_id,
+            store=store,
+            namespace=namespace,
+            upstreams=upstreams,
+            max_turns=max_turns,
+            max_cost_usd=max_cost_usd,
+            unknown_cost=unknown_cost,
+            stream=stream,
+            report=report,
+            on_step=on_step,
+        ),
+    )
+
+
+async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
+    """:func:`run_agent`'s work, for a typed job (the entrypoint's AgentRun: :meth:`AgentJob.of_agent_run`)."""
+    if job.model is None and job.agent is None:
         raise ConfigError("run_agent needs a model (declarative) or an agent (bring your own)")
-    if agent is not None and (tools or instructions):  # they would not reach it: never silently ignored
+    if job.agent is not None and (job.tools or job.instructions):  # they would not reach it: never silently ignored
         raise ConfigError(
             "run_agent: a bring-your-own agent brings its own tools and instructions; tools= and instructions= would "
             "not reach it (make its tools Tether tools with the adapter's @tool, so that they are journaled)"
         )
-    prov, model_name = infer_provider(model or "", provider or adapter.default_provider)
-    prov = provider or prov
+    prov, model_name = infer_provider(job.model or "", job.provider or adapter.default_provider)
+    prov = job.provider or prov
     # Store I/O never runs on the event loop (opening an S3 store, loading the journal, memory,
     # progress, approvals): other runs and the framework's own tasks share this loop.
-    the_store = await asyncio.to_thread(open_store, store) if store is not None else await asyncio.to_thread(default_store)
-    scope = run_id or default_scope()
+    the_store = await asyncio.to_thread(open_store, job.store) if job.store is not None else await asyncio.to_thread(default_store)
+    scope = job.run_id or default_scope()
     run = (
         await asyncio.to_thread(
             Run,
             scope,
             the_store,
-            upstreams=upstreams,
-            max_cost_usd=max_cost_usd,
-            unknown_cost=unknown_cost,
+            upstreams=job.upstreams,
+            max_cost_usd=job.max_cost_usd,
+            unknown_cost=job.unknown_cost,
             background_load=True,
             overlap_writes=True,
         )
-        if durable
+        if job.durable
         else None
     )
-    memory = Memory(the_store, namespace, memory_key) if memory_key else None
+    memory = Memory(the_store, job.namespace, job.memory_key) if job.memory_key else None
     session = AgentSession(
-        run, prov, memory, max_turns=max_turns, stream=stream, upstreams=run.upstreams if run else resolve_upstreams(upstreams)
+        run, prov, memory, max_turns=job.max_turns, stream=job.stream, upstreams=run.upstreams if run else resolve_upstreams(job.upstreams)
     )
     if memory is not None:
         try:
@@ -147,22 +243,22 @@ async def run_agent(
                 await run.loaded()  # a journal that cannot load is the cause to report first
             raise
     progress = ProgressWriter(run) if run else None
-    if run and on_step:
-        run.listeners.append(on_step)
-    tool_objs = as_tools(tools)
+    if run and job.on_step:
+        run.listeners.append(job.on_step)
+    tool_objs = as_tools(job.tools)
     result = AgentResult(None, "failed", scope)
     try:
         with run.activate() if run else _null():
-            if agent is None:
+            if job.agent is None:
                 the_agent = adapter.build(
-                    AgentSpec(model_name, prov, instructions, tool_objs, max_turns=max_turns, model_id=model or ""), session
+                    AgentSpec(model_name, prov, job.instructions, tool_objs, max_turns=job.max_turns, model_id=job.model or ""), session
                 )
             else:
-                the_agent = adapter.load(agent) if isinstance(agent, str) else agent
+                the_agent = adapter.load(job.agent) if isinstance(job.agent, str) else job.agent
             if run is not None:
                 await run.loaded()  # loading beside the build above
             # A stop (SIGINT/SIGTERM under `tether exec`) lets running tool calls be recorded first.
-            result.output = await until_stopped(asyncio.ensure_future(adapter.run(the_agent, prompt, session)), run)
+            result.output = await until_stopped(asyncio.ensure_future(adapter.run(the_agent, job.prompt, session)), run)
             if run is not None:  # the last answers' records (written while the framework went on) are durable first
                 await run.seam.recorded()
         result.status = "succeeded"
@@ -195,7 +291,7 @@ async def run_agent(
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
         await progress.apublish(phase, result=result.output)
         progress.close()
-    if wants_report(report):
+    if wants_report(job.report):
         await render_report(result)
     return result
 

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ManifestError, load_manifests
 from ..contract import (
@@ -53,6 +53,7 @@ from ..contract import (
     PROGRESS_ENV,
     AttemptEnd,
     ExecRequest,
+    Outcome,
     attempt_end,
 )
 from ..progress import read_progress, run_spend_note, unknown_cost_note
@@ -224,12 +225,12 @@ def main(argv: list[str]) -> int:
 
 def _attempts(
     request_file: str, store: str, env: dict[str, str], kill_after: int, retries: int, *, warm: bool = True
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, Outcome | None]:
     """Run attempts until one ends for good; the exit code and the last attempt's outcome.
 
     With ``warm``, while an attempt runs the next one's process is already started and waiting
     (``tether exec --warm``), so a retry does not pay for Python, Flyte and the framework again."""
-    code, outcome = EXIT_RECOVERABLE, cast(dict[str, Any], {})
+    code, outcome = EXIT_RECOVERABLE, None
     last = retries + 1
     command = [sys.executable, "-m", "tether", "exec", request_file, "--store", store]
 
@@ -275,13 +276,13 @@ def _attempts(
                 spare = start(attempt + 1)  # imports beside this attempt, ready before it ends
             lines = _output(proc, GO + "\n" if warm else None).splitlines()
             ended.append(proc)
-            outcome = _outcome(lines[-1]) if lines else {}
+            outcome = _outcome(lines[-1]) if lines else None
             # Once its outcome is printed the attempt is over (it closes its output, then exits with
             # that code): waiting for the exit would add the kernel's teardown of its memory.
-            code = int(outcome["exit_code"]) if outcome else proc.wait()
+            code = outcome.exit_code if outcome else proc.wait()
             for line in lines[:-1] if outcome else lines:
                 print(line)
-            worker = outcome.get("warm_worker") if attempt > 1 else None
+            worker = outcome.warm_worker if outcome and attempt > 1 else None
             if worker:
                 print(
                     f"  (ran in the worker started beside attempt {attempt - 1}, ready {worker['ready_before_go_ms'] / 1000:.1f} s before it was needed)"
@@ -295,7 +296,7 @@ def _attempts(
             if code < 0:
                 print(f"  the agent process died (signal {-code}); {again}\n")
             elif code == EXIT_RECOVERABLE:
-                why = f": {outcome['error']}" if outcome.get("error") else ""
+                why = f": {outcome.error}" if outcome and outcome.error else ""
                 print(f"  recoverable failure{why}; {again}\n")
             else:
                 print(f"  the agent process exited with code {code}; {again}\n")
@@ -323,20 +324,19 @@ def _output(proc: subprocess.Popen[str], go: str | None) -> str:
         return proc.stdout.read()
 
 
-def _outcome(line: str) -> dict[str, Any]:
-    """The JSON outcome ``tether exec`` prints last, or {} if the attempt died before printing it."""
+def _outcome(line: str) -> Outcome | None:
+    """The outcome ``tether exec`` prints last, or None if the attempt died before printing it."""
     try:
-        value = json.loads(line)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) and "exit_code" in value else {}
+        return Outcome.from_json(line)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 #: The phase the run is in after ``tether run`` exits, by how its exit code reads (else Failed).
 PHASE_OF_END = {AttemptEnd.SUCCEEDED: "Succeeded", AttemptEnd.SUSPENDED: "AwaitingApproval", AttemptEnd.INTERRUPTED: "Interrupted"}
 
 
-def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, Any], started: float) -> None:
+def _summary(store: str, run_id: str, code: int, final: int, outcome: Outcome | None, started: float) -> None:
     """What the run did; ``code`` is the last attempt's (negative: killed by that signal),
     ``final`` the exit code of ``tether run``."""
     progress = read_progress(open_store(store), run_id) or {}
@@ -345,9 +345,11 @@ def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, 
     steps, usage = progress.get("steps", {}), progress.get("usage", {})
     cli = command_name()
     end = attempt_end(code)
+    output = outcome.figures.output if outcome and outcome.figures else None
+    error = outcome.error if outcome else None
     print()
     if end is AttemptEnd.SUCCEEDED:
-        print("Answer:\n  " + (progress.get("result") or outcome.get("output") or "").replace("\n", "\n  "))
+        print("Answer:\n  " + (progress.get("result") or output or "").replace("\n", "\n  "))
     elif end is AttemptEnd.SUSPENDED:
         for a in progress.get("approvals", []):
             if not a.get("decision"):
@@ -356,11 +358,11 @@ def _summary(store: str, run_id: str, code: int, final: int, outcome: dict[str, 
                 print(f"  decline:  {cli} approve {run_id} {a['id']} --no --reason '...'")
                 print("  then run the same command again to continue (finished steps replay).")
     elif end is AttemptEnd.INTERRUPTED:
-        print(f"Interrupted ({outcome.get('error') or 'stopped'}): tool calls that were running finished and were recorded.")
+        print(f"Interrupted ({error or 'stopped'}): tool calls that were running finished and were recorded.")
         print("  Run the same command again to resume (finished steps replay).")
     else:
         died = f"the agent process died (signal {-code})" if code < 0 else f"exit code {code}"
-        print(f"Failed: {outcome.get('error') or progress.get('error') or died}")
+        print(f"Failed: {error or progress.get('error') or died}")
     if steps and progress.get("attempt"):  # attempt 0: the agent never started, nothing to count
         print(
             f"\nSummary (last attempt {progress.get('attempt')}): model turns {steps['modelLive']} live / {steps['modelReplayed']} replayed, "

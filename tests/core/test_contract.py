@@ -25,7 +25,16 @@ def _contract_strings() -> set[str]:
     values = {v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)}
     values |= set(contract.PROVIDER_KEY_ENV.values())
     values.add("progress.json")
+    values |= _store_key_segments()
     return values
+
+
+def _store_key_segments() -> set[str]:
+    """The fixed parts of the store keys tether.contract makes (``/progress.json``, ``/flyte/``,
+    ``/starts/``), found by calling its key functions with a placeholder. ``runs/`` and ``/``
+    alone are too common to count."""
+    keys = [contract.progress_key("\0"), contract.flyte_starts_prefix("\0", "\0", "\0")]
+    return {part for key in keys for part in key.split("\0")} - {"", "/", contract.runs_prefix()}
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:

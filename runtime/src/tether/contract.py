@@ -76,6 +76,12 @@ def runs_prefix() -> str:
     return "runs/"
 
 
+def flyte_starts_prefix(run_id: str, flyte_run: str, action: str) -> str:
+    """Where the runtime counts the starts of one Flyte run's action, one key per start
+    (``tether.entrypoint``: the open-source backend's own count misses some)."""
+    return f"{runs_prefix()}{run_id}/flyte/{flyte_run}/{action}/starts/"
+
+
 def run_of_progress_key(key: str) -> str | None:
     """The run id whose progress record is at ``key`` (a key :func:`progress_key` made), else None."""
     run_id = key.removeprefix(runs_prefix()).rpartition("/")[0]

@@ -48,6 +48,7 @@ from .contract import (
     Figures,
     Outcome,
     Progress,
+    flyte_starts_prefix,
 )
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .run import StepEvent
@@ -307,7 +308,7 @@ def _claim_start(request: ExecRequest, store: str) -> int:
     ctx = flyte.ctx()
     action = ctx.action if ctx else None
     flyte_run, name = ((action.run_name or action.name) if action else "local"), (action.name if action else "a0")
-    prefix = f"runs/{request.run_id}/flyte/{flyte_run}/{name}/starts/"
+    prefix = flyte_starts_prefix(request.run_id, flyte_run, name)
     the_store = open_store(store)
     n = len(the_store.list(prefix)) + 1
     while not the_store.create(f"{prefix}{n:05d}", str(time.time()).encode()):

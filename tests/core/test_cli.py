@@ -142,7 +142,12 @@ def test_help_documents_exit_codes(tmp_path: Path) -> None:
     for args in (["--help"], ["run", "--help"]):
         proc = subprocess.run(["./tether", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        for line in ("0  succeeded", "2  terminal failure", "3  suspended: waiting for a human approval"):
+        for line in (
+            "0  succeeded",
+            "2  terminal failure",
+            "3  suspended: waiting for a human approval",
+            "other  the agent process crashed",
+        ):
             assert line in proc.stdout, proc.stdout
     assert "usage: ./tether" in proc.stdout
 

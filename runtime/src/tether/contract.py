@@ -156,7 +156,10 @@ EXIT_CODES_HELP = """exit codes:
   2  terminal failure or bad input (the cause is printed), or the run id belongs to another manifest
   3  suspended: waiting for a human approval (approve, then run the same command again)
   130  interrupted (Ctrl-C, SIGTERM): tool calls already running finished and were recorded;
-     run the same command again to resume"""
+     run the same command again to resume
+  other  the agent process crashed or was killed (any other exit code, a signal): an attempt
+     that can be retried, as after 1 (tether run and the operator start it again while retries
+     last); tether run then exits with that code, or 1 if a signal killed it"""
 
 
 # -- the run request, the progress record, the outcome -------------------------------------------

@@ -16,7 +16,8 @@ the Flyte report — is done once, here, by :func:`run_agent`. One module a job:
 
     tool_object   Tool, @tool: a function or Flyte task as a tool of every framework
     adapter       Adapter (the base above), AgentSpec, AgentSession
-    runner        run_agent, run_agent_sync, bind (what each adapter package re-exports)
+    runner        run_agent, run_agent_sync, bind (what each adapter package re-exports); AgentJob,
+                  run_job (the same run, typed: the entrypoint's AgentRun spec)
     result        AgentResult
     report        the run's timeline in the Flyte report
     loading       load_adapter: the installed adapter of a framework id

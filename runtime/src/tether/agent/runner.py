@@ -177,29 +177,8 @@ async def run_agent(
     tool call, the end of the run, or 10 ms later; ``tether.wire.seam``), so its event can come
     after the next request already left.
     """
-    return await run_job(
-        adapter,
-        AgentJob(
-            prompt,
-            tools=tools,
-            model=model,
-            instructions=instructions,
-            memory_key=memory_key,
-            durable=durable,
-            agent=agent,
-            provider=provider,
-            run_id=run_id,
-            store=store,
-            namespace=namespace,
-            upstreams=upstreams,
-            max_turns=max_turns,
-            max_cost_usd=max_cost_usd,
-            unknown_cost=unknown_cost,
-            stream=stream,
-            report=report,
-            on_step=on_step,
-        ),
-    )
+    # Its parameters are AgentJob's fields, name for name (tests/core/test_runner.py holds them so).
+    return await run_job(adapter, AgentJob(**{name: value for name, value in locals().items() if name != "adapter"}))
 
 
 async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:

@@ -66,11 +66,17 @@ def refunds(name: str) -> int:
 
 
 def test_a_decision_set_at_creation_is_ignored_and_only_an_approver_can_decide_as_herself():
-    """eve may create AgentRuns, nothing else: her run carries a decision in annotations (the old
+    """eve may create AgentRuns and `use` the provider key, nothing else: her run carries a decision in annotations (the old
     pre-approval attack) and still waits for an approver; she can make no AgentApproval. cfo may
     create AgentApprovals: one naming somebody else as decidedBy is refused at admission; hers is
     applied, recorded as hers, and the refund runs once."""
-    eve = user("eve", [{"apiGroups": ["tether.dev"], "resources": ["agentruns"], "verbs": ["create", "get"]}])
+    eve = user(
+        "eve",
+        [
+            {"apiGroups": ["tether.dev"], "resources": ["agentruns"], "verbs": ["create", "get"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["openai"], "verbs": ["use"]},  # the provider key, unread
+        ],
+    )
     cfo = user("cfo", [{"apiGroups": ["tether.dev"], "resources": ["agentapprovals"], "verbs": ["create"]}])
     name = unique("preapproved")
     run, tools = example("openai", "refund", name)

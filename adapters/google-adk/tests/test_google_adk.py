@@ -195,4 +195,4 @@ def test_declarative_agents_speak_gemini_only():
     from tether.errors import ConfigError
 
     with pytest.raises(ConfigError, match="speak Gemini"):
-        ADAPTER.build(AgentSpec("gpt-4o-mini", "openai"), AgentSession(None, "openai"))
+        ADAPTER.build_spec(AgentSpec("gpt-4o-mini", "openai"), AgentSession(None, "openai"))

@@ -189,7 +189,7 @@ def test_declarative_models_pick_the_api():
     chat = ADAPTER.build(AgentSpec(f"mistral-chat:{MODEL}", "mistral"), session)
     assert (chat.api, chat.model) == ("chat", MODEL)
     with pytest.raises(ConfigError, match="speak Mistral"):
-        ADAPTER.build(AgentSpec("gpt-4o-mini", "openai"), session)
+        ADAPTER.build_spec(AgentSpec("gpt-4o-mini", "openai"), session)
     with pytest.raises(ConfigError, match="must be Tether tools"):
         MistralAgent(model=MODEL, tools=[print])  # type: ignore[list-item]
 

@@ -45,7 +45,7 @@ from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITra
 from pydantic import BaseModel, create_model
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
-from tether.errors import ConfigError, Suspended, ToolError
+from tether.errors import Suspended, ToolError
 from tether.run import current_run
 
 from . import normalise  # noqa: F401 - registers the CLI's normaliser with the runtime's Anthropic protocol
@@ -224,11 +224,9 @@ def reaped_cli(options: ClaudeAgentOptions, home: Path) -> str | None:
 
 class ClaudeAdapter(Adapter):
     framework = "claude"
-    default_provider = "anthropic"
+    providers = ("anthropic",)
 
     def build(self, spec: AgentSpec, session: AgentSession) -> ClaudeAgent:
-        if spec.provider != "anthropic":
-            raise ConfigError(f"the Claude Agent SDK speaks Anthropic Messages; got provider {spec.provider!r}")
         options = ClaudeAgentOptions(
             model=spec.model,
             system_prompt=spec.instructions or "",

@@ -187,11 +187,9 @@ def _templates(crew: Crew) -> str:
 
 class CrewAIAdapter(Adapter):
     framework = "crewai"
-    default_provider = "openai"
+    providers = ("openai",)
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Crew:
-        if spec.provider != "openai":
-            raise ConfigError(f"declarative CrewAI agents speak OpenAI Chat Completions; got provider {spec.provider!r}")
         agent = Agent(
             role=spec.name,
             goal="Answer the user's request, using your tools where they help.",

@@ -102,11 +102,9 @@ class SeamModels:
 
 class GoogleADKAdapter(Adapter):
     framework = "google-adk"
-    default_provider = "gemini"
+    providers = ("gemini",)
 
     def build(self, spec: AgentSpec, session: AgentSession) -> LlmAgent:
-        if spec.provider != "gemini":
-            raise ConfigError(f"declarative Google ADK agents speak Gemini; got provider {spec.provider!r} (bring your own agent)")
         return LlmAgent(
             name=spec.name,
             model=spec.model,

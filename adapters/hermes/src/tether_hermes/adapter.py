@@ -237,11 +237,9 @@ class HermesAgent:
 
 class HermesAdapter(Adapter):
     framework = "hermes"
-    default_provider = "openai"
+    providers = ("openai",)
 
     def build(self, spec: AgentSpec, session: AgentSession) -> HermesAgent:
-        if spec.provider != "openai":
-            raise ConfigError(f"declarative Hermes agents speak OpenAI Chat Completions; got provider {spec.provider!r}")
         from run_agent import AIAgent
 
         factory = functools.partial(

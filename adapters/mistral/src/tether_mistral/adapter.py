@@ -277,11 +277,9 @@ class Runner:
 
 class MistralAdapter(Adapter):
     framework = "mistral"
-    default_provider = "mistral"
+    providers = ("mistral",)
 
     def build(self, spec: AgentSpec, session: AgentSession) -> MistralAgent:
-        if spec.provider != "mistral":
-            raise ConfigError(f"Mistral agents speak Mistral; got provider {spec.provider!r}")
         model, api = spec.model, "conversations"
         if model.startswith("mistral-agent:"):  # a server-side agent, by id: the rest is set on it
             if spec.instructions:

@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
-from tether.errors import ConfigError, ToolError
+from tether.errors import ToolError
 
 from .memory import TetherSession
 
@@ -127,17 +127,12 @@ class OpenAIAgentsAdapter(Adapter):
     """Runs ``agents.Agent`` objects with ``agents.Runner`` through Tether's seams."""
 
     framework = "openai"
-    default_provider = "openai"
+    providers = ("openai",)
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Any:
         from agents import Agent
         from agents.models.openai_responses import OpenAIResponsesModel
 
-        if spec.provider != "openai":
-            raise ConfigError(
-                f"the OpenAI Agents SDK adapter speaks the OpenAI APIs; model provider {spec.provider!r} "
-                "needs another framework (or bring your own agent)"
-            )
         model = OpenAIResponsesModel(spec.model, openai_client=_client(session, spec.provider))
         return Agent(name=spec.name, instructions=spec.instructions, model=model, tools=[function_tool(t) for t in spec.tools])
 

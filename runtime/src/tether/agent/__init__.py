@@ -7,6 +7,7 @@ the framework's own notion, and runs the framework's own runner — never a loop
 
     class Adapter:                       # one per framework, same shape in each package
         framework = "openai"
+        providers = ("openai",)          # what its declarative agents speak (empty: any)
         def build(spec, session)         # declarative agent from model + instructions + tools
         def load(import_path)            # bring your own: "myapp.agents:agent" (default: import it)
         async def run(agent, prompt, session) -> str   # the framework's runner; returns the answer

@@ -16,6 +16,9 @@ from ..wire.providers import API_KEY_ENV
 from ..wire.providers import upstreams as resolve_upstreams
 from .tool_object import Tool
 
+#: How a refusal names each provider's API.
+_API_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic Messages", "gemini": "Gemini", "mistral": "Mistral"}
+
 
 @dataclass
 class AgentSpec:
@@ -87,8 +90,24 @@ class Adapter(ABC):
 
     #: The AgentRun ``framework`` id.
     framework: ClassVar[str]
-    #: The wire provider the framework uses when a spec names none.
-    default_provider: ClassVar[str] = "openai"
+    #: The wire providers a declarative agent of this framework speaks (empty: any); others are
+    #: refused by :meth:`build_spec` before :meth:`build`.
+    providers: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def default_provider(self) -> str:
+        """The wire provider the framework uses when a spec names none: the first it speaks."""
+        return self.providers[0] if self.providers else "openai"
+
+    def build_spec(self, spec: AgentSpec, session: AgentSession) -> Any:
+        """:meth:`build`, once the spec's provider is one this framework speaks."""
+        if self.providers and spec.provider not in self.providers:
+            speaks = " or ".join(_API_NAMES.get(p, p) for p in self.providers)
+            raise ConfigError(
+                f"declarative {self.framework} agents speak {speaks}; got provider {spec.provider!r} "
+                "(use another framework, or bring your own agent)"
+            )
+        return self.build(spec, session)
 
     @abstractmethod
     def build(self, spec: AgentSpec, session: AgentSession) -> Any:

@@ -229,7 +229,7 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
     try:
         with run.activate() if run else _null():
             if job.agent is None:
-                the_agent = adapter.build(
+                the_agent = adapter.build_spec(
                     AgentSpec(model_name, prov, job.instructions, tool_objs, max_turns=job.max_turns, model_id=job.model or ""), session
                 )
             else:

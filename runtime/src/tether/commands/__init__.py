@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import sys
@@ -18,6 +19,17 @@ def command_name() -> str:
     """How the user runs Tether, for printed hints: ``./tether`` from a checkout (the script sets
     ``$TETHER_COMMAND``), else ``tether``."""
     return os.environ.get("TETHER_COMMAND") or "tether"
+
+
+def parser(command: str, description: str, *, exit_codes: bool = False) -> argparse.ArgumentParser:
+    """The argument parser of ``tether <command>``; ``exit_codes``: its --help ends with what the
+    exit codes mean (the commands that run an attempt)."""
+    return argparse.ArgumentParser(
+        prog=f"{command_name()} {command}",
+        description=description,
+        epilog=EXIT_CODES_HELP if exit_codes else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter if exit_codes else argparse.HelpFormatter,
+    )
 
 
 def request_is_the_executors(data: bytes, where: str, command: str) -> bool:

@@ -9,7 +9,6 @@ way the next attempt replays to the approval and goes on.
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import json
 import sys
@@ -21,11 +20,11 @@ from ..approvals import decide, list_approvals
 from ..contract import APPROVAL_PLURAL
 from ..errors import ConfigError
 from ..stores import open_store
-from . import command_name
+from . import command_name, parser
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command_name()} approve", description=__doc__.split("\n\n")[0])
+    p = parser("approve", __doc__.split("\n\n")[0])
     p.add_argument("run", help="a run id (decided in the store) or NAMESPACE/NAME of an AgentRun (an AgentApproval, as you)")
     p.add_argument("id", nargs="?", help="approval id (omit to list the run's approvals)")
     group = p.add_mutually_exclusive_group()

@@ -20,7 +20,6 @@ agent module is imported before ``go``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import logging
@@ -32,7 +31,7 @@ from pathlib import Path
 from .. import secrets as tether_secrets
 from .. import stopping
 from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL, PROGRESS_ENV, PROVIDER_KEY_ENV, ExecRequest
-from . import EXIT_CODES_HELP, command_name, request_is_the_executors, secrets_or_refusal
+from . import parser, request_is_the_executors, secrets_or_refusal
 
 #: What a warm worker waits for on stdin before it runs its attempt.
 GO = "go"
@@ -44,12 +43,7 @@ def main(argv: list[str]) -> int:
     secrets = secrets_or_refusal("tether exec")
     if secrets is None:
         return EXIT_TERMINAL
-    p = argparse.ArgumentParser(
-        prog=f"{command_name()} exec",
-        description="One attempt of an AgentRun request, as a Flyte local execution.",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = parser("exec", "One attempt of an AgentRun request, as a Flyte local execution.", exit_codes=True)
     p.add_argument("request", help="exec request JSON file ('-' for stdin)")
     p.add_argument("--store", required=True, help="store URL: a directory, file:///dir or s3://bucket/prefix?endpoint_url=...")
     p.add_argument("--progress", action="store_true", help="print a line per step")

@@ -3,18 +3,17 @@ attempt, steps (live / replayed) and live cost, as their progress records say.""
 
 from __future__ import annotations
 
-import argparse
 import json
 from datetime import UTC, datetime
 
 from ..contract import run_of_progress_key, runs_prefix
 from ..progress import read_progress
 from ..stores import default_store_url, open_store
-from . import command_name
+from . import parser
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command_name()} list", description=__doc__.split("\n\n")[0])
+    p = parser("list", __doc__.split("\n\n")[0])
     p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
     p.add_argument("--json", action="store_true", help="one JSON document: a list of the runs' progress records")
     args = p.parse_args(argv)

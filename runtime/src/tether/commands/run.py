@@ -31,7 +31,6 @@ steps complete (live or replayed, tokens, cost); the answer and a summary at the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -60,7 +59,7 @@ from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
 from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
-from . import EXIT_CODES_HELP, command_name
+from . import command_name, parser
 from .exec import GO
 
 
@@ -116,12 +115,7 @@ def _load(path: Path) -> tuple[AgentRunManifest, dict[str, AgentToolManifest]]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog=f"{command_name()} run",
-        description=__doc__.split("\n\n")[0],
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = parser("run", __doc__.split("\n\n")[0], exit_codes=True)
     p.add_argument("manifest", type=Path)
     p.add_argument("--run-id", help="run id (default: the AgentRun's name; the same id resumes/replays)")
     p.add_argument(

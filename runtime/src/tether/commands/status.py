@@ -5,17 +5,16 @@ rewrites only while it runs): a decision shows as soon as it is made."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from ..approvals import list_approvals
 from ..progress import approval_progress, read_progress, run_spend_note, unknown_cost_note
 from ..stores import open_store
-from . import command_name
+from . import parser
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command_name()} status", description=__doc__.split("\n\n")[0])
+    p = parser("status", __doc__.split("\n\n")[0])
     p.add_argument("run")
     p.add_argument("--store", default=None)
     p.add_argument("--json", action="store_true")

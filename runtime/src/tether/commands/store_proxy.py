@@ -6,17 +6,16 @@ beside the agent's container; the agent opens ``tether+unix://PATH``. SIGTERM ex
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from pathlib import Path
 
 from ..contract import EXIT_TERMINAL
-from . import command_name, request_is_the_executors
+from . import parser, request_is_the_executors
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"{command_name()} store-proxy", description="Serve one run's keys of a store on a Unix socket.")
+    p = parser("store-proxy", "Serve one run's keys of a store on a Unix socket.")
     p.add_argument("--request", required=True, help="the run's exec request JSON file")
     p.add_argument("--store", required=True, help="the real store URL (this process holds its credentials)")
     p.add_argument("--socket", required=True, help="Unix socket path to listen on")

@@ -13,7 +13,6 @@ pod ends) exits 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from pathlib import Path
@@ -21,17 +20,14 @@ from pathlib import Path
 from .. import secrets as tether_secrets
 from ..contract import EXIT_TERMINAL
 from ..errors import ConfigError
-from . import command_name, request_is_the_executors, secrets_or_refusal
+from . import parser, request_is_the_executors, secrets_or_refusal
 
 
 def main(argv: list[str]) -> int:
     secrets = secrets_or_refusal("tether tool-runner")
     if secrets is None:
         return EXIT_TERMINAL
-    p = argparse.ArgumentParser(
-        prog=f"{command_name()} tool-runner",
-        description="Serve the calls of AgentTool(s) of an exec request on a Unix socket, with their own secrets only.",
-    )
+    p = parser("tool-runner", "Serve the calls of AgentTool(s) of an exec request on a Unix socket, with their own secrets only.")
     p.add_argument("--request", required=True, help="exec request JSON file (the agent's)")
     p.add_argument("--tool", action="append", required=True, help="AgentTool to serve (repeatable)")
     where = p.add_mutually_exclusive_group(required=True)

@@ -225,6 +225,7 @@ def reaped_cli(options: ClaudeAgentOptions, home: Path) -> str | None:
 class ClaudeAdapter(Adapter):
     framework = "claude"
     providers = ("anthropic",)
+    agent_kind = ((ClaudeAgentOptions, ClaudeAgent), "ClaudeAgentOptions")
 
     def build(self, spec: AgentSpec, session: AgentSession) -> ClaudeAgent:
         options = ClaudeAgentOptions(
@@ -236,9 +237,6 @@ class ClaudeAdapter(Adapter):
             setting_sources=[],
         )
         return ClaudeAgent(options, list(spec.tools))
-
-    def load(self, import_path: str) -> Any:
-        return self.load_instance(import_path, (ClaudeAgentOptions, ClaudeAgent), "ClaudeAgentOptions")
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         # The SDK waits 60 s (its default) for a CLI to start; many CLIs starting at once on a

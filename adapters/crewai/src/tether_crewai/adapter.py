@@ -188,6 +188,7 @@ def _templates(crew: Crew) -> str:
 class CrewAIAdapter(Adapter):
     framework = "crewai"
     providers = ("openai",)
+    agent_kind = (Crew, "a CrewAI Crew")
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Crew:
         agent = Agent(
@@ -202,10 +203,6 @@ class CrewAIAdapter(Adapter):
         )
         task = Task(description=DECLARATIVE_TASK, expected_output="The answer to the user's request.", agent=agent)
         return Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False)
-
-    def load(self, import_path: str) -> Crew:
-        crew: Crew = self.load_instance(import_path, Crew, "a CrewAI Crew")
-        return crew
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         if not isinstance(agent, Crew):

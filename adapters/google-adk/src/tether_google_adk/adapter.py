@@ -103,6 +103,7 @@ class SeamModels:
 class GoogleADKAdapter(Adapter):
     framework = "google-adk"
     providers = ("gemini",)
+    agent_kind = (BaseAgent, "a Google ADK agent")
 
     def build(self, spec: AgentSpec, session: AgentSession) -> LlmAgent:
         return LlmAgent(
@@ -111,10 +112,6 @@ class GoogleADKAdapter(Adapter):
             instruction=spec.instructions or "",
             tools=[adk_tool(t) for t in spec.tools],
         )
-
-    def load(self, import_path: str) -> BaseAgent:
-        agent: BaseAgent = self.load_instance(import_path, BaseAgent, "a Google ADK agent")
-        return agent
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         models = SeamModels(session)

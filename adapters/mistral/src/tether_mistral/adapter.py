@@ -278,6 +278,7 @@ class Runner:
 class MistralAdapter(Adapter):
     framework = "mistral"
     providers = ("mistral",)
+    agent_kind = (MistralAgent, "a tether_mistral.MistralAgent")
 
     def build(self, spec: AgentSpec, session: AgentSession) -> MistralAgent:
         model, api = spec.model, "conversations"
@@ -292,10 +293,6 @@ class MistralAdapter(Adapter):
             if model.startswith(prefix):
                 api, model = prefix[len("mistral-") : -1], model[len(prefix) :]
         return MistralAgent(model=model, instructions=spec.instructions, tools=list(spec.tools), name=spec.name, api=api)
-
-    def load(self, import_path: str) -> MistralAgent:
-        agent: MistralAgent = self.load_instance(import_path, MistralAgent, "a tether_mistral.MistralAgent")
-        return agent
 
     async def run(self, agent: Any, prompt: str, session: AgentSession) -> str:
         if not isinstance(agent, MistralAgent):

@@ -94,6 +94,11 @@ class Adapter(ABC):
     #: refused by :meth:`build_spec` before :meth:`build`.
     providers: ClassVar[tuple[str, ...]] = ()
 
+    #: Frameworks whose agents are instances of a class name it (or a tuple of classes) and how a
+    #: refusal calls it, e.g. ``(Crew, "a CrewAI Crew")``: :meth:`load` then calls a factory and
+    #: refuses anything else (:meth:`load_instance`).
+    agent_kind: ClassVar[tuple[type | tuple[type, ...], str] | None] = None
+
     @property
     def default_provider(self) -> str:
         """The wire provider the framework uses when a spec names none: the first it speaks."""
@@ -116,6 +121,8 @@ class Adapter(ABC):
     def load(self, import_path: str) -> Any:
         """Bring your own: ``"package.module:attribute"``. Adapters whose frameworks have
         factories (callables returning agents) call them here (see :meth:`load_instance`)."""
+        if self.agent_kind is not None:
+            return self.load_instance(import_path, *self.agent_kind)
         return self.load_path(import_path)
 
     @staticmethod

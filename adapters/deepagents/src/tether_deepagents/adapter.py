@@ -53,7 +53,6 @@ class DeepAgentsAdapter(CheckpointedGraphAdapter):
     family's (those of LangGraph's compiled graphs), only building differs."""
 
     framework = "deepagents"
-    default_provider = "openai"
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Any:
         agent = create_deep_agent(

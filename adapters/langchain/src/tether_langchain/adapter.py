@@ -44,7 +44,6 @@ class LangChainAdapter(GraphAdapter):
     agents from brought ones are the family's; building and running (memory) are LangChain's."""
 
     framework = "langchain"
-    default_provider = "openai"
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Any:
         agent = create_agent(

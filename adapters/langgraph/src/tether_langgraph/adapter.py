@@ -81,7 +81,6 @@ class LangGraphAdapter(CheckpointedGraphAdapter):
     :func:`agent_graph`."""
 
     framework = "langgraph"
-    default_provider = "openai"
 
     def build(self, spec: AgentSpec, session: AgentSession) -> Any:
         graph = agent_graph(

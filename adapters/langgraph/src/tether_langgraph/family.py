@@ -141,8 +141,6 @@ class GraphAdapter(Adapter):
     and the agents :meth:`build` made (their models already speak to the seam) told apart from
     brought ones (which register with the proxy, see :meth:`register`)."""
 
-    default_provider = "openai"
-
     def __init__(self) -> None:
         self._built: weakref.WeakSet[Any] = weakref.WeakSet()
 

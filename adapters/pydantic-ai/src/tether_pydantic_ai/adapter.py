@@ -257,7 +257,6 @@ class PydanticAIAdapter(Adapter):
     """Runs ``pydantic_ai`` agents with ``Agent.run``; see the module docstring."""
 
     framework = "pydantic-ai"
-    default_provider = "openai"
 
     def __init__(self) -> None:
         # The providers made for a session by ``build`` are closed by ``run`` (keyed by session id).

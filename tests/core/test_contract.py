@@ -30,10 +30,18 @@ def _contract_strings() -> set[str]:
 
 
 def _store_key_segments() -> set[str]:
-    """The fixed parts of the store keys tether.contract makes (``/progress.json``, ``/flyte/``,
-    ``/starts/``), found by calling its key functions with a placeholder. ``runs/`` and ``/``
+    """The fixed parts of the store keys tether.contract makes (``/progress.json``, ``journal/``,
+    ``cache/tools/`` ...), found by calling its key functions with a placeholder. ``runs/`` and ``/``
     alone are too common to count."""
-    keys = [contract.progress_key("\0"), contract.flyte_starts_prefix("\0", "\0", "\0")]
+    keys = [
+        contract.progress_key("\0"),
+        contract.manifest_key("\0"),
+        contract.flyte_starts_prefix("\0", "\0", "\0"),
+        contract.journal_prefix("\0"),
+        contract.approvals_prefix("\0"),
+        contract.memory_prefix("\0"),
+        contract.tool_cache_prefix(),
+    ]
     return {part for key in keys for part in key.split("\0")} - {"", "/", contract.runs_prefix()}
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from .attempt import Attempt
 from .canonical import sha256_hex
+from .contract import approvals_prefix
 from .errors import ConfigError, Suspended
 from .stores import Store
 
@@ -52,16 +53,12 @@ def new_approval_id(slot: str) -> str:
     return slot + secrets.token_hex(8)
 
 
-def _prefix(scope: str) -> str:
-    return f"approvals/{scope}/"
-
-
 def read_request(store: Store, scope: str, aid: str) -> dict[str, Any] | None:
     """The recorded request whose public id is ``aid`` exactly, or None."""
     slot = aid[:SLOT_LENGTH]
     if len(slot) < SLOT_LENGTH or "/" in aid:
         return None
-    data = store.get(f"{_prefix(scope)}{slot}.request.json")
+    data = store.get(f"{approvals_prefix(scope)}{slot}.request.json")
     if data is None:
         return None
     request: dict[str, Any] = json.loads(data)
@@ -69,7 +66,7 @@ def read_request(store: Store, scope: str, aid: str) -> dict[str, Any] | None:
 
 
 def read_decision(store: Store, scope: str, aid: str) -> Decision | None:
-    data = store.get(f"{_prefix(scope)}{aid[:SLOT_LENGTH]}.decision.json")
+    data = store.get(f"{approvals_prefix(scope)}{aid[:SLOT_LENGTH]}.decision.json")
     return None if data is None else Decision(**json.loads(data))
 
 
@@ -89,7 +86,7 @@ def require_approval(run: Attempt, tool: str, approval: Any, key: tuple[str, str
     :func:`prompt_for`), or raise ``Suspended`` after recording the request (once: a later
     attempt of the step finds the same request, under the same id)."""
     slot = approval_slot(key)
-    path = f"{_prefix(run.scope)}{slot}.request.json"
+    path = f"{approvals_prefix(run.scope)}{slot}.request.json"
     existing = run.store.get(path)
     if existing is None:
         aid = new_approval_id(slot)
@@ -116,7 +113,7 @@ def decide(store: Store, scope: str, aid: str, approved: bool, by: str = "", rea
     if read_request(store, scope, aid) is None:
         raise ConfigError(f"run {scope} has no approval request {aid}")
     decision = Decision(approved, by, reason, time.time())
-    if not store.create(f"{_prefix(scope)}{aid[:SLOT_LENGTH]}.decision.json", json.dumps(asdict(decision)).encode()):
+    if not store.create(f"{approvals_prefix(scope)}{aid[:SLOT_LENGTH]}.decision.json", json.dumps(asdict(decision)).encode()):
         raise ConfigError(f"approval {aid} of run {scope} was already decided")
     return decision
 
@@ -124,7 +121,7 @@ def decide(store: Store, scope: str, aid: str, approved: bool, by: str = "", rea
 def list_approvals(store: Store, scope: str) -> list[dict[str, Any]]:
     """Every approval request of a run with its decision (``None`` while pending)."""
     out = []
-    for key in store.list(_prefix(scope)):
+    for key in store.list(approvals_prefix(scope)):
         if key.endswith(".request.json"):
             request = json.loads(store.get(key) or b"{}")
             decision = read_decision(store, scope, request["id"])

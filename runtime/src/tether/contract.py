@@ -65,15 +65,45 @@ def attempt_end(exit_code: int) -> AttemptEnd:
     return _ENDS.get(exit_code, AttemptEnd.RECOVERABLE)
 
 
-# -- store layout read by the operator ------------------------------------------------------------
-def progress_key(run_id: str) -> str:
-    """The progress record the runtime rewrites on each step and the operator mirrors to status."""
-    return f"runs/{run_id}/progress.json"
-
-
+# -- store layout: every key the runtime writes, the operator reads and the store proxy polices ------
 def runs_prefix() -> str:
     """Where every run's progress record lives (``tether list`` lists it)."""
     return "runs/"
+
+
+def run_prefix(run_id: str) -> str:
+    """One run's own records: its progress, its manifest and its Flyte start counts."""
+    return f"{runs_prefix()}{run_id}/"
+
+
+def progress_key(run_id: str) -> str:
+    """The progress record the runtime rewrites on each step and the operator mirrors to status."""
+    return f"{run_prefix(run_id)}progress.json"
+
+
+def manifest_key(run_id: str) -> str:
+    """The manifest identity ``tether run`` recorded for a run id (a changed manifest is refused)."""
+    return f"{run_prefix(run_id)}manifest.json"
+
+
+def journal_prefix(scope: str) -> str:
+    """One run scope's journal (a run id, or a run id and a Flyte segment)."""
+    return f"journal/{scope}/"
+
+
+def approvals_prefix(scope: str) -> str:
+    """One run scope's approval requests (the run writes them) and decisions (never the run)."""
+    return f"approvals/{scope}/"
+
+
+def memory_prefix(namespace: str) -> str:
+    """A namespace's memories, one folder per ``memoryKey`` below it."""
+    return f"memory/{namespace}/"
+
+
+def tool_cache_prefix() -> str:
+    """Results of ``cache="auto"`` tools, shared by the runs of a store."""
+    return "cache/tools/"
 
 
 def flyte_starts_prefix(run_id: str, flyte_run: str, action: str) -> str:

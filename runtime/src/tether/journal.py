@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .canonical import sha256_hex
+from .contract import journal_prefix
 from .errors import StoreError
 from .stores import Store
 
@@ -173,7 +174,7 @@ class Journal:
     def __init__(self, store: Store, scope: str) -> None:
         self.store = store
         self.scope = scope
-        self.prefix = f"journal/{scope}/"
+        self.prefix = journal_prefix(scope)
         self.records: dict[StepKey, Record] = {}
         self.counters = Counters()
         self.attempt = 0

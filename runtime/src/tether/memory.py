@@ -28,6 +28,7 @@ import re
 from typing import Any
 
 from .canonical import sha256_hex
+from .contract import memory_prefix
 from .errors import ConfigError, StoreError
 from .stores import Store
 
@@ -40,7 +41,7 @@ class Memory:
             if not _NAME.match(value) or ".." in value:
                 raise ConfigError(f"invalid {what} {value!r}: letters, digits, '.', '_' and '-' only")
         self.store = store
-        self.prefix = f"memory/{namespace}/{key}/"
+        self.prefix = f"{memory_prefix(namespace)}{key}/"
         self.namespace, self.key = namespace, key
 
     def _head(self) -> tuple[list[str], str | None]:

@@ -38,6 +38,7 @@ from .attempt import Attempt, current_attempt
 from .canonical import canonical_json, fingerprint, sha256_hex
 from .contract import AGENT_MODULES_ENV as AGENT_MODULES_ENV  # the operator sets them (tether.contract)
 from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
+from .contract import tool_cache_prefix
 from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .secrets import tool_scope
@@ -133,7 +134,7 @@ def _step(spec: ToolSpec, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _cache_key(spec: ToolSpec, canonical: dict[str, Any]) -> str:
-    return f"cache/tools/{spec.name}/{spec.code}/{sha256_hex(canonical_json(canonical['arguments']))}.rec"
+    return f"{tool_cache_prefix()}{spec.name}/{spec.code}/{sha256_hex(canonical_json(canonical['arguments']))}.rec"
 
 
 def _from_record(spec: ToolSpec, record: Record) -> Any:

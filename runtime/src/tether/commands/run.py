@@ -54,6 +54,7 @@ from ..contract import (
     ExecRequest,
     Outcome,
     attempt_end,
+    manifest_key,
 )
 from ..progress import read_progress, run_spend_note, unknown_cost_note
 from ..stores import Store, default_store_url, open_store
@@ -61,10 +62,6 @@ from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, 
 from ..wire.providers import API_KEY_ENV
 from . import command_name, parser
 from .exec import GO
-
-
-def manifest_key(run_id: str) -> str:
-    return f"runs/{run_id}/manifest.json"
 
 
 def identity(spec: AgentRunSpec, tools: dict[str, AgentToolManifest]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..contract import approvals_prefix, journal_prefix, memory_prefix, run_prefix, tool_cache_prefix
 from ..errors import ConfigError, StoreAccessDenied, StoreError, StoreUnavailable
 from .base import Store
 
@@ -63,7 +64,13 @@ class RunKeys:
     namespace: str
 
     def _prefixes(self) -> tuple[str, ...]:
-        return (f"journal/{self.run_id}/", f"runs/{self.run_id}/", f"approvals/{self.run_id}/", f"memory/{self.namespace}/", "cache/tools/")
+        return (
+            journal_prefix(self.run_id),
+            run_prefix(self.run_id),
+            approvals_prefix(self.run_id),
+            memory_prefix(self.namespace),
+            tool_cache_prefix(),
+        )
 
     def refusal(self, op: str, key: str) -> str | None:
         """Why ``op`` on ``key`` (a prefix for ``list``) is not this run's, or None."""
@@ -72,7 +79,7 @@ class RunKeys:
             return f"{key!r} is not a plain store key"
         if not any(key.startswith(p) for p in self._prefixes()):
             return f"{key!r} is not a key of run {self.run_id}"
-        if op in _WRITES and key.startswith(f"approvals/{self.run_id}/") and not key.endswith(".request.json"):
+        if op in _WRITES and key.startswith(approvals_prefix(self.run_id)) and not key.endswith(".request.json"):
             return f"{key!r}: a run may ask for approvals, never decide them"
         return None
 

@@ -175,6 +175,7 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_gets_secrets_by_name_on
         assert _rules(role) == sorted(
             [
                 *((g, r, v) for g in ("tether.dev",) for r in ("agentruns", "agenttools") for v in ("get", "list", "watch", "patch")),
+                ("tether.dev", "agentruns", "delete"),  # a finished run past its spec.ttlSecondsAfterFinished
                 *(("tether.dev", r, v) for r in ("agentruns/status", "agenttools/status") for v in ("get", "patch")),
                 *(("tether.dev", "agentapprovals", v) for v in ("get", "list", "watch", "patch")),
                 *(("tether.dev", "agentapprovals/status", v) for v in ("get", "patch")),
@@ -207,6 +208,7 @@ def test_rbac_allows_what_the_operator_needs(kube: ControlPlane, tether_release:
             assert can(kube, tether_release, verb, "agenttools.tether.dev", ns), (verb, ns)
         assert can(kube, tether_release, "patch", "agentruns.tether.dev/status", ns)
         assert can(kube, tether_release, "patch", "agenttools.tether.dev/status", ns)
+        assert can(kube, tether_release, "delete", "agentruns.tether.dev", ns)  # spec.ttlSecondsAfterFinished
         for verb in ("get", "list", "watch", "patch"):
             assert can(kube, tether_release, verb, "agentapprovals.tether.dev", ns), (verb, ns)
         assert can(kube, tether_release, "patch", "agentapprovals.tether.dev/status", ns)
@@ -243,7 +245,8 @@ def test_rbac_denies_everything_else(kube: ControlPlane, tether_release: Release
             assert not can(kube, tether_release, "create", resource, ns), resource
         assert not can(kube, tether_release, "create", "agentruns.tether.dev", ns)
         assert not can(kube, tether_release, "create", "agentapprovals.tether.dev", ns)  # the operator never approves
-        assert not can(kube, tether_release, "delete", "agentruns.tether.dev", ns)
+        assert not can(kube, tether_release, "delete", "agenttools.tether.dev", ns)
+        assert not can(kube, tether_release, "delete", "agentapprovals.tether.dev", ns)
     assert not can(kube, tether_release, "create", "serviceaccounts/token", tether_release.namespace)
     assert not can(kube, tether_release, "impersonate", "serviceaccounts", tether_release.namespace)
 

@@ -57,6 +57,10 @@ for the configured executor. */}}
 - apiGroups: ["tether.dev"]
   resources: ["agentruns", "agenttools"]
   verbs: ["get", "list", "watch", "patch"]
+# `delete`: a finished run past its spec.ttlSecondsAfterFinished (only runs that set it).
+- apiGroups: ["tether.dev"]
+  resources: ["agentruns"]
+  verbs: ["delete"]
 - apiGroups: ["tether.dev"]
   resources: ["agentruns/status", "agenttools/status"]
   verbs: ["get", "patch"]

@@ -58,6 +58,8 @@ class Reason:
     FAILED = "Failed"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     ABORTED = "Aborted"
+    #: A finished run deleted past its spec.ttlSecondsAfterFinished (an Event, not a condition).
+    EXPIRED = "Expired"
     #: An object the operator creates for a run (request ConfigMap, runner pod, runner
     #: ServiceAccount) exists under its name and is not what the operator would create.
     OWNED_OBJECT_CONFLICT = "OwnedObjectConflict"

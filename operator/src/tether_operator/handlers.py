@@ -3,6 +3,8 @@
 login              credentials from the in-cluster ServiceAccount or $KUBECONFIG
 startup/cleanup    settings, store and executor in the memo; executor closed on exit
 agentrun           daemon per unfinished AgentRun: runs.RunLoop (accept, submit, follow)
+agentrun-expiry    daemon per finished AgentRun with spec.ttlSecondsAfterFinished: deletes it
+                   that long after it finished (runs.expire)
 agentrun-events    every AgentRun event: a deleted run's execution is aborted (its pods or
                    process) and our finalizer released; a run gone for good stops its daemon
 runner-pods        (kubernetes executor) watch events of runner pods wake their execution
@@ -34,7 +36,7 @@ from .executors.flyte import FlyteExecutor
 from .executors.kubernetes import KubernetesExecutor
 from .executors.local import LocalExecutor
 from .executors.pods import EXECUTION_LABEL
-from .runs import FINALIZER, FINISHED, RunLoop
+from .runs import FINALIZER, FINISHED, RunLoop, expire
 from .settings import Settings
 from .tools import reconcile_tool
 
@@ -95,6 +97,10 @@ class _StopWhenGone:
 
 def _unfinished(status: kopf.Status, **_: Any) -> bool:
     return status.get("phase") not in FINISHED
+
+
+def _expiring(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") in FINISHED and spec.get("ttlSecondsAfterFinished") is not None
 
 
 def build_registry(settings: Settings) -> kopf.OperatorRegistry:
@@ -176,6 +182,12 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             if uid in memo.gone:  # deleted while nothing ran (e.g. suspended): forget the execution
                 memo.gone.discard(uid)
                 await memo.executor.abort(execution_name(uid), namespace)
+
+    @kopf.daemon(GROUP, VERSION, "agentruns", id="agentrun-expiry", registry=registry, when=_expiring, cancellation_timeout=5.0)
+    async def agentrun_expiry(
+        body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+    ) -> None:
+        await expire(body, stopped, logger)
 
     @kopf.on.event(GROUP, VERSION, "agentruns", id="agentrun-events", registry=registry)
     async def agentrun_events(

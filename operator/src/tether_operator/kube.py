@@ -188,9 +188,19 @@ async def create(path: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]
     raise KubeError(409, "POST", path, f"{name} exists and vanishes each time it is read")
 
 
-async def delete(path: str) -> None:
-    """DELETE an object, gone already or not; background propagation (its dependents follow)."""
-    await request("DELETE", path, {"propagationPolicy": "Background"})
+async def delete(path: str, uid: str | None = None) -> bool:
+    """DELETE an object, gone already or not; background propagation (its dependents follow).
+    With `uid`, only that object: one made again under the name (409) is left alone. True if
+    this call deleted it."""
+    body: dict[str, Any] = {"propagationPolicy": "Background"}
+    if uid is not None:
+        body["preconditions"] = {"uid": uid}
+    try:
+        return await request("DELETE", path, body) is not None
+    except KubeError as exc:
+        if uid is not None and exc.status == 409:
+            return False
+        raise
 
 
 async def set_finalizer(plural: str, namespace: str, name: str, finalizer: str, present: bool) -> bool:

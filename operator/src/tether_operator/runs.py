@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,8 @@ from pydantic import ValidationError
 
 from tether import approvals as tether_approvals
 from tether.api import (
+    GROUP,
+    VERSION,
     AgentRunSpec,
     AgentRunStatus,
     AgentToolSpec,
@@ -82,6 +85,41 @@ def _epoch(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def finished_at(status: Mapping[str, Any]) -> float | None:
+    """When the run finished (epoch seconds): status.completionTime, else when its Ready or
+    Stalled condition last turned True; None while it has not."""
+    done = _epoch(status.get("completionTime"))
+    if done is None:
+        conditions = list(status.get("conditions") or [])
+        final = [
+            c for c in (C.get_condition(conditions, C.READY), C.get_condition(conditions, C.STALLED)) if c and c.get("status") == "True"
+        ]
+        done = _epoch(final[0].get("lastTransitionTime")) if final else None
+    return done
+
+
+async def expire(body: kopf.Body, stopped: Any, logger: logging.Logger | logging.LoggerAdapter[Any] = log) -> None:
+    """Delete a finished run `spec.ttlSecondsAfterFinished` seconds after it finished, like a
+    Job's TTL. The delete names the run's uid: a run created again under the same name (by a
+    GitOps tool, say) is never deleted in its place. An operator that was down deletes what
+    expired meanwhile as soon as it is back."""
+    ttl = body.spec.get("ttlSecondsAfterFinished")
+    finished = finished_at(body.status)
+    if ttl is None or finished is None or body.status.get("phase") not in FINISHED:
+        return
+    remaining = finished + ttl - time.time()
+    if remaining > 0:
+        await stopped.wait(remaining)
+        if stopped:
+            return
+    meta = body.meta
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/agentruns/{meta['name']}"
+    if await kube.delete(path, uid=meta["uid"]):
+        message = f"{body.status.get('phase')} {int(time.time() - finished)}s ago, spec.ttlSecondsAfterFinished is {ttl}: deleted"
+        kopf.event(body, type="Normal", reason=Reason.EXPIRED, message=message)
+        logger.info("%s", message)
 
 
 def secret_files(spec: AgentRunSpec, tools: dict[str, AgentToolSpec]) -> list[SecretFile]:

@@ -39,6 +39,7 @@ from .shared import (
 
 __all__ = [
     "BYO_AGENT_OWN_TOOLS",
+    "MAX_TTL_SECONDS",
     "AgentRunSpec",
     "AgentRunStatus",
     "ApprovalStatus",
@@ -94,6 +95,9 @@ class Limits(_Wire):
         "`ignore` (fail open): the turn counts as $0 and the run goes on. Status counts such turns in usage.unknownCostTurns.",
     )
 
+
+#: A Job's ttlSecondsAfterFinished is an int32 too.
+MAX_TTL_SECONDS = 2**31 - 1
 
 BYO_AGENT_OWN_TOOLS = (
     "a bring-your-own agent (spec.agent) brings its own tools and instructions: spec.tools and "
@@ -170,6 +174,16 @@ class AgentRunSpec(_Wire):
         description="Journal model turns and tool calls so a retry replays them. False runs without a journal (every attempt starts over).",
     )
     limits: Limits | None = Field(default=None, description="Turn and cost limits.")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TTL_SECONDS,
+        strict=True,
+        description="Like a Job's: the operator deletes the AgentRun this many seconds after it finished "
+        "(Succeeded or Failed, status.completionTime), its pods and request ConfigMap with it; the journal "
+        "and progress stay in the store. 0 deletes it as soon as it finishes; unset keeps it until someone "
+        "deletes it. `tether run` has no object to delete and ignores it.",
+    )
 
     @field_validator("tools")
     @classmethod

@@ -3,6 +3,8 @@
 # its duration and its log file:
 #   k8s-tools  kube-apiserver, etcd, kubectl and helm, built or reused (cached by version; ~10-25
 #              min cold), in the background from the start;
+#   health-tools  tether-health (tests/support/health: Argo CD's Lua engine and Flux's kstatus), built
+#              or reused (cached by its source; about a minute cold), in the background from the start;
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment: the
 #              runtime, the operator and tether.testing);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
@@ -63,6 +65,9 @@ k8s_pid=$!
 # them. Its outcome is the flyte group's to report (exit 3: no sources here, NOT RUN).
 scripts/flyte-backend.sh >"$out/flyte-backend.log" 2>&1 &
 flyte_build_pid=$!
+# The Argo CD/Flux health judge the core group's GitOps tests use (its lock makes core wait for it).
+scripts/health-tools.sh >"$out/health-tools.log" 2>&1 &
+health_build_pid=$!
 
 core() {
   local venv
@@ -71,6 +76,8 @@ core() {
   TETHER_K8S_BIN=$(scripts/k8s-tools.sh 2>/dev/null | tail -n1) || { echo "k8s tools build failed (see k8s-tools.log)"; return 2; }
   export TETHER_K8S_BIN
   echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
+  TETHER_HEALTH_BIN=$(scripts/health-tools.sh 2>/dev/null | tail -n1) || { echo "health tools build failed (see health-tools.log)"; return 2; }
+  export TETHER_HEALTH_BIN
   # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
   "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/flyte --ignore=tests/e2e --durations=15 --junitxml="$out/core.xml"
 }
@@ -127,7 +134,7 @@ gates() {
 }
 
 phase gates gates &
-side=("$k8s_pid" "$flyte_build_pid" "$!")  # not counted against the pool: builds, and gates take a minute
+side=("$k8s_pid" "$flyte_build_pid" "$health_build_pid" "$!")  # not counted against the pool: builds, and gates take a minute
 # The core group first: it is the longest.
 for group in core "${ADAPTERS[@]}" flyte; do
   while [ "$(jobs -rp | grep -vxFc -f <(printf '%s\n' "${side[@]}"))" -ge "$jobs" ]; do wait -n; done

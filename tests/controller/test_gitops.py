@@ -20,7 +20,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,8 +138,11 @@ def test_every_phase_as_argocd_and_flux_see_it(kube: ControlPlane, gitops_operat
 
     exported = json.loads(kube.kubectl("get", "agentruns,agenttools", "-n", NS, "-o", "json").stdout)
     exported["items"].append(get(kube, "agentrun", UNSERVED, "fresh"))
-    (tmp := Path(gitops_operator.workdir) / "exported.json").write_text(json.dumps(exported, indent=1))  # kept for a look
     seen = assess(exported, argocd_cm_from_guide())
+    for name, v in seen.items():  # the table, for `pytest -s`
+        print(
+            f"{v['kind']:9} {name:8} Argo CD {v['argocd']['status']:11} {v['argocd']['message'][:90]!r:94} kstatus {v['kstatus']['status']}"
+        )
     verdicts = {name: (v["argocd"]["status"], v["kstatus"]["status"]) for name, v in seen.items()}
     assert verdicts == {
         "fresh": ("Progressing", "InProgress"),
@@ -152,7 +154,7 @@ def test_every_phase_as_argocd_and_flux_see_it(kube: ControlPlane, gitops_operat
         "lookup": ("Healthy", "Current"),
         "crm": ("Progressing", "InProgress"),
         "shell": ("Degraded", "Failed"),
-    }, tmp
+    }, seen
     argo = {name: v["argocd"]["message"] for name, v in seen.items()}
     assert argo["fresh"] == "waiting for the Tether operator"
     assert seen["fresh"]["kstatus"]["message"] == "AgentRun generation is 1, but latest observed generation is -1"

@@ -28,7 +28,7 @@ from tether.api import GROUP, VERSION
 from tether.contract import APPROVAL_PLURAL
 from tether.stores import Store, open_store
 
-from . import kube, metrics
+from . import cloudevents, kube, metrics
 from .approvals import apply_approval
 from .checks import check_admission_policy
 from .executors.base import Executor, execution_name
@@ -132,6 +132,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             return open_store(store_settings.for_namespace(namespace))
 
         memo.store_for = store_for
+        sink = memo.settings.cloud_events_sink
+        memo.events = cloudevents.Emitter(sink) if sink else None
         if memo.settings.metrics_port:
             memo.metrics = await metrics.serve(memo.settings.metrics_port, memo.executor)
         for problem in await check_admission_policy(memo.settings):  # said once here; runs naming Secrets wait
@@ -151,6 +153,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         runner = getattr(memo, "metrics", None)
         if runner is not None:
             await runner.cleanup()
+        events = getattr(memo, "events", None)
+        if events is not None:
+            await events.close()
         await kube.close()
 
     @kopf.daemon(
@@ -174,6 +179,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             store=memo.store_for(namespace),
             store_url=memo.settings.store.for_namespace(namespace),
             logger=logger,
+            events=memo.events,
         )
         uid = body.meta["uid"]
         try:

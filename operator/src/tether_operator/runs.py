@@ -52,6 +52,7 @@ from tether.stores import Store
 from . import conditions as C
 from . import kube, metrics
 from .checks import Problem, check_run
+from .cloudevents import APPROVAL_DECIDED, APPROVAL_REQUESTED, RUN_TYPE, Emitter, run_source
 from .conditions import Reason
 from .executors.base import ExecutionState, ExecutionStatus, Executor, SecretFile, Submission, execution_name, unsupported
 from .placement import placement, propagated
@@ -144,6 +145,7 @@ class RunLoop:
         store: Store,
         store_url: str = "",
         logger: logging.Logger | logging.LoggerAdapter[Any] = log,
+        events: Emitter | None = None,
     ) -> None:
         self.body = body  # kopf keeps this view live: annotations set later show up here
         self.settings = settings
@@ -166,6 +168,13 @@ class RunLoop:
         self._sent_at = 0.0
         self._announced: set[str] = set(a["id"] for a in self.status.get("approvals") or [] if a.get("id"))
         self._ignored: dict[str, str] = {}  # approval annotations already warned about
+        # CloudEvents: what status already said when this loop started is not sent again
+        self.events = events
+        self._emitted: set[str] = {f"{self.uid}/{self.status.get('phase')}/{self.status.get('attempts') or 0}"}
+        for a in self.status.get("approvals") or []:
+            self._emitted |= {f"{self.uid}/approval/{a.get('id')}/requested"} | (
+                {f"{self.uid}/approval/{a.get('id')}/decided"} if a.get("decision") else set()
+            )
 
     # ------------------------------------------------------------------------------ status
 
@@ -196,6 +205,29 @@ class RunLoop:
         await kube.patch_status("agentruns", self.namespace, self.name, doc)
         metrics.STATUS_PATCHES.inc()
         self._sent, self._sent_at = doc, time.monotonic()
+        if self.events is not None:
+            self._cloud_events(self.events, doc)
+
+    def _cloud_events(self, events: Emitter, status: dict[str, Any]) -> None:
+        """The transitions and approvals this status shows that were not sent yet (cloudevents.py)."""
+        source = run_source(self.namespace, self.name)
+        phase, attempts = status.get("phase"), status.get("attempts") or 0
+        id_ = f"{self.uid}/{phase}/{attempts}"
+        if phase and id_ not in self._emitted:
+            self._emitted.add(id_)
+            kstatus = [C.get_condition(status.get("conditions") or [], t) for t in (C.RECONCILING, C.READY, C.STALLED)]
+            said: dict[str, Any] = next((c for c in kstatus if c and c.get("status") == "True"), {})
+            data = {"namespace": self.namespace, "name": self.name, "uid": self.uid, "phase": phase, "attempts": attempts,
+                    "reason": said.get("reason"), "message": said.get("message"), "usage": status.get("usage"),
+                    "completionTime": status.get("completionTime")}  # fmt: skip
+            events.emit(RUN_TYPE + phase, source, self.name, id_, data)
+        for approval in status.get("approvals") or []:
+            for what, type_ in (("requested", APPROVAL_REQUESTED), ("decided", APPROVAL_DECIDED)):
+                id_ = f"{self.uid}/approval/{approval['id']}/{what}"
+                if id_ in self._emitted or (what == "decided" and not approval.get("decision")):
+                    continue
+                self._emitted.add(id_)
+                events.emit(type_, source, self.name, id_, {"namespace": self.namespace, "run": self.name, "uid": self.uid, **approval})
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
         kopf.event(self.body, type="Warning" if warning else "Normal", reason=reason, message=self._scrub(message)[:1024])

@@ -12,6 +12,7 @@ from typing import Any
 from tether.api import quantity_value
 from tether.contract import AGENT_MODULES_ENV, TOOL_MODULES_ENV
 
+from .cloudevents import sink_error
 from .images import repository
 
 # Namespaces Tether never serves, even cluster-wide: the cluster's own (a ClusterRole cannot leave
@@ -154,6 +155,9 @@ class Settings:
     name an approver truthfully (env TETHER_TENANCY, chart value tenancy)."""
     secret_access_policy: str = "tether-secret-access"
     """Name of that ValidatingAdmissionPolicy and of its binding (env TETHER_SECRET_ACCESS_POLICY)."""
+    cloud_events_sink: str = ""
+    """Where run and approval CloudEvents are POSTed (env TETHER_CLOUDEVENTS_SINK, chart value
+    cloudEvents.sink; an http or https URL). Empty: none are sent."""
 
     @property
     def single_tenant(self) -> bool:
@@ -166,7 +170,12 @@ class Settings:
 
     def startup_error(self) -> str | None:
         """Why the operator must not start with these settings, or None."""
-        return self._scope_error() or _resources_error(self.executor.default_resources) or self._tenancy_error()
+        return (
+            self._scope_error()
+            or _resources_error(self.executor.default_resources)
+            or self._tenancy_error()
+            or sink_error(self.cloud_events_sink)
+        )
 
     def _tenancy_error(self) -> str | None:
         # A typo must never silently change who may use which Secret.
@@ -237,6 +246,7 @@ class Settings:
             agent_modules=_names(env[AGENT_MODULES_ENV]) if env.get(AGENT_MODULES_ENV, "").strip() else None,
             tenancy=env.get("TETHER_TENANCY", "").strip() or "multi-tenant",
             secret_access_policy=env.get("TETHER_SECRET_ACCESS_POLICY") or "tether-secret-access",
+            cloud_events_sink=env.get("TETHER_CLOUDEVENTS_SINK", "").strip(),
         )
 
 

@@ -6,8 +6,9 @@
 # Output: $TETHER_CACHE/health/<version-key>/bin/ (TETHER_CACHE defaults to ~/.cache/tether). The
 # bin dir is printed as the LAST line of stdout; progress goes to stderr. The key is the hash of
 # the program's go.mod, go.sum and source plus the Go version: a change rebuilds into a new
-# directory, an unchanged one returns at once. Cold: a few Go modules and about a minute of
-# compiling (k8s.io/apimachinery and k8s.io/api/core/v1 dominate) on the 2-core machine.
+# directory, an unchanged one returns at once (0.04 s). Cold (empty Go build cache, modules
+# downloaded): 45 s of CPU, 3 min wall on the shared 2-core machine at load 12, 172 MB of build
+# cache; k8s.io/apimachinery and k8s.io/api/core/v1 (which kstatus imports) dominate.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

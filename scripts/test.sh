@@ -4,7 +4,7 @@
 #   k8s-tools  kube-apiserver, etcd, kubectl and helm, built or reused (cached by version; ~10-25
 #              min cold), in the background from the start;
 #   health-tools  tether-health (tests/support/health: Argo CD's Lua engine and Flux's kstatus), built
-#              or reused (cached by its source; about a minute cold), in the background from the start;
+#              or reused (cached by its source; 45 s of CPU cold), in the background from the start;
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment: the
 #              runtime, the operator and tether.testing);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);

@@ -14,6 +14,7 @@ the test plays the kubelet as test_kubernetes_executor.py does):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -22,12 +23,14 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+import kubernetes.config.kube_config
 import pytest
 import yaml
 
 from tests.support.health_tools import assess
 from tests.support.kube import ControlPlane
 from tether.stores import open_store
+from tether_operator import kube as operator_kube
 
 from .conftest import CHART, REPO, TOOLBOX, Operator, Release, condition, get, kubeconfig_with_token, wait_for
 from .test_kubernetes_executor import IMAGE, kubelet, wait_pod
@@ -223,6 +226,30 @@ def test_an_operator_that_was_down_deletes_what_expired_meanwhile(kube: ControlP
     finally:
         gitops_operator.start()
     wait_for(lambda: not exists(kube, "expires-while-down"), timeout=15, what="expired run deleted after the restart")
+
+
+def test_the_delete_names_the_runs_uid(kube: ControlPlane, gitops_operator: Operator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's delete of an expired run (kube.delete with the uid, as the operator's
+    ServiceAccount) leaves a run made again under the same name alone."""
+    assert apply(kube, "AgentRun", "reborn", run_spec(tools=["not-there"])).returncode == 0
+    old = get(kube, "agentrun", NS, "reborn")["metadata"]["uid"]
+    kube.kubectl("delete", "agentrun", "reborn", "-n", NS)
+    assert apply(kube, "AgentRun", "reborn", run_spec(tools=["not-there"])).returncode == 0
+    new = get(kube, "agentrun", NS, "reborn")["metadata"]["uid"]
+    # The operator's credentials: kube.configure() reads $KUBECONFIG, which the client takes at import
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", gitops_operator.env["KUBECONFIG"])
+    path = f"/apis/tether.dev/v1alpha1/namespaces/{NS}/agentruns/reborn"
+
+    async def delete(uid: str) -> bool:
+        try:
+            return await operator_kube.delete(path, uid=uid)
+        finally:
+            await operator_kube.close()
+
+    assert asyncio.run(delete(old)) is False
+    assert get(kube, "agentrun", NS, "reborn")["metadata"]["uid"] == new
+    assert asyncio.run(delete(new)) is True
+    wait_for(lambda: not exists(kube, "reborn"), what="reborn deleted")
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.kube import ControlPlane, ensure_k8s_tools
+from tether.contract import approvals_prefix
 from tether.stores import open_store
 from tether_operator.settings import Settings
 
@@ -109,7 +110,7 @@ def test_a_run_and_its_approval_as_cloudevents(kube: ControlPlane, ce_operator: 
     wait_for(lambda: phase_of(kube, "asks") == "Running", what="Running")
     aid = "a1b2c3d4e5f6" + "5d" * 8
     request = {"id": aid, "tool": "refund", "prompt": "Refund 20?", "arguments": {"amount": 20}, "requestedAt": time.time()}
-    open_store(f"{ce_operator.store_url}/{NS}").create(f"approvals/{uid}/a1b2c3d4e5f6.request.json", json.dumps(request).encode())
+    open_store(f"{ce_operator.store_url}/{NS}").create(f"{approvals_prefix(uid)}a1b2c3d4e5f6.request.json", json.dumps(request).encode())
     kubelet(kube, first, "Failed", 3)
     wait_for(lambda: phase_of(kube, "asks") == "AwaitingApproval", what="AwaitingApproval")
     decision = {"run": "asks", "approvalId": aid, "decision": "approve", "decidedBy": "tether-admin", "reason": "photos received"}

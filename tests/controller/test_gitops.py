@@ -29,6 +29,7 @@ import yaml
 
 from tests.support.health_tools import assess
 from tests.support.kube import ControlPlane
+from tether.contract import approvals_prefix
 from tether.stores import open_store
 from tether_operator import kube as operator_kube
 
@@ -128,7 +129,9 @@ def test_every_phase_as_argocd_and_flux_see_it(kube: ControlPlane, gitops_operat
     uid = get(kube, "agentrun", NS, "asks")["metadata"]["uid"]
     approval_id = "a1b2c3d4e5f6" + "7e" * 8
     request = {"id": approval_id, "tool": "refund", "prompt": "Refund 20?", "arguments": {"amount": 20}, "requestedAt": time.time()}
-    open_store(f"{gitops_operator.store_url}/{NS}").create(f"approvals/{uid}/a1b2c3d4e5f6.request.json", json.dumps(request).encode())
+    open_store(f"{gitops_operator.store_url}/{NS}").create(
+        f"{approvals_prefix(uid)}a1b2c3d4e5f6.request.json", json.dumps(request).encode()
+    )
     kubelet(kube, pod["asks"], "Failed", 3)
     kubelet(kube, pod["done"], "Succeeded", 0)
     kubelet(kube, pod["broke"], "Failed", 2)

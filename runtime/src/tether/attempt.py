@@ -88,7 +88,9 @@ class Attempt(Protocol):
         """A live 2xx that could not be recorded (no answer in it): paid for, cost unknown."""
         ...
 
-    def account_tool(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False) -> None:
+    def account_tool(
+        self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False, key: StepKey | None = None
+    ) -> None:
         """A tool call replayed, reused from the cross-run cache, or run live."""
         ...
 

@@ -15,6 +15,7 @@ COMMANDS = {
     "approve": ("tether.commands.approve", "Approve or decline a pending tool call of a run."),
     "status": ("tether.commands.status", "Show a run's progress, steps, usage and approvals."),
     "list": ("tether.commands.list", "List the runs in a store: phase, attempt, turns, cost."),
+    "ui": ("tether.commands.ui", "Serve a read-only view of a store's runs in the browser (127.0.0.1)."),
     "crds": ("tether_operator.crds", "Write crds/*.yaml from tether.api (--check: fail on drift)."),
     "fake-provider": ("tether.testing.fake_provider", "Serve scripted fake model providers on loopback."),
 }

@@ -72,7 +72,7 @@ def runs_prefix() -> str:
 
 
 def run_prefix(run_id: str) -> str:
-    """One run's own records: its progress, its manifest and its Flyte start counts."""
+    """One run's own records: its progress, its manifest, its attempts' logs and its Flyte start counts."""
     return f"{runs_prefix()}{run_id}/"
 
 
@@ -84,6 +84,12 @@ def progress_key(run_id: str) -> str:
 def manifest_key(run_id: str) -> str:
     """The manifest identity ``tether run`` recorded for a run id (a changed manifest is refused)."""
     return f"{run_prefix(run_id)}manifest.json"
+
+
+def attempt_log_key(run_id: str, attempt: int) -> str:
+    """How one attempt ended, with its steps in order (written once, when it ends; a killed
+    attempt leaves none): what the run view shows per attempt (``tether.runview``)."""
+    return f"{run_prefix(run_id)}attempts/{attempt:05d}.json"
 
 
 def journal_prefix(scope: str) -> str:

@@ -168,6 +168,35 @@ def _continues(tail: dict[str, Any], pack: dict[str, Any] | None) -> bool:
     return bool(base[0] == own[0] and base[1] <= own[1])
 
 
+def read_records(store: Store, scope: str) -> list[Record]:
+    """Every record of a run's journal, read only (no attempt is claimed, nothing is written): the
+    pack, the tail and the loose records, each step once, in the order the steps were taken
+    (attempt, then start time). For viewers (``tether ui``); a corrupt copy is skipped."""
+    prefix = f"journal/{scope}/"
+    keys = store.list(prefix)
+    found: dict[StepKey, Record] = {}
+    blobs = store.get_many([k for k in (f"{prefix}pack", f"{prefix}tail") if k in keys])
+    entries = [e for key, magic in (("pack", PACK_MAGIC), ("tail", TAIL_MAGIC)) for e in _split_blob(blobs.get(prefix + key), magic)[1]]
+    entries += list(store.get_many([k for k in keys if k.endswith(".rec")]).values())
+    for data in entries:
+        record = Record.decode(data)
+        if record is not None:
+            found.setdefault(record.key, record)
+    return sorted(found.values(), key=lambda r: (r.attempt, r.started_at))
+
+
+def read_attempts(store: Store, scope: str) -> dict[int, float]:
+    """The attempts that claimed a number in a run's journal, with the time each started."""
+    prefix = f"journal/{scope}/attempts/"
+    started: dict[int, float] = {}
+    for key, data in store.get_many(store.list(prefix)).items():
+        try:
+            started[int(key[len(prefix) :])] = float(data.decode())
+        except ValueError:
+            continue
+    return started
+
+
 class Journal:
     """The journal of one run scope, loaded for one attempt."""
 

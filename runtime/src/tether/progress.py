@@ -19,7 +19,7 @@ from typing import Any
 
 from .api import Divergence, Steps, Usage
 from .approvals import list_approvals
-from .contract import Progress, ProgressApproval
+from .contract import Progress, ProgressApproval, attempt_log_key
 from .contract import progress_key as progress_key  # where the operator reads it
 from .errors import StoreError
 from .run import Run, StepEvent
@@ -94,6 +94,29 @@ def approval_progress(request: dict[str, Any]) -> ProgressApproval:
 
 def write_progress(store: Store, scope: str, progress: Progress) -> None:
     store.put(progress_key(scope), json.dumps(progress.wire()).encode())
+
+
+def attempt_log(run: Run, progress: Progress) -> dict[str, Any]:
+    """The attempt's end as the run view reads it (``tether.runview``): its final progress and
+    its steps in order, each naming the journal record it replayed or wrote. Counters, usage and
+    step keys only: no content, no secret."""
+    return {
+        "progress": progress.wire(),
+        "startedAt": run.started_at,
+        "events": [
+            {
+                "kind": e.kind,
+                "name": e.name,
+                "mode": e.mode,
+                "outcome": e.outcome,
+                "tokens": e.usage.total,
+                "costUSD": round(e.cost_usd, 6),
+                "durationMs": round(e.duration_ms, 1),
+                "key": None if e.key is None else list(e.key),
+            }
+            for e in list(run.events)
+        ],
+    }
 
 
 def unknown_cost_note(usage: dict[str, Any]) -> str:
@@ -187,10 +210,19 @@ class ProgressWriter:
 
     def _final(self, phase: str, fields: dict[str, Any]) -> Future[None]:
         # A final snapshot lists approvals (store reads): taken on the writer thread, after every
-        # earlier write; the run has stopped changing by then.
+        # earlier write; the run has stopped changing by then. The attempt's log goes beside it.
         self._cancel_later()
         self._last = time.monotonic()
-        return self._writer.submit(self._put, lambda: snapshot(self.run, phase, **fields))
+        return self._writer.submit(self._put_final, phase, fields)
+
+    def _put_final(self, phase: str, fields: dict[str, Any]) -> None:
+        document = snapshot(self.run, phase, **fields)
+        self._put(lambda: document)
+        try:
+            log = attempt_log(self.run, document)
+            self._store.put(attempt_log_key(self.run.scope, self.run.attempt), json.dumps(log).encode())
+        except StoreError:
+            pass  # advisory too: the run view then shows the attempt from its journal records
 
     def flush(self, timeout: float) -> None:
         """Publish the run's latest snapshot now (a step inside the interval included) and wait

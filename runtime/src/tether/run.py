@@ -39,6 +39,9 @@ class StepEvent:
     attempt: int = 0
     #: A tool result reused from an earlier run's cache (``cache="auto"``), not this run's journal.
     cached: bool = False
+    #: The journal record this step replayed or wrote (``None``: a live answer left unrecorded):
+    #: what the run view links the step to (its tool arguments, its tokens).
+    key: StepKey | None = None
 
     @property
     def mode(self) -> str:
@@ -227,7 +230,11 @@ class Run:
         else:
             self.accounting.live += usage
             self.accounting.live_cost_usd += dollars
-        self._emit(StepEvent(0, "model", record.model, replayed, record.outcome, usage, 0.0 if replayed else dollars, record.duration_ms))
+        self._emit(
+            StepEvent(
+                0, "model", record.model, replayed, record.outcome, usage, 0.0 if replayed else dollars, record.duration_ms, key=record.key
+            )
+        )
 
     def account_unrecorded_turn(self, model: str) -> None:
         """A live 2xx the seam could not record (no answer in it): paid for, cost unknown."""
@@ -259,8 +266,10 @@ class Run:
             )
         return None
 
-    def account_tool(self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False) -> None:
-        self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms, cached=cached))
+    def account_tool(
+        self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False, key: StepKey | None = None
+    ) -> None:
+        self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms, cached=cached, key=key))
 
     def _emit(self, event: StepEvent) -> None:
         with self._events_lock:  # parallel tool calls may report from several threads

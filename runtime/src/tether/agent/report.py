@@ -18,15 +18,12 @@ async def render_report(result: AgentResult) -> None:
 
     import flyte.report
 
-    rows = "".join(
-        f"<tr><td>{e.index}</td><td>{e.kind}</td><td>{html.escape(e.name)}</td><td>{e.mode}</td>"
-        f"<td>{e.outcome}</td><td>{e.usage.total}</td><td>${e.cost_usd:.6f}</td><td>{e.duration_ms:.0f} ms</td></tr>"
-        for e in result.events
-    )
+    from ..runview import Step, steps_table
+
+    steps = [Step(e.kind, e.name, e.mode, e.outcome, e.usage.total, e.cost_usd, e.duration_ms) for e in result.events]
     await flyte.report.log.aio(
         f"<h2>Tether run {html.escape(result.run_id)} — {result.status}</h2>"
         f"<p>attempt {result.attempt}: model {result.model_live} live / {result.model_replayed} replayed, "
         f"tools {result.tool_live} live / {result.tool_replayed} replayed; cost ${result.cost_usd:.6f}, saved ${result.saved_usd:.6f}</p>"
-        "<table><tr><th>#</th><th>kind</th><th>name</th><th>mode</th><th>outcome</th><th>tokens</th><th>cost</th><th>time</th></tr>"
-        f"{rows}</table>"
+        + steps_table(steps)
     )

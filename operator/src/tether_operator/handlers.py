@@ -28,7 +28,7 @@ from tether.api import GROUP, VERSION
 from tether.contract import APPROVAL_PLURAL
 from tether.stores import Store, open_store
 
-from . import cloudevents, kube, metrics
+from . import cloudevents, kube, metrics, ui
 from .approvals import apply_approval
 from .checks import check_admission_policy
 from .executors.base import Executor, execution_name
@@ -136,6 +136,11 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         memo.events = cloudevents.Emitter(sink) if sink else None
         if memo.settings.metrics_port:
             memo.metrics = await metrics.serve(memo.settings.metrics_port, memo.executor)
+        if memo.settings.ui_port:
+            served = list(memo.settings.namespaces)
+            memo.ui = await ui.serve(
+                memo.settings.ui_host, memo.settings.ui_port, lambda: served, store_for, content=memo.settings.ui_show_content
+            )
         for problem in await check_admission_policy(memo.settings):  # said once here; runs naming Secrets wait
             log.warning("%s: %s", problem.reason, problem.message)
         log.info(
@@ -150,9 +155,10 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         executor = getattr(memo, "executor", None)
         if executor is not None:
             await executor.close()
-        runner = getattr(memo, "metrics", None)
-        if runner is not None:
-            await runner.cleanup()
+        for server in ("metrics", "ui"):
+            runner = getattr(memo, server, None)
+            if runner is not None:
+                await runner.cleanup()
         events = getattr(memo, "events", None)
         if events is not None:
             await events.close()

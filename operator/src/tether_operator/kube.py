@@ -224,3 +224,30 @@ async def set_finalizer(plural: str, namespace: str, name: str, finalizer: str, 
             if exc.status != 409:
                 raise
     raise KubeError(409, "PATCH", path, "finalizers kept changing")
+
+
+async def token_review(token: str) -> dict[str, Any]:
+    """Who the apiserver says a bearer token is: the TokenReview's status (``authenticated``, ``user``)."""
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+    review = await request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
+    status: dict[str, Any] = (review or {}).get("status") or {}
+    return status
+
+
+async def access_review(spec: dict[str, Any]) -> bool:
+    """Whether the user a SubjectAccessReview ``spec`` names may do what it says."""
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+    review = await request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+    return bool(((review or {}).get("status") or {}).get("allowed"))
+
+
+async def list_runs(namespace: str) -> list[dict[str, Any]]:
+    """The AgentRuns of a namespace (every namespace: ``""``)."""
+    where = f"/namespaces/{namespace}" if namespace else ""
+    runs: list[dict[str, Any]] = ((await request("GET", f"/apis/{GROUP}/{VERSION}{where}/agentruns")) or {}).get("items") or []
+    return runs
+
+
+async def get_run(namespace: str, name: str) -> dict[str, Any] | None:
+    run: dict[str, Any] | None = await request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/agentruns/{name}")
+    return run

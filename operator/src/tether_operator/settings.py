@@ -122,6 +122,13 @@ class Settings:
     timing: TimingSettings = field(default_factory=TimingSettings)
     metrics_port: int = 9090
     """Port of the Prometheus /metrics endpoint (env TETHER_METRICS_PORT; 0 disables)."""
+    ui_port: int = 0
+    """Port of the run view (env TETHER_UI_PORT, chart value ui.port when ui.enabled; 0: off):
+    see tether_operator/ui.py."""
+    ui_host: str = "127.0.0.1"
+    """Address the run view binds (env TETHER_UI_HOST): loopback, reached by kubectl port-forward."""
+    ui_show_content: bool = False
+    """Message content on the run view's pages (env TETHER_UI_SHOW_CONTENT, chart ui.showContent)."""
     gpu_node_pools: dict[str, Any] = field(default_factory=dict)
     """GPU type -> {nodeSelector, tolerations} (env TETHER_GPU_NODE_POOLS, JSON)."""
     allowed_base_urls: tuple[str, ...] = ()
@@ -237,6 +244,9 @@ class Settings:
                 tool_interval_seconds=num("TETHER_TOOL_INTERVAL_SECONDS", 30.0),
             ),
             metrics_port=int(num("TETHER_METRICS_PORT", 9090)),
+            ui_port=int(num("TETHER_UI_PORT", 0)),
+            ui_host=env.get("TETHER_UI_HOST") or "127.0.0.1",
+            ui_show_content=_flag(env.get("TETHER_UI_SHOW_CONTENT", "")),
             gpu_node_pools=json.loads(env.get("TETHER_GPU_NODE_POOLS") or "{}"),
             allowed_base_urls=tuple(json.loads(env.get("TETHER_ALLOWED_BASE_URLS") or "[]")),
             tool_modules=_names(env[TOOL_MODULES_ENV]) if env.get(TOOL_MODULES_ENV, "").strip() else None,

@@ -7,7 +7,8 @@
 #              or reused (cached by its source; 45 s of CPU cold), in the background from the start;
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment: the
 #              runtime, the operator and tether.testing);
-#   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools);
+#   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools),
+#              the run view in headless Chromium (Debian's chromium, installed when missing);
 #   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
 #              environment, against the framework's real types; langgraph's adds benchmarks/), its
 #              own tests and the shared conformance suite;
@@ -69,8 +70,25 @@ flyte_build_pid=$!
 scripts/health-tools.sh >"$out/health-tools.log" 2>&1 &
 health_build_pid=$!
 
+# Headless Chromium and its WebDriver for the run view's browser tests (tests/core/test_ui.py):
+# Debian's chromium and chromium-driver, installed when missing (as root, with apt-get); otherwise
+# the core group fails saying what to install.
+browser_bins() {
+  have_browser() { command -v chromium >/dev/null && { command -v chromedriver >/dev/null || [ -x /usr/lib/chromium/chromedriver ]; }; }
+  have_browser && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Chromium (Debian's chromium and chromium-driver packages)"
+    export DEBIAN_FRONTEND=noninteractive
+    # A lock timeout: the flyte group may be installing PostgreSQL at the same moment.
+    apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends chromium chromium-driver >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null && apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends chromium chromium-driver >/dev/null; }
+  fi
+  have_browser || { echo "no headless Chromium: apt-get install chromium chromium-driver (as root)"; return 2; }
+}
+
 core() {
   local venv
+  browser_bins || return
   venv=$(scripts/env.sh core) || return 2
   echo "environment: $venv ($((SECONDS - began)) s into the run)"
   TETHER_K8S_BIN=$(scripts/k8s-tools.sh 2>/dev/null | tail -n1) || { echo "k8s tools build failed (see k8s-tools.log)"; return 2; }

@@ -293,3 +293,22 @@ def test_approval_policy_binds_the_approver_to_the_creator(helm: Path) -> None:
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TETHER_APPROVAL_POLICY_BINDING"] == "tether-approvals"
+
+
+def test_the_run_view_is_off_by_default_and_its_reviews_come_only_with_it(helm: Path) -> None:
+    """ui.enabled: the operator serves the run view (TETHER_UI_PORT) and its ClusterRole gains
+    `create` on tokenreviews and subjectaccessreviews, nothing else; off: neither."""
+    off = render(helm, "executor.kind=local")
+    (discovery,) = of_kind(off, "ClusterRole")
+    assert not [r for r in _rules(discovery) if r[0] in ("authentication.k8s.io", "authorization.k8s.io")]
+    (deployment,) = of_kind(off, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert not [e for e in container["env"] if e["name"].startswith("TETHER_UI_")]
+    on = render(helm, "executor.kind=local", "ui.enabled=true", "ui.port=8091")
+    (discovery_on,) = of_kind(on, "ClusterRole")
+    added = sorted(set(_rules(discovery_on)) - set(_rules(discovery)))
+    assert added == [("authentication.k8s.io", "tokenreviews", "create"), ("authorization.k8s.io", "subjectaccessreviews", "create")]
+    (container,) = of_kind(on, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TETHER_UI_PORT"] == "8091" and env["TETHER_UI_SHOW_CONTENT"] == "false"
+    assert {"name": "ui", "containerPort": 8091} in container["ports"]

@@ -196,3 +196,62 @@ def test_it_answers_only_requests_addressed_to_it(ui) -> None:
         assert rsp.status == expected, host
         assert ("weather-openai" in body) == (expected == 200)
         conn.close()
+
+
+FLAKY_LOOKUP = """
+def lookup_order(order: str) -> str:
+    raise ConnectionError(f"order database unreachable for {order}")
+"""
+
+
+def test_approvals_with_who_decided_and_errors_with_their_cause(browser, ui, tmp_path: Path) -> None:
+    """The refund example: its lookup tool fails (the error is recorded and shown with its cause),
+    the refund waits for a human; approved by a named approver, the next attempt refunds once."""
+    from selenium.webdriver.common.by import By
+
+    from tether.approvals import list_approvals
+
+    for f in ("refund.yaml", "refund.script.yaml", "example_tools.py"):
+        shutil.copy(EXAMPLES / f, tmp_path / f)
+    (tmp_path / "flaky_tools.py").write_text(FLAKY_LOOKUP)
+    docs = list(yaml.safe_load_all((tmp_path / "refund.yaml").read_text()))
+    next(d for d in docs if d["metadata"]["name"] == "lookup-order")["spec"]["implementation"] = "flaky_tools:lookup_order"
+    (tmp_path / "refund.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    store = tmp_path / "store"
+    first = tether("run", str(tmp_path / "refund.yaml"), "--store", str(store))
+    out = first.communicate(timeout=180)[0]
+    assert first.returncode == 3, out  # suspended
+    (request,) = list_approvals(open_store(str(store)), "refund-openai")
+    approve = tether(
+        "approve", "refund-openai", request["id"], "--yes", "--by", "dana@example.com", "--reason", "arrived damaged", "--store", str(store)
+    )
+    assert approve.wait(60) == 0
+    second = tether("run", str(tmp_path / "refund.yaml"), "--store", str(store))
+    out = second.communicate(timeout=180)[0]
+    assert second.returncode == 0, out
+
+    started = tether("ui", "--port", "0", "--store", str(store))
+    try:
+        assert started.stdout is not None
+        url = re.search(r"http://127\.0\.0\.1:\d+/", started.stdout.readline()).group(0)  # type: ignore[union-attr]
+        browser.get(url + "runs/refund-openai")
+        browser.save_screenshot(str(tmp_path / "refund.png"))
+        first_attempt, second_attempt = browser.find_elements(By.CSS_SELECTOR, "section.attempt")
+        assert first_attempt.find_element(By.CSS_SELECTOR, ".attempt-phase").text == "AwaitingApproval"
+        assert second_attempt.find_element(By.CSS_SELECTOR, ".attempt-phase").text == "Succeeded"
+        failed = first_attempt.find_element(By.CSS_SELECTOR, "tr.step.tool.live")
+        assert failed.find_element(By.CSS_SELECTOR, ".outcome").text == "error"
+        assert "ConnectionError: order database unreachable for A1" in failed.find_element(By.CSS_SELECTOR, ".error").text
+        (approval,) = browser.find_elements(By.CSS_SELECTOR, "tr.approval")
+        assert approval.find_element(By.CSS_SELECTOR, ".decision").text == "approved"
+        assert approval.find_element(By.CSS_SELECTOR, ".by").text == "dana@example.com"
+        assert "arrived damaged" in approval.text and '"amount": 40' in approval.text
+        refunds = [
+            r
+            for r in browser.find_elements(By.CSS_SELECTOR, "tr.step.tool")
+            if r.find_element(By.CSS_SELECTOR, ".name").text == "issue-refund"
+        ]
+        assert [r.get_attribute("data-mode") for r in refunds] == ["live"]  # refunded once, after the decision
+    finally:
+        started.terminate()
+        started.wait(10)

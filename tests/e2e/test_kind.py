@@ -4,13 +4,15 @@ Every example of every framework to Succeeded in its own pod (the refund one app
 kubectl); GPU placement on the A100 worker, of a run and of a GPU tool's pod of its own (the
 agent's pod staying on a CPU worker); a runner pod deleted mid-run and the retry replaying
 every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
-in its tool runner's container only; `kubectl wait`; and
-`helm uninstall` keeping CRDs and journals (last: it removes the operator).
+in its tool runner's container only; `kubectl wait`; the operator's run view through
+`kubectl port-forward` (a viewer with `get agentruns`, one without); and `helm uninstall`
+keeping CRDs and journals (last: it removes the operator).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 
 import pytest
@@ -249,6 +251,65 @@ def test_kubectl_wait_for_succeeded():
         assert status(name)["phase"] == "Succeeded"
     finally:
         delete_run(name)
+
+
+def test_run_view_through_kubectl_port_forward():
+    """The operator's run view (values.yaml: ui.enabled) reached as a user would, through
+    `kubectl port-forward` to 127.0.0.1 in the operator's pod: a ServiceAccount allowed to get
+    AgentRuns sees the run and its page; one without that right sees none of it; no token, 401."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    name = unique("ui")
+    run, tools = example("openai", "weather", name)
+    apply(run, tools)
+    kubectl("create", "serviceaccount", "ui-viewer", "-n", NS, check=False)
+    kubectl("create", "serviceaccount", "ui-stranger", "-n", NS, check=False)
+    kubectl("create", "role", "ui-viewer", "-n", NS, "--verb=get,list", "--resource=agentruns.tether.dev", check=False)
+    kubectl("create", "rolebinding", "ui-viewer", "-n", NS, "--role=ui-viewer", f"--serviceaccount={NS}:ui-viewer", check=False)
+    viewer = kubectl("create", "token", "ui-viewer", "-n", NS).strip()
+    stranger = kubectl("create", "token", "ui-stranger", "-n", NS).strip()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    forward = subprocess.Popen(
+        ["kubectl", "port-forward", "-n", NS, f"deploy/{RELEASE}", f"{port}:8090"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+    def page(path: str, token: str | None) -> tuple[int, str]:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as rsp:
+                return rsp.status, rsp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    try:
+        wait_phase(name, "Succeeded", timeout=300)
+        poll("the port-forward answers", lambda: _answers(port), timeout=60, every=1)
+        status_, body = page("/", viewer)
+        assert status_ == 200 and f"runs/{NS}/{name}" in body
+        status_, body = page(f"/runs/{NS}/{name}", viewer)
+        assert status_ == 200 and 'class="attempts">1<' in body and 'data-mode="live"' in body
+        status_, body = page("/", stranger)
+        assert status_ == 200 and name not in body
+        assert page(f"/runs/{NS}/{name}", stranger)[0] == 403
+        assert page("/", None)[0] == 401
+    finally:
+        forward.terminate()
+        forward.wait(10)
+        delete_run(name)
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
 
 def test_zz_helm_uninstall_keeps_crds_and_journals():

@@ -329,6 +329,8 @@ def run_body(view: RunView, *, title: str = "") -> str:
             replayed = (a.counts.get("modelReplayed", 0) + a.counts.get("toolReplayed", 0)) if a.counts else 0
             known = f" ({replayed} replayed, as its last progress said)" if replayed else ""
             parts.append(f'<p class="note">Its live steps as the journal recorded them; the steps it replayed are not known{known}.</p>')
+        if a.phase == "AwaitingApproval":
+            parts.append('<p class="note">Suspended: waiting for a human decision (see Approvals); the next attempt replays to it.</p>')
         if a.error:
             parts.append(f'<p class="error attempt-error">{html.escape(a.error)}</p>')
         parts.append(steps_table(a.steps) + "</section>")

@@ -137,6 +137,7 @@ def test_a_killed_and_resumed_run_in_the_browser(killed_and_resumed, browser, ui
 
     store, log, _ = killed_and_resumed
     assert log.read_text().splitlines() == ["Paris"]  # the tool ran once over both attempts
+    before = {p: p.stat().st_mtime_ns for p in store.rglob("*") if p.is_file()}
     url = ui()
     browser.get(url)
     browser.save_screenshot(str(tmp_path / "runs-list.png"))
@@ -168,6 +169,8 @@ def test_a_killed_and_resumed_run_in_the_browser(killed_and_resumed, browser, ui
     assert SECRET not in page
     assert "sunny" not in page  # message content (the tool's result, the answer) is off by default
     (tmp_path / "run.html").write_text(page)
+    # Read only: viewing claimed no attempt and wrote nothing.
+    assert {p: p.stat().st_mtime_ns for p in store.rglob("*") if p.is_file()} == before
 
 
 def test_content_only_when_switched_on_and_never_a_secret(killed_and_resumed, browser, ui) -> None:

@@ -176,11 +176,15 @@ def read_records(store: Store, scope: str) -> list[Record]:
     keys = store.list(prefix)
     found: dict[StepKey, Record] = {}
     blobs = store.get_many([k for k in (f"{prefix}pack", f"{prefix}tail") if k in keys])
-    entries = [e for key, magic in (("pack", PACK_MAGIC), ("tail", TAIL_MAGIC)) for e in _split_blob(blobs.get(prefix + key), magic)[1]]
-    entries += list(store.get_many([k for k in keys if k.endswith(".rec")]).values())
-    for data in entries:
-        record = Record.decode(data)
-        if record is not None:
+    copies = [e for key, magic in (("pack", PACK_MAGIC), ("tail", TAIL_MAGIC)) for e in _split_blob(blobs.get(prefix + key), magic)[1]]
+    for data in copies:
+        if (record := Record.decode(data)) is not None:
+            found.setdefault(record.key, record)
+    # Loose records only for the steps the copies lack (a run of hundreds of steps: no GET each).
+    journal = Journal(store, scope)
+    loose = [k for k in keys if k.endswith(".rec") and journal._key_of(k) not in found]
+    for data in store.get_many(loose).values():
+        if (record := Record.decode(data)) is not None:
             found.setdefault(record.key, record)
     return sorted(found.values(), key=lambda r: (r.attempt, r.started_at))
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from .approvals import list_approvals
 from .contract import attempt_log_key, run_of_progress_key, runs_prefix
@@ -102,7 +103,7 @@ def local_rows(store: Store) -> list[RunRow]:
     rows = []
     for key in store.list(runs_prefix()):
         if run_id := run_of_progress_key(key):
-            rows.append(RunRow(run_id, f"runs/{run_id}", read_progress(store, run_id) or {}, framework_of(store, run_id)))
+            rows.append(RunRow(run_id, f"runs/{quote(run_id)}", read_progress(store, run_id) or {}, framework_of(store, run_id)))
     rows.sort(key=lambda r: _number(r.progress.get("updatedAt")), reverse=True)
     return rows
 

@@ -247,8 +247,8 @@ def runs_table(rows: Iterable[RunRow]) -> str:
         return '<p class="note">No runs.</p>'
     namespaced = any(r.namespace for r in rows)
     head = ("<th>namespace</th>" if namespaced else "") + (
-        "<th>run</th><th>phase</th><th>framework</th><th>attempt</th><th>turns live/replayed</th>"
-        "<th>tools live/replayed</th><th>cost live (all attempts)</th><th>saved by replay</th><th>updated</th>"
+        "<th>run</th><th>phase</th><th>framework</th><th>attempts</th><th>turns live/replayed (last attempt)</th>"
+        "<th>tools live/replayed (last attempt)</th><th>cost live (all attempts)</th><th>saved by replay</th><th>updated</th>"
     )
     out = []
     for r in rows:
@@ -279,11 +279,12 @@ def steps_table(steps: Iterable[Step]) -> str:
         if s.content:
             what += f'<pre class="content">{html.escape(s.content)}</pre>'
         cost = _money(s.cost_usd) + (" saved" if s.mode in ("replayed", "cached") and s.cost_usd else "")
+        took = "-" if s.mode in ("replayed", "cached") else f"{s.duration_ms:.0f} ms"  # served from the store: no time of its own
         rows.append(
             f'<tr class="step {html.escape(s.mode)} {html.escape(s.kind)}" data-mode="{html.escape(s.mode)}" data-kind="{html.escape(s.kind)}">'
             f'<td>{i}</td><td>{html.escape(s.kind)}</td><td class="name">{html.escape(s.name)}</td>'
             f'<td><span class="mode">{html.escape(s.mode)}</span></td><td class="outcome">{html.escape(s.outcome)}</td>'
-            f"<td>{s.tokens}</td><td>{cost}</td><td>{s.duration_ms:.0f} ms</td><td>{what}</td></tr>"
+            f"<td>{s.tokens}</td><td>{cost}</td><td>{took}</td><td>{what}</td></tr>"
         )
     head = "<tr><th>#</th><th>kind</th><th>name</th><th>mode</th><th>outcome</th><th>tokens</th><th>cost</th><th>time</th><th>arguments / error</th></tr>"
     return f'<table class="steps">{head}{"".join(rows)}</table>'

@@ -9,8 +9,10 @@ and the browser reads it. Checked on the pages: the runs list (phase, framework,
 live and saved); the run page (2 attempts, the killed one with its live steps, the second with
 the turn and the tool marked replayed, the tool live exactly once on the page as in its log, the
 dollars saved); no Secret value on any page, with message content off or on; content only when
-switched on; the server answers only requests addressed to it by name. Screenshots go to the
-test's tmp dir.
+switched on; the server answers only requests addressed to it by name; viewing writes nothing.
+Beside it: the refund example (a tool error with its cause; the approval with who decided and
+why; the refund run once, after it) and a run resumed from a changed input (the first
+divergence). Screenshots go to the test's tmp dir.
 """
 
 from __future__ import annotations
@@ -255,6 +257,34 @@ def test_approvals_with_who_decided_and_errors_with_their_cause(browser, ui, tmp
             if r.find_element(By.CSS_SELECTOR, ".name").text == "issue-refund"
         ]
         assert [r.get_attribute("data-mode") for r in refunds] == ["live"]  # refunded once, after the decision
+    finally:
+        started.terminate()
+        started.wait(10)
+
+
+def test_the_first_divergence_is_shown(browser, ui, tmp_path: Path) -> None:
+    """A run resumed from a changed input leaves the recorded path at its first turn: the page
+    says where, and the tool call the new path asks for again is still served from the journal."""
+    from selenium.webdriver.common.by import By
+
+    for f in ("weather.yaml", "weather.script.yaml", "example_tools.py"):
+        shutil.copy(EXAMPLES / f, tmp_path / f)
+    store = tmp_path / "store"
+    first = tether("run", str(tmp_path / "weather.yaml"), "--store", str(store))
+    assert first.wait(180) == 0
+    manifest = (tmp_path / "weather.yaml").read_text().replace("What is the weather in Paris today?", "Weather in Paris, please.")
+    (tmp_path / "weather.yaml").write_text(manifest)
+    second = tether("run", str(tmp_path / "weather.yaml"), "--store", str(store), "--allow-manifest-change")
+    assert second.wait(180) == 0
+    started = tether("ui", "--port", "0", "--store", str(store))
+    try:
+        assert started.stdout is not None
+        url = re.search(r"http://127\.0\.0\.1:\d+/", started.stdout.readline()).group(0)  # type: ignore[union-attr]
+        browser.get(url + "runs/weather-openai")
+        _, resumed = browser.find_elements(By.CSS_SELECTOR, "section.attempt")
+        assert "First divergence: step 1 (model)" in resumed.find_element(By.CSS_SELECTOR, ".divergence").text
+        steps = [(s.get_attribute("data-kind"), s.get_attribute("data-mode")) for s in resumed.find_elements(By.CSS_SELECTOR, "tr.step")]
+        assert steps == [("model", "live"), ("tool", "replayed"), ("model", "live")]
     finally:
         started.terminate()
         started.wait(10)

@@ -98,7 +98,7 @@ def write_progress(store: Store, scope: str, progress: Progress) -> None:
 
 def attempt_log(run: Run, progress: Progress) -> dict[str, Any]:
     """The attempt's end as the run view reads it (``tether.runview``): its final progress and
-    its steps in order, each naming the journal record it replayed or wrote. Counters, usage and
+    its steps in the order they began, each naming the journal record it replayed or wrote. Counters, usage and
     step keys only: no content, no secret."""
     return {
         "progress": progress.wire(),
@@ -113,8 +113,9 @@ def attempt_log(run: Run, progress: Progress) -> dict[str, Any]:
                 "costUSD": round(e.cost_usd, 6),
                 "durationMs": round(e.duration_ms, 1),
                 "key": None if e.key is None else list(e.key),
+                "startedAt": e.started_at,
             }
-            for e in list(run.events)
+            for e in sorted(run.events, key=lambda e: e.started_at)
         ],
     }
 

@@ -42,6 +42,10 @@ class StepEvent:
     #: The journal record this step replayed or wrote (``None``: a live answer left unrecorded):
     #: what the run view links the step to (its tool arguments, its tokens).
     key: StepKey | None = None
+    #: When the step began (a replay: when it was served). Steps are reported as they complete,
+    #: and a live turn completes once its record is written, after the calls it asked for may
+    #: have begun: the run view orders an attempt's steps by this.
+    started_at: float = 0.0
 
     @property
     def mode(self) -> str:
@@ -232,7 +236,16 @@ class Run:
             self.accounting.live_cost_usd += dollars
         self._emit(
             StepEvent(
-                0, "model", record.model, replayed, record.outcome, usage, 0.0 if replayed else dollars, record.duration_ms, key=record.key
+                0,
+                "model",
+                record.model,
+                replayed,
+                record.outcome,
+                usage,
+                0.0 if replayed else dollars,
+                record.duration_ms,
+                key=record.key,
+                started_at=0.0 if replayed else record.started_at,
             )
         )
 
@@ -272,6 +285,8 @@ class Run:
         self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms, cached=cached, key=key))
 
     def _emit(self, event: StepEvent) -> None:
+        if not event.started_at:
+            event.started_at = time.time() - (0.0 if event.replayed else event.duration_ms / 1000)
         with self._events_lock:  # parallel tool calls may report from several threads
             event.index = len(self.events) + 1
             event.attempt = self.attempt

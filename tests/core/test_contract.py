@@ -36,6 +36,7 @@ def _store_key_segments() -> set[str]:
     keys = [
         contract.progress_key("\0"),
         contract.manifest_key("\0"),
+        contract.attempt_log_key("\0", 1),
         contract.flyte_starts_prefix("\0", "\0", "\0"),
         contract.journal_prefix("\0"),
         contract.approvals_prefix("\0"),

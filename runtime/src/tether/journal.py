@@ -172,7 +172,7 @@ def read_records(store: Store, scope: str) -> list[Record]:
     """Every record of a run's journal, read only (no attempt is claimed, nothing is written): the
     pack, the tail and the loose records, each step once, in the order the steps were taken
     (attempt, then start time). For viewers (``tether ui``); a corrupt copy is skipped."""
-    prefix = f"journal/{scope}/"
+    prefix = journal_prefix(scope)
     keys = store.list(prefix)
     found: dict[StepKey, Record] = {}
     blobs = store.get_many([k for k in (f"{prefix}pack", f"{prefix}tail") if k in keys])
@@ -191,7 +191,7 @@ def read_records(store: Store, scope: str) -> list[Record]:
 
 def read_attempts(store: Store, scope: str) -> dict[int, float]:
     """The attempts that claimed a number in a run's journal, with the time each started."""
-    prefix = f"journal/{scope}/attempts/"
+    prefix = f"{journal_prefix(scope)}attempts/"
     started: dict[int, float] = {}
     for key, data in store.get_many(store.list(prefix)).items():
         try:

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .approvals import list_approvals
-from .contract import attempt_log_key, run_of_progress_key, runs_prefix
+from .contract import attempt_log_key, manifest_key, run_of_progress_key, runs_prefix
 from .cost import PriceTable
 from .journal import Record, StepKey, read_attempts, read_records
 from .progress import read_progress
@@ -90,8 +90,8 @@ class RunRow:
 
 
 def framework_of(store: Store, run_id: str) -> str:
-    """The framework ``tether run`` recorded in the run's manifest (``runs/<id>/manifest.json``)."""
-    data = store.get(f"{runs_prefix()}{run_id}/manifest.json")
+    """The framework ``tether run`` recorded in the run's manifest."""
+    data = store.get(manifest_key(run_id))
     try:
         return str(json.loads(data or b"{}").get("framework") or "")
     except ValueError:

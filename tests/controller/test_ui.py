@@ -121,14 +121,14 @@ def test_without_a_known_token_nothing_is_shown(kube: ControlPlane, ui_operator:
             status, body = fetch(ui_operator, path, token)
             assert status == 401, (path, status)
             assert "weather" not in body and uid(kube, NS_A) not in body and uid(kube, NS_B) not in body
-            assert 'name="token"' in body  # the sign-in form
+            assert 'name="token"' in body and 'action="/login"' in body  # the sign-in form, from any page
 
 
 def test_each_viewer_sees_only_the_runs_they_may_get(kube: ControlPlane, ui_operator: Operator) -> None:
     alice, bob = kube.tokens[ALICE], kube.tokens[BOB]
     status, page = fetch(ui_operator, "/", alice)
     assert status == 200 and ALICE in page
-    assert f'href="runs/{NS_A}/weather"' in page and f"runs/{NS_B}/" not in page
+    assert f'href="/runs/{NS_A}/weather"' in page and f"runs/{NS_B}/" not in page
     assert "namespaces shown: ui-a" in page
     status, page = fetch(ui_operator, f"/runs/{NS_A}/weather", alice)
     assert status == 200 and 'class="attempts">1<' in page and 'data-mode="live"' in page and "Succeeded" in page
@@ -163,7 +163,7 @@ def test_sign_in_keeps_the_token_in_the_operator(kube: ControlPlane, ui_operator
     base = f"http://127.0.0.1:{ui_operator.env['TETHER_UI_PORT']}"
     form = urllib.parse.urlencode({"token": kube.tokens[ALICE]}).encode()
     with opener.open(urllib.request.Request(f"{base}/login", data=form), timeout=30) as rsp:
-        assert rsp.status == 200 and f'href="runs/{NS_A}/weather"' in rsp.read().decode()  # redirected to the list
+        assert rsp.status == 200 and f'href="/runs/{NS_A}/weather"' in rsp.read().decode()  # redirected to the list
     (cookie,) = list(jar)
     assert cookie.name == "tether_ui_session" and kube.tokens[ALICE] not in cookie.value and len(cookie.value) >= 40
     assert cookie.has_nonstandard_attr("HttpOnly") and re.fullmatch(r"strict", str(cookie.get_nonstandard_attr("SameSite")), re.I)

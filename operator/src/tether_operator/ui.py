@@ -100,7 +100,7 @@ class Reviews:
 LOGIN = (
     "<h1>Tether runs</h1><p>Sign in with a Kubernetes bearer token (e.g. <code>kubectl create token NAME</code>, or the "
     "token of your kubeconfig): you will see the AgentRuns you may <code>get</code>.</p>"
-    '<form method="post" action="login"><input type="password" name="token" size="60" autocomplete="off" required> '
+    '<form method="post" action="/login"><input type="password" name="token" size="60" autocomplete="off" required> '
     '<button type="submit">Sign in</button></form>'
 )
 
@@ -157,13 +157,13 @@ def app(namespaces: Callable[[], list[str]], store_for: Callable[[str], Store], 
             del sessions[sid]
         sid = secrets.token_urlsafe(32)
         sessions[sid] = (now + SESSION_SECONDS, token)
-        response = web.HTTPSeeOther(".")
+        response = web.HTTPSeeOther("/")
         response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/", max_age=int(SESSION_SECONDS))
         raise response
 
     async def logout(request: web.Request) -> web.Response:
         sessions.pop(request.cookies.get(COOKIE, ""), None)
-        response = web.HTTPSeeOther("login")
+        response = web.HTTPSeeOther("/login")
         response.del_cookie(COOKIE, path="/")
         raise response
 
@@ -182,7 +182,7 @@ def app(namespaces: Callable[[], list[str]], store_for: Callable[[str], Store], 
         shown = sorted(ns for ns, ok in allowed.items() if ok)
         body = (
             f'<h1>Tether runs</h1><p class="note">signed in as <span class="viewer">{html.escape(viewer.username)}</span> '
-            f'(<a href="logout">sign out</a>); namespaces shown: {html.escape(", ".join(shown) or "none")}</p>{runs_table(rows)}'
+            f'(<a href="/logout">sign out</a>); namespaces shown: {html.escape(", ".join(shown) or "none")}</p>{runs_table(rows)}'
         )
         return html_response(body)
 
@@ -201,7 +201,7 @@ def app(namespaces: Callable[[], list[str]], store_for: Callable[[str], Store], 
         view = await asyncio.to_thread(read_run, store_for(ns), uid, framework=framework, content=content)
         if view is None:
             return html_response(f"<p>AgentRun {html.escape(ns)}/{html.escape(name)} has not started yet.</p>", 404)
-        return html_response('<p><a href="../../">all runs</a></p>' + run_body(view, title=f"{ns}/{name}"), title=f"Run {ns}/{name}")
+        return html_response('<p><a href="/">all runs</a></p>' + run_body(view, title=f"{ns}/{name}"), title=f"Run {ns}/{name}")
 
     application = web.Application(middlewares=[guard])
     application.router.add_get("/", runs)
@@ -222,7 +222,7 @@ def _row(obj: dict[str, Any]) -> RunRow:
         "usage": status.get("usage") or {},
         "updatedAt": status.get("completionTime") or status.get("startTime"),
     }
-    link = f"runs/{quote(meta['namespace'])}/{quote(meta['name'])}"
+    link = f"/runs/{quote(meta['namespace'])}/{quote(meta['name'])}"
     framework = str((obj.get("spec") or {}).get("framework") or "")
     return RunRow(meta["uid"], link, progress, framework, meta["namespace"], meta["name"])
 

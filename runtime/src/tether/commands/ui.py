@@ -84,6 +84,8 @@ async def _serve(store: Store, host: str, port: int, content: bool) -> int:
     bound = runner.addresses[0][1]
     if hosts is not None:
         hosts += [f"{name}:{bound}" for name in ("127.0.0.1", "localhost", "[::1]")]
+    if hosts is None:
+        print(f"tether ui: WARNING: bound to {host}: anyone who reaches it sees every run in the store (there is no sign-in)", flush=True)
     shown = f"[{host}]" if ":" in host else host
     print(f"tether ui: http://{shown}:{bound}/  (store {store.url}; message content {'shown' if content else 'hidden'})", flush=True)
     try:

@@ -333,7 +333,10 @@ def check_agent(agent: str | None, allowed: tuple[str, ...] | None) -> list[Prob
 
 def check_implementation(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None) -> list[Problem]:
     """The static part of the allowlist: ``allowed`` None means "the runtime image's default",
-    which only the runtime knows (it refuses at start); the standard library is refused here."""
+    which only the runtime knows (it refuses at start); the standard library is refused here. An
+    MCP server has no module (its stdio command runs in the tool's image, which is checked)."""
+    if spec.implementation is None:
+        return []
     refusal = implementation_refusal(spec.implementation, allowed if allowed is not None else (spec.implementation.partition(":")[0],))
     if refusal:
         return [Problem(Reason.TOOL_NOT_ALLOWED, f"AgentTool {name}: {refusal}", terminal=True)]
@@ -366,14 +369,15 @@ async def check_tool(
     out.problems += check_implementation(name, spec, settings.tool_modules)
     out.problems += check_image(spec.image, settings.images_allowed, f"spec.image of AgentTool {name}")
     env: dict[str, str] = {}
-    for item in spec.env or []:
-        ref = item.secret_key_ref
-        value = await _secret_value(namespace, ref.name, ref.key, f"env {item.name} of AgentTool {name}", read_secrets)
+    refs = [(item.name, item.secret_key_ref, f"env {item.name}") for item in spec.env or []]
+    refs += [(h.name, h.secret_key_ref, f"spec.mcp.headers {h.name}") for h in (spec.mcp.headers if spec.mcp else None) or []]
+    for key, ref, what in refs:
+        value = await _secret_value(namespace, ref.name, ref.key, f"{what} of AgentTool {name}", read_secrets)
         if isinstance(value, Problem):
             out.problems.append(value)
         elif value is not None:
-            env[item.name] = value
-    if spec.env:
+            env[key] = value
+    if refs:
         out.problems += await check_admission_policy(settings, created, f"AgentTool {name}")
     out.tool_env[name] = env
     return out

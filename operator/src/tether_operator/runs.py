@@ -125,13 +125,16 @@ async def expire(body: kopf.Body, stopped: Any, logger: logging.Logger | logging
 
 def secret_files(spec: AgentRunSpec, tools: dict[str, AgentToolSpec]) -> list[SecretFile]:
     """Where each Secret key the run needs appears in the runner's secrets directory:
-    `model/apiKey` and `tools/<AgentTool>/<ENV>` (each tool reads only its own)."""
+    `model/apiKey` and `tools/<AgentTool>/<ENV>`, an MCP server's headers as
+    `tools/<AgentTool>/<Header>` (each tool reads only its own)."""
     files = []
     ref = spec.model.api_key_secret_ref
     if ref is not None:
         files.append(SecretFile(ref.name, ref.key, MODEL_KEY_FILE))
     for name, tool in sorted(tools.items()):
         files += [SecretFile(e.secret_key_ref.name, e.secret_key_ref.key, f"tools/{name}/{e.name}") for e in tool.env or []]
+        headers = tool.mcp.headers if tool.mcp is not None else None
+        files += [SecretFile(h.secret_key_ref.name, h.secret_key_ref.key, f"tools/{name}/{h.name}") for h in headers or []]
     return files
 
 

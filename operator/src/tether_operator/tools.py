@@ -38,7 +38,11 @@ async def reconcile_tool(
     try:
         tool = read_spec(AgentToolSpec, spec)
         problems = (await check_tool(namespace, name, tool, settings, read_secrets=read_secrets, created=created)).problems
-        if probe is not None and not any(p.reason in (Reason.TOOL_NOT_ALLOWED, Reason.NAMESPACE_NOT_SERVED) for p in problems):
+        if (
+            probe is not None
+            and tool.implementation is not None
+            and not any(p.reason in (Reason.TOOL_NOT_ALLOWED, Reason.NAMESPACE_NOT_SERVED) for p in problems)
+        ):
             # Importability is checked where the runtime runs, never in the operator's process.
             refusal = await probe(tool.implementation)
             if refusal:

@@ -32,6 +32,7 @@ from . import secrets as tether_secrets
 from .agent import Tool, load_adapter
 from .agent.runner import AgentJob, run_job
 from .api import AgentToolSpec
+from .api.shared import parse_duration
 from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
 from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
 from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
@@ -51,14 +52,17 @@ from .contract import (
     flyte_starts_prefix,
 )
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
+from .mcptool import McpClient, McpTool, without_unset
+from .mcptool import parameters as mcp_parameters
 from .run import StepEvent
 from .secrets import tool_secrets
-from .toolrunner import RunnerClient, describe_remote, stand_in, tool_runners
+from .toolrunner import RunnerClient, _in_own_loop, describe_remote, stand_in, tool_runners
 from .tools import (
     TOOL_MODULES_ENV,
     agent_refusal,
     allowed_agent_modules,
     allowed_tool_modules,
+    idempotency_key,
     implementation_refusal,
     import_tool,
 )
@@ -69,9 +73,66 @@ tool_env = flyte.TaskEnvironment(name="tether-tool")
 executor deploys it per image and names them in ``$TETHER_FLYTE_TOOL_TASKS``)."""
 
 
+def tools_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> list[Tool]:
+    """The AgentTool's tools: its function (:func:`tool_from_spec`), or each allowed tool of its
+    MCP server (:func:`mcp_tools_from_spec`)."""
+    return mcp_tools_from_spec(name, spec) if spec.mcp is not None else [tool_from_spec(name, spec, allowed)]
+
+
+class McpCall:
+    """Where a Tool of an MCP AgentTool sends its calls (``Tool.runner``): its tool runner, or
+    with no runner (the local executor: one process) an MCP client in this process."""
+
+    def __init__(self, described: McpTool, runner: RunnerClient | None, client: McpClient | None) -> None:
+        self.described, self.runner, self.client = described, runner, client
+
+    async def call(self, arguments: dict[str, Any]) -> Any:
+        arguments = without_unset(self.described, arguments)
+        if self.runner is not None:
+            return await self.runner.call(arguments, mcp_tool=self.described.name)
+        assert self.client is not None
+        return await self.client.call(self.described.name, arguments, idempotency_key())
+
+
+def mcp_tools_from_spec(name: str, spec: AgentToolSpec) -> list[Tool]:
+    """One Tool per allowed tool of the AgentTool's MCP server, as its ``tools/list`` describes it
+    (asked of its runner, which holds the server's credentials; in-process without one)."""
+    assert spec.mcp is not None
+    address = tool_runners().get(name)
+    runner = RunnerClient(name, address) if address is not None else None
+    client = None
+    if runner is not None:
+        described = [McpTool.from_json(t) for t in describe_remote(name, address or "")["mcp"]]
+    else:
+        timeout = parse_duration(spec.timeout) if spec.timeout else None
+        client = McpClient(name, spec.mcp, tool_secrets(name), timeout)
+        described = _in_own_loop(client.list_tools)
+    approval_settings = spec.approval.prompt or True if spec.approval and spec.approval.required else None
+    tools = []
+    for mcp_tool in described:
+        approval = approval_settings
+        if approval is None and mcp_tool.needs_approval(spec.mcp):
+            approval = f"Call {mcp_tool.name} of MCP server {name}, which it marks destructive?"
+        tool = Tool(
+            stand_in({"name": mcp_tool.name, "doc": mcp_tool.description, "params": mcp_parameters(mcp_tool)}),
+            name=mcp_tool.name,
+            description=mcp_tool.description or spec.description,
+            cache=spec.effective_cache,
+            version=spec.version,
+            approval=approval,
+            cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
+        )
+        tool.runner = McpCall(mcp_tool, runner, client)
+        tool.spec.code = mcp_tool.code  # the cross-run cache follows the tool's definition
+        tools.append(tool)
+    return tools
+
+
 def tool_from_spec(name: str, spec: AgentToolSpec, allowed: tuple[str, ...] | None = None) -> Tool:
     """The AgentTool as a Tool, if its module is an allowed tool module (checked again here: the
     operator's check might have been bypassed); it gets its own secrets, nobody else's."""
+    if spec.implementation is None:
+        raise ConfigError(f"AgentTool {name}: no implementation (an MCP server's tools come from tools_from_spec)")
     runner = tool_runners().get(name)
     allowed = allowed_tool_modules() if allowed is None else allowed
     described: dict[str, Any] | None = None
@@ -179,7 +240,10 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
         if refusal:
             raise ConfigError(f"spec.agent: {refusal}")
         allowed = allowed_tool_modules()  # once: reading entry points scans every distribution
-        tools = [tool_from_spec(name, request.tools[name], allowed) for name in spec.tools]
+        tools = [tool for name in spec.tools for tool in tools_from_spec(name, request.tools[name], allowed)]
+        named = [t.name for t in tools]
+        if clashes := sorted({n for n in named if named.count(n) > 1}):
+            raise ConfigError(f"two tools of spec.tools have the same name: {', '.join(clashes)} (an MCP server's tools included)")
         adapter = load_adapter(spec.framework)
     except Exception as e:  # the run could not start: say why where status is read, not only in a log
         failed = Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")

@@ -19,9 +19,11 @@ The agent learns which tools run elsewhere from ``$TETHER_TOOL_RUNNERS`` (JSON `
 "<socket path>" or "tcp://<IP>:<PORT>"}``, set by the executor). Protocol: one connection per
 call; each way one frame, a 4-byte big-endian length and a UTF-8 JSON document::
 
-    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null}
-    describe  {"op": "describe", "tool": NAME}   (answer: name, docstring, parameters, code hash)
+    call      {"tool": NAME, "arguments": {...}, "idempotencyKey": KEY or null, "mcpTool": MCP TOOL (an MCP AgentTool)}
+    describe  {"op": "describe", "tool": NAME}   (answer: name, docstring, parameters, code hash;
+              of an MCP AgentTool {"mcp": [the allowed tools' definitions]}: tether.mcptool)
     answer    {"ok": RESULT}  or  {"error": {"type": EXCEPTION CLASS NAME, "message": TEXT}}
+              or  {"unavailable": TEXT} (an MCP server that did not answer: not the tool's failure)
 
 A Unix socket is reachable from the runner's pod only (a shared emptyDir; no token). A runner on
 TCP (``--listen``: a GPU tool's pod of its own, reached by its pod IP) is reachable by anything in
@@ -57,9 +59,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .api.shared import parse_duration
 from .contract import RUNNERS_ENV as RUNNERS_ENV  # the operator sets them (tether.contract)
 from .contract import TOKENS_ENV as TOKENS_ENV
 from .errors import ConfigError, ToolRunnerUnavailable
+from .mcptool import McpClient
 from .tools import ToolFailed, ToolSpec, _idempotency_key, _invoke, code_hash, encode_result, idempotency_key
 
 WAIT_ENV = "TETHER_TOOL_RUNNER_WAIT"
@@ -116,10 +120,13 @@ class RunnerClient:
         except OSError:
             return None
 
-    async def call(self, arguments: dict[str, Any]) -> Any:
+    async def call(self, arguments: dict[str, Any], mcp_tool: str | None = None) -> Any:
         reader, writer = await self._connect()
+        frame = {"tool": self.tool, "arguments": arguments, "idempotencyKey": idempotency_key()}
+        if mcp_tool is not None:
+            frame["mcpTool"] = mcp_tool
         try:
-            await _write(writer, {"tool": self.tool, "arguments": arguments, "idempotencyKey": idempotency_key()})
+            await _write(writer, frame)
             answer = await _read(reader)
         except (OSError, EOFError, ValueError) as e:  # IncompleteReadError is an EOFError
             raise ToolRunnerUnavailable(f"tool runner of {self.tool} ({self.socket_path}) failed during the call: {e!r}") from e
@@ -127,6 +134,8 @@ class RunnerClient:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+        if "unavailable" in answer:
+            raise ToolRunnerUnavailable(str(answer["unavailable"]))
         if "error" in answer:
             error = answer["error"]
             raise ToolFailed(str(error.get("type") or "Exception"), str(error.get("message") or ""))
@@ -156,10 +165,11 @@ class RunnerClient:
 
 @dataclass
 class Served:
-    """One tool a runner serves: its function and its own secrets."""
+    """One tool a runner serves: its function (or its MCP server's client) and its own secrets."""
 
-    fn: Callable[..., Any]
+    fn: Callable[..., Any] | None
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    mcp: McpClient | None = None
 
 
 async def answer(tools: Mapping[str, Served], call: Any) -> dict[str, Any]:
@@ -170,14 +180,23 @@ async def answer(tools: Mapping[str, Served], call: Any) -> dict[str, Any]:
     served = tools.get(name) if isinstance(name, str) else None
     if served is None:
         return {"error": {"type": "ConfigError", "message": f"this tool runner serves {', '.join(sorted(tools))}, not {name!r}"}}
-    if call.get("op") == "describe":
-        return {"ok": describe(served.fn)}
     arguments = call.get("arguments") or {}
     token = _idempotency_key.set(call.get("idempotencyKey"))
     try:
-        with tool_scope(served.secrets):
-            value = await _invoke(ToolSpec(str(name), served.fn, code="-"), arguments)
+        if served.mcp is not None:
+            if call.get("op") == "describe":
+                return {"ok": {"mcp": [t.to_json() for t in await served.mcp.list_tools()]}}
+            value = await served.mcp.call(str(call.get("mcpTool")), arguments, call.get("idempotencyKey"))
+        elif served.fn is None:
+            raise ConfigError(f"{name} has no implementation")
+        elif call.get("op") == "describe":
+            return {"ok": describe(served.fn)}
+        else:
+            with tool_scope(served.secrets):
+                value = await _invoke(ToolSpec(str(name), served.fn, code="-"), arguments)
         return {"ok": json.loads(encode_result(value))}
+    except ToolRunnerUnavailable as e:  # the MCP server did not answer: the agent's attempt fails recoverably
+        return {"unavailable": str(e)}
     except Exception as e:  # the tool's failure: the agent's seam records it
         return {"error": {"type": type(e).__name__, "message": str(e)}}
     finally:
@@ -249,6 +268,8 @@ def describe_remote(tool: str, socket_path: str, wait: float | None = None) -> d
             writer.close()
 
     answer = _in_own_loop(ask)
+    if "unavailable" in answer:
+        raise ToolRunnerUnavailable(str(answer["unavailable"]))
     if "error" in answer:
         raise ConfigError(f"AgentTool {tool}: its tool runner says {answer['error'].get('type')}: {answer['error'].get('message')}")
     return answer["ok"]  # type: ignore[no-any-return]
@@ -343,6 +364,11 @@ def load_served(request_text: str, names: list[str], secrets: Any) -> dict[str, 
         spec = request.tools.get(name)
         if spec is None:
             raise ConfigError(f"AgentTool {name} is not in the request (its tools: {', '.join(sorted(request.tools)) or 'none'})")
+        if spec.mcp is not None:  # no module to import: the runner is the server's MCP client
+            own = secrets.tools.get(name, {})
+            served[name] = Served(None, own, McpClient(name, spec.mcp, own, parse_duration(spec.timeout) if spec.timeout else None))
+            continue
+        assert spec.implementation is not None  # one of the two (tether.api)
         fn = import_tool(name, spec.implementation, allowed)
         served[name] = Served(fn.fn if isinstance(fn, Tool) else fn, secrets.tools.get(name, {}))
     return served

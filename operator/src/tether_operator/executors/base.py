@@ -70,6 +70,7 @@ class Capability(str, Enum):
     TOOL_IMAGE = "AgentTool spec.image"
     TOOL_RESOURCES = "AgentTool spec.resources"
     TOOL_GPU = "AgentTool spec.resources.gpu"
+    TOOL_MCP = "AgentTool spec.mcp"
 
 
 def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports: frozenset[Capability]) -> list[str]:
@@ -84,6 +85,8 @@ def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports
     if spec.tolerations:
         asked.append((Capability.TOLERATIONS, "spec.tolerations"))
     for name, tool in sorted(tools.items()):
+        if tool.mcp is not None:
+            asked.append((Capability.TOOL_MCP, f"spec.mcp of AgentTool {name}"))
         if tool.image:
             asked.append((Capability.TOOL_IMAGE, f"spec.image of AgentTool {name}"))
         if tool.resources is not None:

@@ -73,6 +73,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             Capability.TOOL_IMAGE,
             Capability.TOOL_RESOURCES,
             Capability.TOOL_GPU,
+            Capability.TOOL_MCP,
         }
     )
     refusal_hint = "it places a run by spec.resources, spec.nodeSelector and spec.tolerations, and a GPU tool on its GPU node pool"

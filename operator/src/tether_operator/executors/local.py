@@ -70,7 +70,7 @@ class LocalExecutor(AttemptingExecutor[Execution]):
     operator's pod, with the Secret values the operator read. No image, resources or placement."""
 
     kind = "local"
-    supports: frozenset[Capability] = frozenset()
+    supports: frozenset[Capability] = frozenset({Capability.TOOL_MCP})  # in its one process, as every tool
     refusal_hint = "a development mode; the kubernetes executor honours the run's image, resources and placement"
     reads_secrets = True
     starting = "waiting for a free slot"

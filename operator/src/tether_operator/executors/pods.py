@@ -153,8 +153,11 @@ def request_configmap(sub: Submission) -> dict[str, Any]:
 
 def isolated_tools(sub: Submission) -> list[str]:
     """The run's AgentTools that run in a container of their own: those holding Secrets (`env`),
-    or with an image or resources of their own. The others run in the agent's process."""
-    return sorted(name for name, tool in sub.request.tools.items() if tool.env or tool.image or tool.resources is not None)
+    or with an image or resources of their own, and every MCP server (its runner is the MCP
+    client: the agent never holds the server's credentials). The others run in the agent's process."""
+    return sorted(
+        name for name, tool in sub.request.tools.items() if tool.env or tool.image or tool.resources is not None or tool.mcp is not None
+    )
 
 
 def pod_tools(sub: Submission) -> list[str]:

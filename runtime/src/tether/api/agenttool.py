@@ -17,6 +17,7 @@ from .shared import (
     ENV_NAME,
     IMPORT_PATH,
     MAX_DURATION,
+    BaseURL,
     Condition,
     Duration,
     Image,
@@ -30,7 +31,16 @@ from .shared import (
     parse_duration,
 )
 
-__all__ = ["CACHE_WITH_APPROVAL", "MIN_APPROVAL_TIMEOUT", "AgentToolSpec", "AgentToolStatus", "Approval", "EnvFromSecret"]
+__all__ = [
+    "CACHE_WITH_APPROVAL",
+    "MIN_APPROVAL_TIMEOUT",
+    "AgentToolSpec",
+    "AgentToolStatus",
+    "Approval",
+    "EnvFromSecret",
+    "McpHeader",
+    "McpServer",
+]
 
 # --------------------------------------------------------------------------------- AgentTool
 
@@ -112,10 +122,100 @@ class EnvFromSecret(_Wire):
     secret_key_ref: SecretKeyRef = Field(description="Secret key holding the value.")
 
 
+#: An HTTP header name (RFC 9110 token, letters, digits and `-`): also the file name of its value
+#: in the tool runner's secrets directory (`tools/<AgentTool>/<Header>`).
+HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]*$"
+#: An MCP tool name (the MCP specification's characters).
+MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]+$"
+
+
+class McpHeader(_Wire):
+    """An HTTP header sent to a remote MCP server, its value taken from a Secret."""
+
+    name: str = Field(max_length=128, pattern=HEADER_NAME, description="Header name, e.g. Authorization.")
+    secret_key_ref: SecretKeyRef = Field(description="Secret key holding the header's whole value, e.g. `Bearer <token>`.")
+
+
+class McpServer(_Wire):
+    """An MCP server whose tools the agent may call: a remote URL (Streamable HTTP) or a stdio
+    command run in the tool's own container. The tool side opens the MCP session, never the agent."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "has(self.url) != has(self.command)", "set exactly one of url (a remote server) and command (stdio)", fieldPath=".url"
+                ),
+                _cel(
+                    "!has(self.headers) || has(self.url)",
+                    "headers are sent to a remote server only: set url, or remove headers",
+                    fieldPath=".headers",
+                ),
+            ]
+        }
+    )
+
+    url: BaseURL | None = Field(default=None, description="Streamable HTTP endpoint of a remote server, e.g. https://mcp.example.com/mcp.")
+    headers: list[McpHeader] | None = Field(
+        default=None,
+        max_length=16,
+        description="Headers sent with every request to url, each value from a Secret (held by the tool runner only); each name at most once.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="A stdio server: the program and its arguments, run in the tool's container (its image); "
+        "its environment is the AgentTool's env and nothing of the runner's.",
+    )
+    tools: list[Annotated[str, Field(max_length=128, pattern=MCP_TOOL_NAME)]] = Field(
+        min_length=1,
+        max_length=128,
+        description="The server's tools the agent may call, by name (required: a tool the server adds later is never offered). "
+        "A name the server does not list fails the run at start.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    destructive_needs_approval: bool = Field(
+        default=True,
+        description="A tool the server marks destructive (annotations: destructiveHint true, or absent, and readOnlyHint not true) "
+        "waits for a human decision before each call, as approval.required does. false: call such tools without asking.",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _unique_headers(cls, headers: list[McpHeader] | None) -> list[McpHeader] | None:
+        names = [h.name.lower() for h in headers or []]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate header names: {', '.join(duplicates)}")
+        return headers
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[str]) -> list[str]:
+        duplicates = sorted({t for t in tools if tools.count(t) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        return tools
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("set exactly one of url (a remote server) and command (stdio)")
+        if self.headers and self.url is None:
+            raise ValueError("headers are sent to a remote server only: set url, or remove headers")
+        return self
+
+
 CACHE_WITH_APPROVAL = (
     "cache: auto would return results cached by earlier runs without asking for approval; "
     "set cache: off, or approval.cachedWithoutApproval: true to allow it"
 )
+
+
+ONE_KIND = "set exactly one of implementation (a Python function) and mcp (an MCP server)"
+MCP_URL_ENV = "env is the environment of a stdio MCP server (mcp.command); a remote one (mcp.url) gets Secrets as mcp.headers"
 
 
 class AgentToolSpec(_Wire):
@@ -129,7 +229,9 @@ class AgentToolSpec(_Wire):
                     " || (has(self.approval.cachedWithoutApproval) && self.approval.cachedWithoutApproval)",
                     CACHE_WITH_APPROVAL,
                     fieldPath=".cache",
-                )
+                ),
+                _cel("has(self.implementation) != has(self.mcp)", ONE_KIND, fieldPath=".implementation"),
+                _cel("!has(self.mcp) || !has(self.mcp.url) || !has(self.env)", MCP_URL_ENV, fieldPath=".env"),
             ]
         }
     )
@@ -139,10 +241,16 @@ class AgentToolSpec(_Wire):
         max_length=4096,
         description="What the tool does; the model reads this to decide when to call it.",
     )
-    implementation: str = Field(
+    implementation: str | None = Field(
+        default=None,
         max_length=512,
         pattern=IMPORT_PATH,
-        description="The function, as `module:function` importable in the image.",
+        description="The function, as `module:function` importable in the image (or set mcp instead).",
+    )
+    mcp: McpServer | None = Field(
+        default=None,
+        description="An MCP server instead of a function: each of its allowed tools is a tool of the agent, called from "
+        "the tool's own runner, journaled, replayed and approved like any tool.",
     )
     version: Text = Field(
         default="1",
@@ -161,7 +269,7 @@ class AgentToolSpec(_Wire):
         default=None,
         description="auto: reuse a result across runs for the same version and arguments; off: "
         "never across runs. Within one run a completed call never executes twice either way. "
-        "Default: auto, or off for a tool that requires approval; cache: auto with approval "
+        "Default: auto, or off for a tool that requires approval or an MCP server; cache: auto with approval "
         "required is refused unless approval.cachedWithoutApproval is true.",
     )
     approval: Approval | None = Field(default=None, description="Human approval of each call.")
@@ -187,13 +295,22 @@ class AgentToolSpec(_Wire):
 
     @property
     def effective_cache(self) -> Literal["auto", "off"]:
-        """The cache setting in force: the spec's, else off for an approval-required tool, else auto."""
-        return self.cache or ("off" if self.approval_required else "auto")
+        """The cache setting in force: the spec's, else off for an approval-required tool or an MCP
+        server (a remote tool's result is not a function of its arguments), else auto."""
+        return self.cache or ("off" if self.approval_required or self.mcp is not None else "auto")
 
     @model_validator(mode="after")
     def _cache_needs_decision(self) -> AgentToolSpec:
         if self.cache == "auto" and self.approval is not None and self.approval.required and not self.approval.cached_without_approval:
             raise ValueError(CACHE_WITH_APPROVAL)
+        return self
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AgentToolSpec:
+        if (self.implementation is None) == (self.mcp is None):
+            raise ValueError(ONE_KIND)
+        if self.mcp is not None and self.mcp.url is not None and self.env:
+            raise ValueError(MCP_URL_ENV)
         return self
 
 

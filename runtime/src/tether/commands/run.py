@@ -73,8 +73,15 @@ def identity(spec: AgentRunSpec, tools: dict[str, AgentToolManifest]) -> dict[st
         "instructions": spec.instructions,
         "agent": spec.agent,
         "input": spec.input,
-        "tools": {name: f"{t.spec.implementation} (version {t.spec.version})" for name, t in sorted(tools.items()) if name in spec.tools},
+        "tools": {name: f"{_tool_identity(t)} (version {t.spec.version})" for name, t in sorted(tools.items()) if name in spec.tools},
     }
+
+
+def _tool_identity(tool: AgentToolManifest) -> str:
+    mcp = tool.spec.mcp
+    if mcp is None:
+        return str(tool.spec.implementation)
+    return f"mcp {mcp.url or ' '.join(mcp.command or [])}: {', '.join(mcp.tools)}"
 
 
 def manifest_changes(store: Store, run_id: str, current: dict[str, Any]) -> list[str]:
@@ -158,7 +165,7 @@ def main(argv: list[str]) -> int:
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     # The manifest's own tool modules (beside it: the user's code on the user's machine) are
     # allowed besides the image's declared ones; the standard library never is (tether.tools).
-    mine = {t.spec.implementation.partition(":")[0].split(".")[0] for t in tool_manifests.values()}
+    mine = {t.spec.implementation.partition(":")[0].split(".")[0] for t in tool_manifests.values() if t.spec.implementation}
     mine = {m for m in mine if (here / f"{m}.py").is_file() or (here / m / "__init__.py").is_file()}
     env[TOOL_MODULES_ENV] = ",".join(sorted(set(allowed_tool_modules(env)) | mine))
     agent = (spec.agent or "").partition(":")[0].split(".")[0]  # the same for a bring-your-own agent

@@ -1,0 +1,226 @@
+"""An AgentTool that is an MCP server (``spec.mcp``): each of its allowed tools is a Tether tool.
+
+    agent process (tether exec)                    tool side (tether tool-runner, or in-process
+    one Tool per allowed MCP tool: name,           with the local executor): the MCP client
+    description, schema from tools/list;           (the official ``mcp`` SDK), holding the
+    journal, replay, approvals, cache    ---->     headers from Secrets / the stdio server's env
+
+The MCP client is the tool side, never the agent: with the Kubernetes executor it runs in the
+AgentTool's own runner container (its image, its Secrets), which answers the agent's ``describe``
+with the allowed tools' definitions and each call with the server's result. A call reaches the
+server only from the tool seam (:func:`tether.tools.call_tool`): a recorded call replays and the
+server hears nothing; an approval is asked before it is sent.
+
+- **Which tools**: ``mcp.tools`` only (required, no wildcard: a tool the server adds later is
+  never offered); a name the server does not list fails the attempt at start (terminal).
+- **Approval**: a tool the server marks destructive (MCP's defaults: ``destructiveHint`` true
+  unless ``readOnlyHint`` is true or ``destructiveHint`` false) asks a human first unless
+  ``mcp.destructiveNeedsApproval: false``; ``approval.required`` asks for every tool.
+- **Results and errors**: the text of the result's text blocks (other blocks as their JSON;
+  ``structuredContent`` when there are no blocks). An ``isError`` result or a JSON-RPC error answer is the
+  tool's failure: recorded, the model sees it. A server that cannot be reached, a connection that
+  drops, a timeout: :class:`~tether.errors.ToolRunnerUnavailable`, not recorded; the next attempt
+  sends the call again under the same idempotency key, which reaches the server in
+  ``_meta["tether.dev/idempotency-key"]``.
+- **Sessions**: one MCP session per call (for stdio, a server process per call): a session that
+  outlives a call would tie it to one event loop and one server process's memory; a server that
+  keeps state between calls in memory gets none.
+- **Tasks** (long-running calls, MCP's tasks): not supported. The ``mcp`` SDK 2.3 carries the
+  2025-11-25 task types only ("types-only ... never dispatched": neither ``Client.call_tool`` nor
+  ``MCPServer`` sends or serves ``task``-augmented calls, ``tasks/get`` or ``tasks/result``), and
+  2026-07-28 moved tasks to an extension the SDK ships no implementation of. A tool that requires
+  task execution (``execution.taskSupport: required``) fails the attempt at start, naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .api import McpServer
+from .errors import ConfigError, ToolRunnerUnavailable
+
+IDEMPOTENCY_META = "tether.dev/idempotency-key"
+"""The ``_meta`` key of a ``tools/call`` that carries the call's idempotency key."""
+CALL_TIMEOUT = 300.0  # seconds a call may take without an AgentTool timeout (the SDK's read default)
+
+
+class McpToolError(Exception):
+    """The MCP server's answer to a call was an error (``isError``, or a JSON-RPC error): the
+    tool's failure, recorded and shown to the model like any tool's."""
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """What the agent needs of one allowed MCP tool (its runner's ``describe`` answer)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool = False
+    destructive: bool = True
+    idempotent: bool = False
+    code: str = ""  # hash of the definition: the cross-run cache forgets results when it changes
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> McpTool:
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+    def needs_approval(self, server: McpServer) -> bool:
+        return self.destructive and server.destructive_needs_approval
+
+
+def _mcp() -> Any:
+    try:
+        import mcp
+    except ImportError:
+        raise ConfigError("an AgentTool with mcp needs the mcp package (pip install 'tether[mcp]') in the tool's image") from None
+    return mcp
+
+
+class McpClient:
+    """The MCP client of one AgentTool: opens a session per request with the headers (or the
+    stdio server's environment) from that tool's own secrets."""
+
+    def __init__(self, agent_tool: str, server: McpServer, secrets: Mapping[str, str], timeout: float | None = None) -> None:
+        self.agent_tool, self.server = agent_tool, server
+        self._secrets = dict(secrets)
+        self.timeout = timeout or CALL_TIMEOUT
+
+    def __repr__(self) -> str:  # never the secrets
+        return f"McpClient({self.agent_tool!r})"
+
+    def _client(self) -> Any:
+        mcp = _mcp()
+        if self.server.url is not None:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            headers: dict[str, str] = {}
+            for header in self.server.headers or []:
+                value = self._secrets.get(header.name)
+                if value is None:
+                    raise ConfigError(f"AgentTool {self.agent_tool}: spec.mcp.headers {header.name}: no value in the tool's secrets")
+                headers[header.name] = value.strip()
+            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=self.timeout))
+            return mcp.Client(streamable_http_client(self.server.url, http_client=http), read_timeout_seconds=self.timeout)
+        command = self.server.command or []
+        # The server's environment: the SDK's harmless defaults (PATH, HOME...) and the tool's env
+        # Secrets, never the runner's own variables.
+        params = mcp.StdioServerParameters(command=command[0], args=command[1:], env=self._secrets)
+        return mcp.Client(params, read_timeout_seconds=self.timeout)
+
+    def _where(self) -> str:
+        return self.server.url or " ".join(self.server.command or [])
+
+    async def list_tools(self) -> list[McpTool]:
+        """The allowed tools' definitions (``tools/list``, every page)."""
+        listed: dict[str, Any] = {}
+        try:
+            async with self._client() as client:
+                cursor: str | None = None
+                for _ in range(100):  # a paginator that never ends cannot hang the start
+                    page = await client.list_tools(cursor=cursor)
+                    listed.update({t.name: t for t in page.tools})
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except ConfigError:
+            raise
+        except Exception as e:
+            raise self._unavailable("listing its tools", e) from e
+        missing = [name for name in self.server.tools if name not in listed]
+        if missing:
+            raise ConfigError(
+                f"AgentTool {self.agent_tool}: spec.mcp.tools names {', '.join(missing)}, which the MCP server does not list "
+                f"(it lists {', '.join(sorted(listed)) or 'none'})"
+            )
+        return [self._describe(listed[name]) for name in self.server.tools]
+
+    def _describe(self, tool: Any) -> McpTool:
+        execution = getattr(tool, "execution", None)
+        if execution is not None and getattr(execution, "task_support", None) == "required":
+            raise ConfigError(
+                f"AgentTool {self.agent_tool}: MCP tool {tool.name} requires task execution (MCP tasks), which Tether "
+                "does not support yet (the mcp SDK 2.3 has no client for it)"
+            )
+        hints = tool.annotations
+        read_only = bool(hints and hints.read_only_hint)
+        destructive = not read_only and (hints is None or hints.destructive_hint is not False)
+        definition = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return McpTool(
+            name=tool.name,
+            description=tool.description or "",
+            input_schema=dict(tool.input_schema or {}),
+            read_only=read_only,
+            destructive=destructive,
+            idempotent=bool(hints and hints.idempotent_hint),
+            code=hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16],
+        )
+
+    async def call(self, tool: str, arguments: dict[str, Any], idempotency_key: str | None) -> Any:
+        """One ``tools/call``: the result as JSON, :class:`McpToolError` for the server's error
+        answer, :class:`ToolRunnerUnavailable` when the server could not be asked."""
+        if tool not in self.server.tools:  # the runner trusts its caller, but not beyond the allowlist
+            raise McpToolError(f"MCP tool {tool} is not in spec.mcp.tools of AgentTool {self.agent_tool}")
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+        try:
+            async with self._client() as client:
+                result = await client.call_tool(tool, arguments, meta=meta)
+        except ConfigError:
+            raise
+        except MCPError as e:
+            if e.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                raise self._unavailable(f"calling {tool}", e) from e
+            raise McpToolError(f"{e.message} (JSON-RPC error {e.code})") from None
+        except Exception as e:  # transport: refused, reset, HTTP 5xx, a server process that died
+            raise self._unavailable(f"calling {tool}", e) from e
+        if result.is_error:
+            raise McpToolError(_text(result.content) or "the MCP server reported an error")
+        if not result.content and result.structured_content is not None:
+            return result.structured_content
+        return _text(result.content)  # what the server wrote for a model (its structured form may wrap it)
+
+    def _unavailable(self, doing: str, e: BaseException) -> ToolRunnerUnavailable:
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:  # anyio's task groups wrap it
+            e = e.exceptions[0]
+        return ToolRunnerUnavailable(f"MCP server of AgentTool {self.agent_tool} ({self._where()}) failed {doing}: {type(e).__name__}: {e}")
+
+
+def _text(content: list[Any]) -> Any:
+    """Text blocks as one text; anything else (images, resources) as the blocks' JSON."""
+    if all(getattr(block, "type", None) == "text" for block in content):
+        return "\n".join(block.text for block in content)
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in content]
+
+
+def parameters(tool: McpTool) -> list[dict[str, Any]]:
+    """The tool's input schema as :func:`tether.toolrunner.stand_in` parameters: each property,
+    required ones first (a Python signature needs them before those with defaults), optional
+    ones defaulting to their schema default or None."""
+    properties: dict[str, Any] = dict(tool.input_schema.get("properties") or {})
+    if odd := [name for name in properties if not name.isidentifier() or keyword.iskeyword(name)]:
+        raise ConfigError(f"MCP tool {tool.name}: parameter names that are not Python identifiers are not supported: {', '.join(odd)}")
+    required = [name for name in tool.input_schema.get("required") or [] if name in properties]
+    params: list[dict[str, Any]] = [{"name": name, "schema": properties[name]} for name in required]
+    for name, schema in properties.items():
+        if name not in required:
+            params.append({"name": name, "schema": schema, "default": (schema or {}).get("default")})
+    return params
+
+
+def without_unset(tool: McpTool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments to send: an optional parameter the framework filled with None is left out
+    (the stand-in's default, not the model's value)."""
+    required = set(tool.input_schema.get("required") or [])
+    return {k: v for k, v in arguments.items() if v is not None or k in required}

@@ -267,6 +267,16 @@ def test_the_runner_is_the_mcp_client_and_the_agent_never_holds_the_header(tmp_p
     assert sorted(str(p.relative_to(pod.agent_secrets)) for p in pod.agent_secrets.rglob("*") if p.is_file()) == ["model/apiKey"]
     assert TOKEN.encode() not in pod.store_bytes() and TOKEN.encode() not in sent
     assert result["tool_live"] == 3
+    # Status shows each MCP tool's annotations (the operator mirrors this record into status.mcpTools).
+    from tether.contract import Progress
+    from tether.progress import read_progress
+    from tether.stores import open_store
+
+    progress = Progress.model_validate(read_progress(open_store(str(pod.store)), pod.run_id))
+    assert [t.wire() for t in progress.mcp_tools] == [
+        {"name": "book", "agentTool": "hotel", "readOnly": False, "destructive": False, "idempotent": True, "approval": False},
+        {"name": "fail", "agentTool": "hotel", "readOnly": True, "destructive": False, "idempotent": False, "approval": False},
+    ]
 
 
 def test_an_mcp_server_that_is_down_is_recoverable_and_records_nothing(tmp_path: Path) -> None:

@@ -477,6 +477,8 @@ class RunLoop:
             steps["turns"] = f"{progress.steps.model_live}/{progress.steps.model_replayed}"
             s["steps"] = steps
             s["usage"] = progress.usage.wire()
+            if progress.mcp_tools:
+                s["mcpTools"] = [t.wire() for t in progress.mcp_tools]
             if progress.result is not None:
                 text = progress.result if isinstance(progress.result, str) else json.dumps(progress.result, default=str)
                 s["result"] = {

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator
 
-from .api import AgentRunSpec, AgentToolSpec, ApprovalStatus, Steps, Usage
+from .api import AgentRunSpec, AgentToolSpec, ApprovalStatus, McpToolStatus, Steps, Usage
 from .api.shared import _Wire
 
 # -- exit codes of one attempt (`tether exec`, `python -m tether.entrypoint`) -------------------
@@ -251,6 +251,7 @@ class Progress(_Wire):
     steps: Steps = Field(default_factory=Steps)
     usage: Usage = Field(default_factory=Usage)
     approvals: list[ProgressApproval] = Field(default_factory=list)
+    mcp_tools: list[McpToolStatus] = Field(default_factory=list)
     result: Any = None
     result_truncated: bool = False
     error: Any = None

@@ -31,7 +31,7 @@ import flyte
 from . import secrets as tether_secrets
 from .agent import Tool, load_adapter
 from .agent.runner import AgentJob, run_job
-from .api import AgentToolSpec
+from .api import AgentToolSpec, McpToolStatus
 from .api.shared import parse_duration
 from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
 from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
@@ -123,6 +123,14 @@ def mcp_tools_from_spec(name: str, spec: AgentToolSpec) -> list[Tool]:
             cached_without_approval=bool(spec.approval and spec.approval.cached_without_approval),
         )
         tool.runner = McpCall(mcp_tool, runner, client)
+        tool.mcp = McpToolStatus(
+            name=mcp_tool.name,
+            agent_tool=name,
+            read_only=mcp_tool.read_only,
+            destructive=mcp_tool.destructive,
+            idempotent=mcp_tool.idempotent,
+            approval=approval is not None,
+        )
         tool.spec.code = mcp_tool.code  # the cross-run cache follows the tool's definition
         tools.append(tool)
     return tools

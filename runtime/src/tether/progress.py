@@ -69,6 +69,7 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
             }
         ),
         approvals=[] if phase == "Running" else [approval_progress(r) for r in list_approvals(run.store, run.scope)],
+        mcp_tools=run.mcp_tools,
         result=None if result is None else result[:RESULT_LIMIT],
         result_truncated=result is not None and len(result) > RESULT_LIMIT,
         error=error,

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .api import McpToolStatus
 from .attempt import active
 from .cost import PriceTable
 from .journal import Counters, Journal, Record, StepKey
@@ -132,6 +133,8 @@ class Run:
         self._events_lock = threading.Lock()
         #: One future per live tool call running now (done when it is recorded): see tether.tools.
         self.tools_running: set[asyncio.Future[None]] = set()
+        #: The MCP servers' tools the run offers, with their annotations (progress, status).
+        self.mcp_tools: list[McpToolStatus] = []
         self.listeners: list[Callable[[StepEvent], None]] = []
         #: Wall time from the start of the attempt to its first live step (or until now).
         self.replay_s: float | None = None

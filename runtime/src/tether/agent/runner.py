@@ -225,6 +225,8 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
     if run and job.on_step:
         run.listeners.append(job.on_step)
     tool_objs = as_tools(job.tools)
+    if run is not None:
+        run.mcp_tools = [t.mcp for t in tool_objs if t.mcp is not None]
     result = AgentResult(None, "failed", scope)
     try:
         with run.activate() if run else _null():

@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, Unpack, cast
 
+from ..api import McpToolStatus
 from ..errors import ConfigError, ToolError
 from ..tools import ToolSpec, call_tool, call_tool_sync, in_tool_thread
 from .in_flyte import flyte_ctx, is_flyte_task
@@ -38,6 +39,8 @@ class Tool:
         #: Where the call runs instead of this process: a tool runner holding the tool's secrets
         #: (``tether.toolrunner.RunnerClient``); the seam around it stays here.
         self.runner: Any = None
+        #: A tool of an MCP server (AgentTool ``spec.mcp``): its annotations, shown in status.
+        self.mcp: McpToolStatus | None = None
         self.fn: Callable[..., Any] = cast(Any, fn).func if self.task is not None else fn  # the user's function
         self.name = name or self.fn.__name__
         self.description = description or inspect.getdoc(self.fn) or self.name

@@ -46,6 +46,7 @@ __all__ = [
     "Divergence",
     "Execution",
     "Limits",
+    "McpToolStatus",
     "Model",
     "Result",
     "Steps",
@@ -289,6 +290,21 @@ class Usage(_Wire):
     )
 
 
+class McpToolStatus(_Wire):
+    """A tool of an MCP server (AgentTool spec.mcp) the run offers, as its server annotates it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(max_length=128, description="The MCP tool's name (the agent's tool).")
+    agent_tool: str = Field(max_length=253, description="The AgentTool whose server it is.")
+    read_only: bool = Field(default=False, description="The server's readOnlyHint.")
+    destructive: bool = Field(default=True, description="destructiveHint, by MCP's defaults (true unless read-only or said false).")
+    idempotent: bool = Field(
+        default=False, description="The server's idempotentHint: calling it again with the same arguments has no further effect."
+    )
+    approval: bool = Field(default=False, description="Whether each call waits for a human decision.")
+
+
 class ApprovalStatus(_Wire):
     """One approval request of the run."""
 
@@ -336,5 +352,10 @@ class AgentRunStatus(_Wire):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
     )
     result: Result | None = Field(default=None, description="The agent's final output.")
+    mcp_tools: list[McpToolStatus] | None = Field(
+        default=None,
+        max_length=1024,
+        description="The MCP servers' tools the run offers, with their annotations (AgentTool spec.mcp).",
+    )
     start_time: datetime | None = Field(default=None, description="When the first attempt started.")
     completion_time: datetime | None = Field(default=None, description="When the run finished.")

@@ -106,7 +106,10 @@ MALFORMED = {
     "bad tool name": (edit(RUN, "spec.tools", ["Refund_Tool"]), "spec.tools[0] in body should match"),
     "duplicate tools": (edit(RUN, "spec.tools", ["refund", "refund"]), 'spec.tools[1]: Duplicate value: "refund"'),
     "agent not module:attr": (edit(RUN, "spec.agent", "my_agent"), "spec.agent in body should match"),
-    "tool without implementation": (edit(TOOL, "spec.implementation", DELETE), "spec.implementation: Required value"),
+    "tool without implementation": (
+        edit(TOOL, "spec.implementation", DELETE),
+        "spec.implementation: Invalid value: set exactly one of implementation (a Python function) and mcp",
+    ),
     "tool approval default": (
         edit(TOOL, "spec.approval.defaultAction", "maybe"),
         'spec.approval.defaultAction: Unsupported value: "maybe"',
@@ -275,6 +278,50 @@ MALFORMED_MORE = {
 }
 MALFORMED.update(MALFORMED_MORE)
 
+# AgentTools with an MCP server (spec.mcp)
+MCP_TOOL: dict[str, Any] = {
+    "apiVersion": "tether.dev/v1alpha1",
+    "kind": "AgentTool",
+    "metadata": {"name": "valid-mcp-tool"},
+    "spec": {
+        "description": "The hotel's booking system",
+        "mcp": {
+            "url": "https://mcp.hotel.example/mcp",
+            "headers": [{"name": "Authorization", "secretKeyRef": {"name": "hotel", "key": "token"}}],
+            "tools": ["book", "lookup"],
+        },
+    },
+}
+STDIO_TOOL = edit(edit(MCP_TOOL, "spec.mcp", {"command": ["hotel-mcp", "--stdio"], "tools": ["book"]}), "spec.env", TOOL["spec"]["env"])
+MALFORMED_MCP = {
+    "mcp and implementation": (edit(MCP_TOOL, "spec.implementation", "shop.tools:refund"), "set exactly one of implementation"),
+    "neither mcp nor implementation": (edit(MCP_TOOL, "spec.mcp", DELETE), "set exactly one of implementation"),
+    "mcp without tools": (edit(MCP_TOOL, "spec.mcp.tools", DELETE), "spec.mcp.tools: Required value"),
+    "mcp with an empty tool list": (edit(MCP_TOOL, "spec.mcp.tools", []), "spec.mcp.tools: Invalid value"),
+    "mcp tool name with a space": (edit(MCP_TOOL, "spec.mcp.tools", ["book room"]), "spec.mcp.tools[0] in body should match"),
+    "mcp duplicate tools": (edit(MCP_TOOL, "spec.mcp.tools", ["book", "book"]), 'spec.mcp.tools[1]: Duplicate value: "book"'),
+    "mcp url and command": (edit(MCP_TOOL, "spec.mcp.command", ["hotel-mcp"]), "spec.mcp.url: Invalid value"),
+    "mcp neither url nor command": (edit(MCP_TOOL, "spec.mcp.url", DELETE), "set exactly one of url (a remote server) and command"),
+    "mcp url not http": (edit(MCP_TOOL, "spec.mcp.url", "file:///etc/passwd"), "spec.mcp.url: Invalid value"),
+    "mcp headers with stdio": (
+        edit(STDIO_TOOL, "spec.mcp.headers", MCP_TOOL["spec"]["mcp"]["headers"]),
+        "spec.mcp.headers: Invalid value: headers are sent to a remote server only",
+    ),
+    "mcp header name with a colon": (
+        edit(MCP_TOOL, "spec.mcp.headers", [{"name": "X:Y", "secretKeyRef": {"name": "hotel", "key": "token"}}]),
+        "spec.mcp.headers[0].name in body should match",
+    ),
+    "mcp env with a url": (
+        edit(MCP_TOOL, "spec.env", TOOL["spec"]["env"]),
+        "spec.env: Invalid value: env is the environment of a stdio MCP server",
+    ),
+    "mcp destructiveNeedsApproval not a boolean": (
+        edit(MCP_TOOL, "spec.mcp.destructiveNeedsApproval", "no"),
+        "spec.mcp.destructiveNeedsApproval: Invalid value",
+    ),
+}
+MALFORMED.update(MALFORMED_MCP)
+
 
 def apply(kube: ControlPlane, ns: str, doc: dict[str, Any], *extra: str):
     return kube.kubectl("create", "-n", ns, "-f", "-", *extra, input=json.dumps(doc), check=False)
@@ -288,7 +335,7 @@ def dry_run(kube: ControlPlane, ns: str, doc: dict[str, Any]) -> tuple[int, Any]
 
 def test_valid_manifests_are_accepted(kube: ControlPlane, tether_release: Release) -> None:
     ns = tether_release.unserved  # no operator acts on it
-    for doc in (RUN, TOOL):
+    for doc in (RUN, TOOL, MCP_TOOL, STDIO_TOOL):
         proc = apply(kube, ns, doc, "--dry-run=server")
         assert proc.returncode == 0, proc.stderr
         api.parse_manifest(doc)

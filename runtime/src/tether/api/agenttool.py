@@ -178,6 +178,7 @@ class McpServer(_Wire):
     )
     destructive_needs_approval: bool = Field(
         default=True,
+        strict=True,
         description="A tool the server marks destructive (annotations: destructiveHint true, or absent, and readOnlyHint not true) "
         "waits for a human decision before each call, as approval.required does. false: call such tools without asking.",
     )

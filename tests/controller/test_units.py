@@ -111,6 +111,16 @@ def test_capabilities_name_every_unsupported_field() -> None:
     assert unsupported(spec, {"gpu": gpu}, KubernetesExecutor.supports) == []
     assert unsupported(spec, {"gpu": gpu}, FlyteExecutor.supports) == ["spec.nodeSelector", "spec.tolerations"]
     assert unsupported(spec, {"gpu": gpu}, LocalExecutor.supports)[-1] == "spec.resources of AgentTool gpu"  # said once
+    # An MCP server's client runs in its tool runner (kubernetes) or in the one process (local); the
+    # flyte executor has no tool runner, so it refuses rather than run the client in the agent's task.
+    hotel = AgentToolSpec.model_validate({"description": "d", "mcp": {"url": "https://mcp.example/mcp", "tools": ["book"]}})
+    assert unsupported(spec, {"hotel": hotel}, KubernetesExecutor.supports) == []
+    assert "spec.mcp of AgentTool hotel" not in unsupported(spec, {"hotel": hotel}, LocalExecutor.supports)
+    assert unsupported(spec, {"hotel": hotel}, FlyteExecutor.supports) == [
+        "spec.nodeSelector",
+        "spec.tolerations",
+        "spec.mcp of AgentTool hotel",
+    ]
 
 
 def test_pod_outcomes_map_to_the_exit_code_contract() -> None:

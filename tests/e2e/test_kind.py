@@ -4,7 +4,8 @@ Every example of every framework to Succeeded in its own pod (the refund one app
 kubectl); GPU placement on the A100 worker, of a run and of a GPU tool's pod of its own (the
 agent's pod staying on a CPU worker); a runner pod deleted mid-run and the retry replaying
 every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
-in its tool runner's container only; `kubectl wait`; the operator's run view through
+in its tool runner's container only; an MCP server as a Service called once across a pod kill,
+its header in the tool runner only; `kubectl wait`; the operator's run view through
 `kubectl port-forward` (a viewer with `get agentruns`, one without); and `helm uninstall`
 keeping CRDs and journals (last: it removes the operator).
 """
@@ -22,6 +23,7 @@ from tests.e2e.cluster import (
     INFRA,
     NS,
     RELEASE,
+    REPO,
     apply,
     approve,
     delete_run,
@@ -240,6 +242,85 @@ def test_the_agent_container_cannot_read_a_tools_secret():
         fake_provider("/_control/reset", "POST")
         delete_run(name)
         replace_tools(original)  # as the example has it
+
+
+MCP_SERVER = REPO / "tests" / "support" / "mcp_server.py"
+
+
+def mcp_service(token: str) -> list[dict]:
+    """A real MCP server (the official Python SDK, tests/support/mcp_server.py) as a Deployment and
+    Service in the run's namespace, on the examples image (its environment has the SDK), refusing
+    requests without ``Authorization: Bearer <token>``; its calls are counted in /work/effects.jsonl."""
+    labels = {"app": "mcp-weather"}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mcp-weather", "namespace": NS},
+              "data": {"mcp_server.py": MCP_SERVER.read_text()}}  # fmt: skip
+    container = {
+        "name": "server", "image": image("openai"), "imagePullPolicy": "Never",
+        "command": ["python", "/mcp/mcp_server.py", "http", "8080", "/work/effects.jsonl"],
+        "env": [{"name": "MCP_HOST", "value": "0.0.0.0"}, {"name": "MCP_EXPECTED", "value": token}],
+        "ports": [{"containerPort": 8080}], "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+        "volumeMounts": [{"name": "code", "mountPath": "/mcp"}, {"name": "work", "mountPath": "/work"}],
+    }  # fmt: skip
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mcp-weather", "namespace": NS},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                      "containers": [container],
+                      "volumes": [{"name": "code", "configMap": {"name": "mcp-weather"}}, {"name": "work", "emptyDir": {}}]}}}}  # fmt: skip
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mcp-weather", "namespace": NS},
+               "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]}}  # fmt: skip
+    return [config, deployment, service]
+
+
+def test_an_mcp_server_service_is_called_once_across_a_pod_kill():
+    """An AgentTool naming an MCP server (a Service) with a header from a Secret: the weather
+    example's run calls the server's get-weather from its tool runner (tool-0), the agent's
+    container holding no header value; the pod is deleted after the call, and the next attempt
+    replays it: the server counted one call, the provider answered each turn once."""
+    name = unique("mcp")
+    run, _ = example("openai", "weather", name)
+    token = "mcp-e2e-" + uuid.uuid4().hex
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mcp-weather", "namespace": NS, "labels": {"tether.dev/usable": "true"}},
+              "stringData": {"authorization": f"Bearer {token}"}}  # fmt: skip
+    tool = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": unique("mcp-weather"), "namespace": NS},
+            "spec": {"description": "The weather, from an MCP server.", "mcp": {
+                "url": f"http://mcp-weather.{NS}.svc.cluster.local:8080/mcp", "tools": ["get-weather"],
+                "headers": [{"name": "Authorization", "secretKeyRef": {"name": "mcp-weather", "key": "authorization"}}]}}}  # fmt: skip
+    run["spec"]["tools"] = [tool["metadata"]["name"]]
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [secret, *mcp_service(token)]}))
+    kubectl("rollout", "status", "deployment/mcp-weather", "-n", NS, "--timeout=300s", timeout=320)
+    server = json.loads(kubectl("get", "pods", "-n", NS, "-l", "app=mcp-weather", "-o", "json"))["items"][0]["metadata"]["name"]
+    fake_provider("/_control/reset", "POST")
+    fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])  # hold turn 2: the pod stays up
+    apply(run, [tool])
+    try:
+        poll("the MCP tool's call", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300)
+        pod = pods(name)[-1]
+        pn = pod["metadata"]["name"]
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["store", "tool-0"]
+        agent = kubectl("exec", "-n", NS, pn, "-c", "runtime", "--", "python", "-c", (
+            "import pathlib, sys; "
+            "found = b''.join(f.read_bytes() for f in pathlib.Path('/var/run/tether/secrets').rglob('*') if f.is_file()); "
+            "env = open('/proc/self/environ', 'rb').read() + open('/proc/1/environ', 'rb').read(); "
+            "print(sys.argv[1].encode() in found + env)"), token)  # fmt: skip
+        assert agent.strip() == "False", "the agent's container holds the MCP server's header"
+        header = f"/var/run/tether/secrets/tools/{tool['metadata']['name']}/Authorization"
+        tool_side = kubectl("exec", "-n", NS, pn, "-c", "tool-0", "--", "python", "-c",
+                            "import pathlib, sys; print(pathlib.Path(sys.argv[1]).read_text() == sys.argv[2])", header, f"Bearer {token}")  # fmt: skip
+        assert tool_side.strip() == "True"
+        kubectl("delete", "pod", pn, "-n", NS, "--wait=false")
+        final = wait_phase(name, "Succeeded", timeout=300)
+        assert final["attempts"] >= 2 and final["steps"]["toolReplayed"] >= 1, final
+        assert [t["name"] for t in final.get("mcpTools") or []] == ["get-weather"] and final["mcpTools"][0]["idempotent"] is True
+        calls = [json.loads(line) for line in kubectl("exec", "-n", NS, server, "--", "cat", "/work/effects.jsonl").splitlines() if line]
+        assert [(c["tool"], c["arguments"]) for c in calls] == [("get-weather", {"city": "Paris"})], calls  # once, across the kill
+        assert calls[0]["idempotency_key"]
+        answered = [c for c in ledger() if c["status"] == 200 and not c.get("fault")]
+        assert len(answered) == 2, answered  # weather has 2 turns: each answered once across both attempts
+        assert token not in kubectl("logs", "-n", NS, pods(name)[-1]["metadata"]["name"], "--all-containers")
+    finally:
+        fake_provider("/_control/reset", "POST")
+        delete_run(name)
+        kubectl("delete", "agenttool", tool["metadata"]["name"], "-n", NS, "--ignore-not-found")
+        kubectl("delete", "deployment,service,configmap,secret", "mcp-weather", "-n", NS, "--ignore-not-found")
 
 
 def test_kubectl_wait_for_succeeded():

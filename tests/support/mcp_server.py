@@ -11,7 +11,9 @@ request without ``Authorization: Bearer $MCP_EXPECTED`` (when set) is refused wi
 
 Tools: ``book`` (a side effect, idempotent, not destructive), ``cancel`` (no annotations: MCP's
 defaults make it destructive), ``lookup`` (read-only), ``fail`` (an ``isError`` result) and
-``secret_admin`` (never allowed by the tests' AgentTools).
+``secret_admin`` (never allowed by the tests' AgentTools); ``get-weather`` (idempotent, the name the
+examples' weather script calls: the kind test serves it as a Service). ``$MCP_HOST`` (default
+127.0.0.1) is the HTTP address to bind: another than localhost turns the SDK's DNS-rebinding guard off.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ def fail(ctx: Context) -> str:
     raise ToolError("the hotel is closed")
 
 
+@server.tool(name="get-weather", annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+def get_weather(city: str, ctx: Context) -> str:
+    """Current weather in a city."""
+    _effect(ctx, "get-weather", {"city": city})
+    return f"{city}: sunny, 21C (from the MCP server)"
+
+
 @server.tool()
 def secret_admin(ctx: Context) -> str:
     """Never offered to an agent."""
@@ -92,7 +101,8 @@ def main(argv: list[str]) -> None:
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    app = server.streamable_http_app()
+    host = os.environ.get("MCP_HOST", "127.0.0.1")
+    app = server.streamable_http_app(host=host)
     expected = os.environ.get("MCP_EXPECTED")
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
@@ -101,7 +111,7 @@ def main(argv: list[str]) -> None:
             return
         await app(scope, receive, send)
 
-    uvicorn.run(guarded, host="127.0.0.1", port=int(argv[1]), log_level="warning")
+    uvicorn.run(guarded, host=host, port=int(argv[1]), log_level="warning")
 
 
 if __name__ == "__main__":

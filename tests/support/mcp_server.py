@@ -10,7 +10,8 @@ it sees (stdio: its environment) and the idempotency key in the call's ``_meta``
 request without ``Authorization: Bearer $MCP_EXPECTED`` (when set) is refused with 401.
 
 Tools: ``book`` (a side effect, idempotent, not destructive), ``cancel`` (no annotations: MCP's
-defaults make it destructive), ``lookup`` (read-only), ``fail`` (an ``isError`` result) and
+defaults make it destructive), ``lookup`` (read-only), ``fail`` (an ``isError`` result), ``verify``
+(a JSON-RPC error answer, INVALID_PARAMS) and
 ``secret_admin`` (never allowed by the tests' AgentTools); ``get-weather`` (idempotent, the name the
 examples' weather script calls: the kind test serves it as a Service). ``$MCP_HOST`` (default
 127.0.0.1) is the HTTP address to bind: another than localhost turns the SDK's DNS-rebinding guard off.
@@ -24,9 +25,11 @@ import os
 import sys
 from typing import Any
 
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from mcp_types import INVALID_PARAMS
 
 server = MCPServer("tether-test-mcp")
 EFFECTS = os.environ.get("EFFECTS", "")
@@ -81,6 +84,13 @@ def get_weather(city: str, ctx: Context) -> str:
     """Current weather in a city."""
     _effect(ctx, "get-weather", {"city": city})
     return f"{city}: sunny, 21C (from the MCP server)"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def verify(code: str, ctx: Context) -> str:
+    """Check a booking code."""
+    _effect(ctx, "verify", {"code": code})
+    raise MCPError(INVALID_PARAMS, f"unknown booking code {code}")  # a JSON-RPC error answer
 
 
 @server.tool()

@@ -195,7 +195,7 @@ POD_SCRIPT = {
             "match": "book:",
             "turns": [
                 {"tool_calls": [{"name": "book", "arguments": {"room": "101", "nights": 2}}]},
-                {"tool_calls": [{"name": "fail", "arguments": {}}]},
+                {"tool_calls": [{"name": "fail", "arguments": {}}, {"name": "verify", "arguments": {"code": "X9"}}]},
                 {"tool_calls": [{"name": "pause", "arguments": {}}]},
                 {"text_from_tool_results": True, "text": "Booked:"},
             ],
@@ -216,7 +216,7 @@ def mcp_pod(tmp_path: Path, fake_url: str, url: str) -> Pod:
             "mcp": {
                 "url": url,
                 "headers": [{"name": "Authorization", "secretKeyRef": {"name": "hotel", "key": "token"}}],
-                "tools": ["book", "fail"],
+                "tools": ["book", "fail", "verify"],
             },
         },
         "pause": request["tools"]["pause"],
@@ -250,23 +250,25 @@ def test_the_runner_is_the_mcp_client_and_the_agent_never_holds_the_header(tmp_p
             # A second attempt of the finished run replays every call: neither the runner nor the server hears one.
             code, again, err = finish(pod.agent("hotel"))
             assert code == EXIT_SUCCEEDED, err
-            assert again["tool_live"] == 0 and again["tool_replayed"] == 3 and fake.live_calls() == live
+            assert again["tool_live"] == 0 and again["tool_replayed"] == 4 and fake.live_calls() == live
         finally:
             stop(runner)
     calls = effects(seen)
-    assert [c["tool"] for c in calls] == ["book", "fail"] and all(c["auth_sha"] == AUTH_SHA for c in calls)
+    assert sorted(c["tool"] for c in calls) == ["book", "fail", "verify"] and all(c["auth_sha"] == AUTH_SHA for c in calls)
     assert {c["pid"] for c in calls} != {pid}
     # The model is offered the allowed tools (secret_admin, lookup, cancel are not), with tools/list's schema.
-    assert set(offered) == {"book", "fail", "pause"}
+    assert set(offered) == {"book", "fail", "verify", "pause"}
     assert offered["book"]["description"] == "Book a room for some nights."
     assert {k: v["type"] for k, v in offered["book"]["parameters"]["properties"].items()} == {"room": "string", "nights": "integer"}
-    # The server's error answer reached the model as the tool's error, and is recorded.
+    # The server's error answers (an isError result, a JSON-RPC error) reached the model as the
+    # tool's errors, and are recorded.
     assert b"the hotel is closed" in sent and b"booked 101 for 2 night(s)" in sent
-    assert {r["outcome"] for r in pod.tool_records()} == {"ok", "error"}
+    assert b"unknown booking code X9 (JSON-RPC error -32602)" in sent
+    assert sorted(r["outcome"] for r in pod.tool_records()) == ["error", "error", "ok", "ok"]
     # The header is in nothing the agent has, wrote or sent.
     assert sorted(str(p.relative_to(pod.agent_secrets)) for p in pod.agent_secrets.rglob("*") if p.is_file()) == ["model/apiKey"]
     assert TOKEN.encode() not in pod.store_bytes() and TOKEN.encode() not in sent
-    assert result["tool_live"] == 3
+    assert result["tool_live"] == 4
     # Status shows each MCP tool's annotations (the operator mirrors this record into status.mcpTools).
     from tether.contract import Progress
     from tether.progress import read_progress
@@ -276,6 +278,7 @@ def test_the_runner_is_the_mcp_client_and_the_agent_never_holds_the_header(tmp_p
     assert [t.wire() for t in progress.mcp_tools] == [
         {"name": "book", "agentTool": "hotel", "readOnly": False, "destructive": False, "idempotent": True, "approval": False},
         {"name": "fail", "agentTool": "hotel", "readOnly": True, "destructive": False, "idempotent": False, "approval": False},
+        {"name": "verify", "agentTool": "hotel", "readOnly": True, "destructive": False, "idempotent": False, "approval": False},
     ]
 
 

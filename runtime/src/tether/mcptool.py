@@ -18,8 +18,9 @@ server hears nothing; an approval is asked before it is sent.
   ``mcp.destructiveNeedsApproval: false``; ``approval.required`` asks for every tool.
 - **Results and errors**: the text of the result's text blocks (other blocks as their JSON;
   ``structuredContent`` when there are no blocks). An ``isError`` result or a JSON-RPC error answer is the
-  tool's failure: recorded, the model sees it. A server that cannot be reached, a connection that
-  drops, a timeout: :class:`~tether.errors.ToolRunnerUnavailable`, not recorded; the next attempt
+  tool's failure: recorded, the model sees it. A server that cannot be reached, an HTTP error
+  status, a connection that drops, a timeout, an internal error:
+  :class:`~tether.errors.ToolRunnerUnavailable`, not recorded; the next attempt
   sends the call again under the same idempotency key, which reaches the server in
   ``_meta["tether.dev/idempotency-key"]``.
 - **Sessions**: one MCP session per call (for stdio, a server process per call): a session that
@@ -171,7 +172,7 @@ class McpClient:
         if tool not in self.server.tools:  # the runner trusts its caller, but not beyond the allowlist
             raise McpToolError(f"MCP tool {tool} is not in spec.mcp.tools of AgentTool {self.agent_tool}")
         from mcp import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, REQUEST_TIMEOUT
 
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
         try:
@@ -179,11 +180,14 @@ class McpClient:
                 result = await client.call_tool(tool, arguments, meta=meta)
         except ConfigError:
             raise
-        except MCPError as e:
-            if e.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
-                raise self._unavailable(f"calling {tool}", e) from e
-            raise McpToolError(f"{e.message} (JSON-RPC error {e.code})") from None
-        except Exception as e:  # transport: refused, reset, HTTP 5xx, a server process that died
+        except Exception as e:
+            cause = _unwrapped(e)
+            # The SDK's transports speak HTTP failures (any error status: INTERNAL_ERROR; a lost
+            # session: INVALID_REQUEST), a dropped connection and a timeout as JSON-RPC errors too:
+            # none is the tool's answer. Any other JSON-RPC error is (a server's METHOD_NOT_FOUND,
+            # INVALID_PARAMS, its own codes): recorded, shown to the model.
+            if isinstance(cause, MCPError) and cause.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR, INVALID_REQUEST):
+                raise McpToolError(f"{cause.message} (JSON-RPC error {cause.code})") from None
             raise self._unavailable(f"calling {tool}", e) from e
         if result.is_error:
             raise McpToolError(_text(result.content) or "the MCP server reported an error")
@@ -192,9 +196,15 @@ class McpClient:
         return _text(result.content)  # what the server wrote for a model (its structured form may wrap it)
 
     def _unavailable(self, doing: str, e: BaseException) -> ToolRunnerUnavailable:
-        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:  # anyio's task groups wrap it
-            e = e.exceptions[0]
+        e = _unwrapped(e)
         return ToolRunnerUnavailable(f"MCP server of AgentTool {self.agent_tool} ({self._where()}) failed {doing}: {type(e).__name__}: {e}")
+
+
+def _unwrapped(e: BaseException) -> BaseException:
+    """The one exception inside anyio's task-group wrappers."""
+    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+        e = e.exceptions[0]
+    return e
 
 
 def _text(content: list[Any]) -> Any:

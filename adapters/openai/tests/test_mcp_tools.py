@@ -295,3 +295,27 @@ def test_an_mcp_server_that_is_down_is_recoverable_and_records_nothing(tmp_path:
     assert code == 1, err
     assert "MCP server of AgentTool hotel" in err and "failed listing its tools" in err
     assert pod.tool_records() == []
+
+
+def test_calls_share_one_session_and_a_stdio_server_is_one_process(tmp_path: Path) -> None:
+    """The tool side holds its MCP session: a stdio server started for the first call serves the
+    next ones (a server that keeps state between calls keeps it); the idempotency key of each
+    call reaches the server in ``_meta``."""
+    import asyncio
+
+    from tether.api import McpServer
+    from tether.mcptool import McpClient
+
+    seen = tmp_path / "effects.jsonl"
+    server = McpServer.model_validate({"command": [sys.executable, str(SERVER), "stdio", str(seen)], "tools": ["book", "lookup"]})
+    client = McpClient("hotel", server, {"MCP_TOKEN": TOKEN})
+
+    async def calls() -> list[Any]:
+        first = await client.call("book", {"room": "7"}, "key-1")
+        rest = await asyncio.gather(client.call("lookup", {"city": "Oslo"}, "key-2"), client.call("book", {"room": "8"}, "key-3"))
+        return [first, *rest]
+
+    assert asyncio.run(calls()) == ["booked 7 for 1 night(s)", "Oslo: rooms 101, 102", "booked 8 for 1 night(s)"]
+    made = effects(seen)
+    assert len({c["pid"] for c in made}) == 1  # one server process
+    assert sorted(c["idempotency_key"] for c in made) == ["key-1", "key-2", "key-3"]

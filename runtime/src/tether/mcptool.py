@@ -23,9 +23,11 @@ server hears nothing; an approval is asked before it is sent.
   :class:`~tether.errors.ToolRunnerUnavailable`, not recorded; the next attempt
   sends the call again under the same idempotency key, which reaches the server in
   ``_meta["tether.dev/idempotency-key"]``.
-- **Sessions**: one MCP session per call (for stdio, a server process per call): a session that
-  outlives a call would tie it to one event loop and one server process's memory; a server that
-  keeps state between calls in memory gets none.
+- **Sessions**: calls share one MCP session per event loop (in the tool runner: one for its
+  life, so a stdio server is one process), opened on the first call. A call that fails on a
+  session held for a while (expired, the server restarted) is sent once more on a new session,
+  as the next attempt would send it, under the same idempotency key; any other failure drops the
+  session and the next call opens a new one.
 - **Tasks** (long-running calls, MCP's tasks): not supported. The ``mcp`` SDK 2.3 carries the
   2025-11-25 task types only ("types-only ... never dispatched": neither ``Client.call_tool`` nor
   ``MCPServer`` sends or serves ``task``-augmented calls, ``tasks/get`` or ``tasks/result``), and
@@ -35,12 +37,14 @@ server hears nothing; an approval is asked before it is sent.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import keyword
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from .api import McpServer
 from .errors import ConfigError, ToolRunnerUnavailable
@@ -86,6 +90,20 @@ def _mcp() -> Any:
     return mcp
 
 
+class _Held:
+    """An MCP session held open on one event loop by a task of its own (anyio's scopes must be
+    left by the task that entered them); calls on that loop share it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.client, self.opened = loop, cast(Any, None), time.monotonic()
+        self.ready, self.stop = asyncio.Event(), asyncio.Event()
+        self.error: Exception | None = None
+        self.task: asyncio.Task[None] = cast(Any, None)
+
+    def age(self) -> float:
+        return time.monotonic() - self.opened
+
+
 class McpClient:
     """The MCP client of one AgentTool: opens a session per request with the headers (or the
     stdio server's environment) from that tool's own secrets."""
@@ -94,6 +112,7 @@ class McpClient:
         self.agent_tool, self.server = agent_tool, server
         self._secrets = dict(secrets)
         self.timeout = timeout or CALL_TIMEOUT
+        self._held: _Held | None = None
 
     def __repr__(self) -> str:  # never the secrets
         return f"McpClient({self.agent_tool!r})"
@@ -175,25 +194,60 @@ class McpClient:
         from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, REQUEST_TIMEOUT
 
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
-        try:
-            async with self._client() as client:
-                result = await client.call_tool(tool, arguments, meta=meta)
-        except ConfigError:
-            raise
-        except Exception as e:
-            cause = _unwrapped(e)
-            # The SDK's transports speak HTTP failures (any error status: INTERNAL_ERROR; a lost
-            # session: INVALID_REQUEST), a dropped connection and a timeout as JSON-RPC errors too:
-            # none is the tool's answer. Any other JSON-RPC error is (a server's METHOD_NOT_FOUND,
-            # INVALID_PARAMS, its own codes): recorded, shown to the model.
-            if isinstance(cause, MCPError) and cause.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR, INVALID_REQUEST):
-                raise McpToolError(f"{cause.message} (JSON-RPC error {cause.code})") from None
-            raise self._unavailable(f"calling {tool}", e) from e
+        for fresh in (False, True):
+            held = await self._session(fresh)
+            try:
+                result = await held.client.call_tool(tool, arguments, meta=meta)
+                break
+            except ConfigError:
+                raise
+            except Exception as e:
+                cause = _unwrapped(e)
+                # The SDK's transports speak HTTP failures (any error status: INTERNAL_ERROR; a lost
+                # session: INVALID_REQUEST), a dropped connection and a timeout as JSON-RPC errors
+                # too: none is the tool's answer. Any other JSON-RPC error is (a server's
+                # METHOD_NOT_FOUND, INVALID_PARAMS, its own codes): recorded, shown to the model.
+                if isinstance(cause, MCPError) and cause.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT, INTERNAL_ERROR, INVALID_REQUEST):
+                    raise McpToolError(f"{cause.message} (JSON-RPC error {cause.code})") from None
+                held.stop.set()  # a session that failed is not used again
+                if fresh or held.age() < 1.0:
+                    raise self._unavailable(f"calling {tool}", e) from e
+                # A session held a while (expired, the server restarted): once more on a new one,
+                # as the next attempt would, under the same idempotency key.
         if result.is_error:
             raise McpToolError(_text(result.content) or "the MCP server reported an error")
         if not result.content and result.structured_content is not None:
             return result.structured_content
         return _text(result.content)  # what the server wrote for a model (its structured form may wrap it)
+
+    async def _session(self, fresh: bool) -> _Held:
+        """The session calls share on this event loop, opened on first use (and again after one
+        failed or on another loop); its failure to open is the server's unavailability."""
+        loop = asyncio.get_running_loop()
+        held = self._held
+        if fresh or held is None or held.loop is not loop or held.stop.is_set() or held.task.done():
+            held = self._held = _Held(loop)
+            held.task = loop.create_task(self._hold(held))
+        await held.ready.wait()
+        if held.error is not None:
+            self._held = None
+            if isinstance(held.error, ConfigError):
+                raise held.error
+            raise self._unavailable("opening a session", held.error)
+        return held
+
+    async def _hold(self, held: _Held) -> None:
+        try:
+            async with self._client() as client:
+                held.client, held.opened = client, time.monotonic()
+                held.ready.set()
+                await held.stop.wait()
+        except Exception as e:  # opening failed, or the transport broke under a held session
+            if not held.ready.is_set():
+                held.error = e
+        finally:
+            held.stop.set()
+            held.ready.set()
 
     def _unavailable(self, doing: str, e: BaseException) -> ToolRunnerUnavailable:
         e = _unwrapped(e)

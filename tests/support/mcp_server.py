@@ -10,7 +10,7 @@ it sees (stdio: its environment) and the idempotency key in the call's ``_meta``
 request without ``Authorization: Bearer $MCP_EXPECTED`` (when set) is refused with 401.
 
 Tools: ``book`` (a side effect, idempotent, not destructive), ``cancel`` (no annotations: MCP's
-defaults make it destructive), ``lookup`` (read-only), ``fail`` (an ``isError`` result), ``verify``
+defaults make it destructive), ``lookup`` (read-only), ``find`` (an object parameter), ``fail`` (an ``isError`` result), ``verify``
 (a JSON-RPC error answer, INVALID_PARAMS) and
 ``secret_admin`` (never allowed by the tests' AgentTools); ``get-weather`` (idempotent, the name the
 examples' weather script calls: the kind test serves it as a Service). ``$MCP_HOST`` (default
@@ -23,13 +23,14 @@ import hashlib
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from mcp_types import INVALID_PARAMS
+from pydantic import BaseModel
 
 server = MCPServer("tether-test-mcp")
 EFFECTS = os.environ.get("EFFECTS", "")
@@ -84,6 +85,18 @@ def get_weather(city: str, ctx: Context) -> str:
     """Current weather in a city."""
     _effect(ctx, "get-weather", {"city": city})
     return f"{city}: sunny, 21C (from the MCP server)"
+
+
+class Filter(BaseModel):
+    city: str
+    stars: int | None = None
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def find(filter: Filter, ctx: Context, sort: Literal["price", "rating"] | None = None) -> str:
+    """Find rooms matching a filter."""
+    _effect(ctx, "find", {"filter": filter.model_dump(exclude_none=True), "sort": sort})
+    return f"{filter.city}: 2 rooms, by {sort}"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

@@ -189,6 +189,20 @@ def test_destructive_without_approval_when_the_agent_tool_says_so(tmp_path: Path
     assert [c["tool"] for c in effects(seen)] == ["cancel"]
 
 
+def test_an_object_parameter_reaches_the_framework_and_the_server_as_listed(tmp_path: Path, http_server: tuple[str, Path]) -> None:
+    """A tool whose input schema has a nested object and an enum: the SDK's strict schema accepts
+    the signature built from it, and the server gets the model's arguments as JSON."""
+    url, seen = http_server
+    mcp = {"url": url, "headers": [{"name": "Authorization", "secretKeyRef": {"name": "hotel", "key": "token"}}], "tools": ["find"]}
+    arguments = {"filter": {"city": "Oslo", "stars": 4}, "sort": "price"}
+    turns = [{"tool_calls": [{"name": "find", "arguments": arguments}]}, {"text_from_tool_results": True, "text": "Found:"}]
+    env = {"TETHER_SECRETS": json.dumps({"tools": {"hotel": {"Authorization": f"Bearer {TOKEN}"}}})}
+    proc = tether("run", str(manifest(tmp_path, mcp, turns)), store=tmp_path / "store", env=env)
+    assert outcome(proc)["exit_code"] == 0, proc.stdout + proc.stderr
+    [call] = effects(seen)
+    assert (call["tool"], call["arguments"]) == ("find", arguments) and "Oslo: 2 rooms, by price" in proc.stdout
+
+
 POD_SCRIPT = {
     "conversations": [
         {

@@ -44,7 +44,9 @@ import keyword
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Annotated, Any, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .api import McpServer
 from .errors import ConfigError, ToolRunnerUnavailable
@@ -269,22 +271,78 @@ def _text(content: list[Any]) -> Any:
 
 
 def parameters(tool: McpTool) -> list[dict[str, Any]]:
-    """The tool's input schema as :func:`tether.toolrunner.stand_in` parameters: each property,
-    required ones first (a Python signature needs them before those with defaults), optional
-    ones defaulting to their schema default or None."""
+    """The tool's input schema as :func:`tether.toolrunner.stand_in` parameters: each property
+    with its :func:`python_type`, required ones first (a Python signature needs them before those
+    with defaults), optional ones defaulting to their schema default, else None (and left out of
+    the call: :func:`without_unset`)."""
     properties: dict[str, Any] = dict(tool.input_schema.get("properties") or {})
     if odd := [name for name in properties if not name.isidentifier() or keyword.iskeyword(name)]:
         raise ConfigError(f"MCP tool {tool.name}: parameter names that are not Python identifiers are not supported: {', '.join(odd)}")
     required = [name for name in tool.input_schema.get("required") or [] if name in properties]
-    params: list[dict[str, Any]] = [{"name": name, "schema": properties[name]} for name in required]
+    params: list[dict[str, Any]] = [
+        {"name": name, "schema": properties[name], "annotation": python_type(properties[name], f"{tool.name}_{name}")} for name in required
+    ]
     for name, schema in properties.items():
         if name not in required:
-            params.append({"name": name, "schema": schema, "default": (schema or {}).get("default")})
+            annotation = python_type(schema, f"{tool.name}_{name}")
+            if isinstance(schema, dict) and schema.get("default") is not None:  # the server's own default stands in
+                params.append({"name": name, "schema": schema, "annotation": annotation, "default": schema["default"]})
+            else:
+                params.append({"name": name, "schema": schema, "annotation": annotation | None, "default": None})
     return params
+
+
+_SCALARS: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+def python_type(schema: Any, name: str, depth: int = 0) -> Any:
+    """A Python type for a JSON schema, for a framework to derive the tool's schema from again:
+    scalars, enums (Literal), arrays (list[...]) and objects with properties (a pydantic model
+    that forbids other keys, so strict schemas such as OpenAI's accept it), with descriptions;
+    anything else (free-form objects, anyOf, $ref) is Any."""
+    if not isinstance(schema, dict) or depth > 8:
+        return Any
+    kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: the model may leave it out
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, (str, int, bool)) for v in enum):
+        found: Any = Literal[tuple(enum)]
+    elif kind in _SCALARS:
+        found = _SCALARS[kind]
+    elif kind == "array":
+        found = list[python_type(schema.get("items"), f"{name}_item", depth + 1)]  # type: ignore[misc]
+    elif kind == "object" and isinstance(schema.get("properties"), dict) and schema["properties"]:
+        properties: dict[str, Any] = schema["properties"]
+        if any(not k.isidentifier() or keyword.iskeyword(k) or k.startswith("_") for k in properties):
+            return Any
+        required = set(schema.get("required") or [])
+        fields: dict[str, Any] = {}
+        for key, sub in properties.items():
+            typ = python_type(sub, f"{name}_{key}", depth + 1)
+            fields[key] = (typ, ...) if key in required else (typ | None, None)
+        found = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+    else:
+        return Any
+    description = schema.get("description")
+    return Annotated[found, Field(description=description)] if isinstance(description, str) and description else found
+
+
+def plain(value: Any) -> Any:
+    """Arguments as the JSON the server takes: models the framework built from :func:`python_type`
+    back to objects, without their unset optional keys."""
+    if isinstance(value, BaseModel):
+        return plain(value.model_dump(mode="json", exclude_none=True))
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def without_unset(tool: McpTool, arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments to send: an optional parameter the framework filled with None is left out
     (the stand-in's default, not the model's value)."""
     required = set(tool.input_schema.get("required") or [])
-    return {k: v for k, v in arguments.items() if v is not None or k in required}
+    return {k: plain(v) for k, v in arguments.items() if v is not None or k in required}

@@ -234,11 +234,11 @@ _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "
 
 def stand_in(description: Mapping[str, Any]) -> Callable[..., Any]:
     """A function with the described name, docstring and signature (annotations from the JSON
-    types: str, int, float, bool, list, dict, else Any) for the framework to read a schema from;
-    never called: its calls go to the runner."""
+    types: str, int, float, bool, list, dict, else Any; or a parameter's own ``annotation``) for
+    the framework to read a schema from; never called: its calls go to the runner."""
     params, annotations = [], {}
     for p in description["params"]:
-        annotation = _JSON_TYPES.get(str(p["schema"].get("type")), Any)
+        annotation = p["annotation"] if "annotation" in p else _JSON_TYPES.get(str(p["schema"].get("type")), Any)
         default = p.get("default", inspect.Parameter.empty)
         params.append(inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
         annotations[p["name"]] = annotation

@@ -225,3 +225,21 @@ def test_single_tenant_does_not_look_for_the_secret_access_policy() -> None:
 
     # Returns before any API call (none is possible here): the cluster admin said everyone may.
     assert asyncio.run(check_admission_policy(Settings(tenancy="single-tenant"), "2020-01-01T00:00:00Z", "the AgentRun")) == []
+
+
+def test_an_mcp_tools_approval_request_finds_its_agent_tools_settings() -> None:
+    """An approval request names the tool as the agent called it: for a tool of an MCP server, the
+    server's name for it; its timeout and default action are those of the AgentTool allowing it."""
+    from tether.api import AgentToolSpec
+    from tether_operator.runs import approval_policy
+
+    approval = {"required": True, "timeout": "10m", "defaultAction": "decline"}
+    tools = {
+        "hotel": AgentToolSpec.model_validate(
+            {"description": "d", "mcp": {"url": "https://h.example/mcp", "tools": ["cancel"]}, "approval": approval}
+        ),
+        "refund": AgentToolSpec.model_validate({"description": "d", "implementation": "m:f", "approval": {**approval, "timeout": "1h"}}),
+    }
+    assert approval_policy(tools, "cancel").timeout == "10m"  # type: ignore[union-attr]
+    assert approval_policy(tools, "refund").timeout == "1h"  # type: ignore[union-attr]
+    assert approval_policy(tools, "hotel") is None and approval_policy(tools, "other") is None

@@ -38,6 +38,7 @@ from tether.api import (
     AgentRunSpec,
     AgentRunStatus,
     AgentToolSpec,
+    Approval,
     ApprovalStatus,
     ManifestError,
     Phase,
@@ -136,6 +137,15 @@ def secret_files(spec: AgentRunSpec, tools: dict[str, AgentToolSpec]) -> list[Se
         headers = tool.mcp.headers if tool.mcp is not None else None
         files += [SecretFile(h.secret_key_ref.name, h.secret_key_ref.key, f"tools/{name}/{h.name}") for h in headers or []]
     return files
+
+
+def approval_policy(tools: dict[str, AgentToolSpec], tool: str) -> Approval | None:
+    """The approval settings of the run's tool named `tool`: its AgentTool's, or for a tool of an
+    MCP server (named as the server names it) the AgentTool that allows it."""
+    spec = tools.get(tool)
+    if spec is None or spec.mcp is not None:
+        spec = next((t for t in tools.values() if t.mcp is not None and tool in t.mcp.tools), None)
+    return spec.approval if spec is not None else None
 
 
 class RunLoop:
@@ -459,8 +469,7 @@ class RunLoop:
         for request in requests:
             if request.get("decision") is not None:
                 continue
-            tool = self.tools.get(request.get("tool") or "")
-            policy = tool.approval if tool else None
+            policy = approval_policy(self.tools, request.get("tool") or "")
             requested = _epoch(request.get("requestedAt"))
             if policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout):
                 # A timeout approves only where the cluster allows it (accept() refuses such a tool otherwise).

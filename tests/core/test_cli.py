@@ -6,7 +6,7 @@ Tether's fake provider (no API key), with a store of its own.
     a run id means one run: resuming it from another manifest is refused, saying what differs
     a failed start says why (no adapter, a tool that cannot be imported), never "exit code 2",
     and the summary shows no figures of an earlier run
-    `tether status` shows a decision as soon as it is made; hints name `./tether`
+    `tether status` shows a decision as soon as it is made; hints name `tether`
     exit codes are documented in --help
 """
 
@@ -65,7 +65,7 @@ def test_approval_required_tool_asks_in_every_run(tmp_path: Path) -> None:
     manifest, store = example(tmp_path, "refund", default_cache), tmp_path / "store"
     first = tether("run", str(manifest), "--run-id", "first", store=store)
     assert first.returncode == 3, first.stdout + first.stderr
-    (approval_id,) = re.findall(r"approve:  \./tether approve first (\w+) --yes", first.stdout)  # the command the user has
+    (approval_id,) = re.findall(r"approve:  tether approve first (\w+) --yes", first.stdout)  # the command the user has
 
     decided = tether("approve", "first", approval_id, "--yes", "--by", "alice", store=store)
     assert decided.returncode == 0, decided.stderr
@@ -149,7 +149,7 @@ def test_help_documents_exit_codes(tmp_path: Path) -> None:
             "other  the agent process crashed",
         ):
             assert line in proc.stdout, proc.stdout
-    assert "usage: ./tether" in proc.stdout
+    assert "usage: tether" in proc.stdout and "./tether" not in proc.stdout
 
 
 def test_the_cli_behaves_like_kubectl(tmp_path: Path) -> None:

@@ -92,6 +92,16 @@ def attempt_log_key(run_id: str, attempt: int) -> str:
     return f"{run_prefix(run_id)}attempts/{attempt:05d}.json"
 
 
+def runner_key(run_id: str) -> str:
+    """Which ``tether run`` process runs the run now (host and pid): what ``tether cancel`` signals."""
+    return f"{run_prefix(run_id)}runner.json"
+
+
+def cancel_key(run_id: str) -> str:
+    """Set by ``tether cancel``: who cancelled the run, and when. A cancelled run is never resumed."""
+    return f"{run_prefix(run_id)}cancel.json"
+
+
 def journal_prefix(scope: str) -> str:
     """One run scope's journal (a run id, or a run id and a Flyte segment)."""
     return f"journal/{scope}/"
@@ -116,6 +126,27 @@ def flyte_starts_prefix(run_id: str, flyte_run: str, action: str) -> str:
     """Where the runtime counts the starts of one Flyte run's action, one key per start
     (``tether.entrypoint``: the open-source backend's own count misses some)."""
     return f"{runs_prefix()}{run_id}/flyte/{flyte_run}/{action}/starts/"
+
+
+def step_lines_key(run_id: str, attempt: int) -> str:
+    """One attempt's step lines as ``tether exec`` printed them, rewritten as they come (``tether
+    logs`` reads and follows them; :func:`attempt_log_key` is the attempt's record, written once
+    at its end, for the run view)."""
+    return f"{step_lines_prefix(run_id)}{attempt:05d}.log"
+
+
+def step_lines_prefix(run_id: str) -> str:
+    return f"{run_prefix(run_id)}lines/"
+
+
+def attempt_of_step_lines_key(key: str) -> int | None:
+    """The attempt whose step lines are at ``key`` (a key :func:`step_lines_key` made), else None."""
+    name = key.rpartition("/")[2]
+    return int(name[:-4]) if name.endswith(".log") and name[:-4].isdigit() else None
+
+
+#: The last of an attempt's step lines: ``tether logs --follow`` stops after it.
+STEP_LINES_END = "-- attempt ended: "
 
 
 def run_of_progress_key(key: str) -> str | None:
@@ -163,6 +194,9 @@ SECRETS_ENV = "TETHER_SECRETS"
 #: ``agents.allowedModules``): the operator passes them, the runtime and the tool runner enforce them.
 TOOL_MODULES_ENV = "TETHER_TOOL_MODULES"
 AGENT_MODULES_ENV = "TETHER_AGENT_MODULES"
+#: Set by ``tether run`` to the manifest's folder: a refusal of a module then says how a local run
+#: allows modules (beside the manifest, ``$TETHER_TOOL_MODULES``), not the chart's value.
+LOCAL_RUN_ENV = "TETHER_LOCAL_RUN"
 
 #: JSON ``{AgentTool: address}`` of the tool runners (Kubernetes executor): a Unix socket beside
 #: the agent, or ``tcp://IP:PORT`` of a tool pod; the tokens of the TCP ones are files in the

@@ -54,6 +54,7 @@ from .contract import (
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .mcptool import McpClient, McpTool, without_unset
 from .mcptool import parameters as mcp_parameters
+from .progress import StepLines
 from .run import StepEvent
 from .secrets import tool_secrets
 from .toolrunner import RunnerClient, _in_own_loop, describe_remote, stand_in, tool_runners
@@ -269,32 +270,39 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
     return Outcome(request.run_id, result.status, EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED, figures=figures)
 
 
-def step_printer(stream: TextIO | None = sys.stdout) -> Callable[[StepEvent], None]:
-    """Progress lines as steps complete (``stream=None``: silent); ``$TETHER_KILL_AFTER_STEP``
-    SIGKILLs the process after that many steps (to watch a crash and a resume happen)."""
+def step_printer(stream: TextIO | None = sys.stdout, log: StepLines | None = None) -> Callable[[StepEvent], None]:
+    """Progress lines as steps complete, each flushed as it happens (``stream=None``: silent),
+    and kept in ``log`` (``tether logs``); ``$TETHER_KILL_AFTER_STEP`` SIGKILLs the process after
+    that many steps (to watch a crash and a resume happen)."""
     kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV) or 0)
 
-    def on_step(e: StepEvent) -> None:
+    def say(line: str, attempt: int) -> None:
         if stream is not None:
-            _print_step(e, stream)
+            print(line, file=stream, flush=True)
+        if log is not None:
+            log.add(line, attempt)
+
+    def on_step(e: StepEvent) -> None:
+        say(step_line(e), e.attempt)
         if kill_after and e.index >= kill_after:
-            if stream is not None:
-                print(f"  ** killing the agent process after step {e.index} (--kill-after) **", file=stream, flush=True)
+            say(f"  ** killing the agent process after step {e.index} (--kill-after) **", e.attempt)
             from .progress import flush_progress
 
             flush_progress()  # the summary read after the kill shows this step too
+            if log is not None:
+                log.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
     return on_step
 
 
-def _print_step(e: StepEvent, stream: TextIO) -> None:
+def step_line(e: StepEvent) -> str:
     mode = f"{e.mode:<8}"
     what = f"turn  {e.name}" if e.kind == "model" else f"tool  {e.name}"
     tokens = f"{e.usage.total:>6} tok" if e.kind == "model" else " " * 10
     cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
     err = "  (error)" if e.outcome == "error" else ""
-    print(f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}", file=stream, flush=True)
+    return f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}"
 
 
 def _publish_failed_start(store: str, run_id: str, error: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .api import Divergence, Steps, Usage
 from .approvals import list_approvals
-from .contract import Progress, ProgressApproval, attempt_log_key
+from .contract import STEP_LINES_END, Progress, ProgressApproval, attempt_log_key, step_lines_key
 from .contract import progress_key as progress_key  # where the operator reads it
 from .errors import StoreError
 from .run import Run, StepEvent
@@ -258,3 +258,59 @@ class ProgressWriter:
                 self._later.cancel()
                 self._later = None
             self._writer.shutdown(wait=False)
+
+
+class StepLines:
+    """An attempt's step lines, kept in the store as they are printed (``tether logs`` reads and
+    follows them at :func:`tether.contract.step_lines_key`). The object is rewritten whole, on a
+    worker thread of its own: a step never waits for the store, and lines that come during a write
+    go out together in the next one. Like progress, advisory: a failed write never fails the run."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self._store = advisory(store)
+        self._run_id = run_id
+        #: Known from the first step (the journal claims it when it loads), or set by the caller.
+        self.attempt = 0
+        self._lines: list[str] = []
+        self._queued = False
+        self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-step-lines")
+
+    def add(self, line: str, attempt: int = 0) -> None:
+        with self._lock:
+            self.attempt = self.attempt or attempt
+            self._lines.append(line)
+            if self._queued or not self.attempt:
+                return
+            self._queued = True
+        self._writer.submit(self._put)
+
+    def _put(self) -> None:
+        with self._lock:
+            self._queued = False
+            text = "".join(line + "\n" for line in self._lines)
+            key = step_lines_key(self._run_id, self.attempt)
+        try:
+            self._store.put(key, text.encode())
+        except StoreError:
+            pass
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Write what is there now and wait for it (bounded): before a deliberate kill."""
+        with self._lock:
+            if not self.attempt:
+                return
+            self._queued = True
+        try:
+            self._writer.submit(self._put).result(timeout)
+        except Exception:
+            pass  # advisory
+
+    def end(self, how: str) -> None:
+        """The attempt's last line (``STEP_LINES_END`` and how it ended), written and waited for;
+        nothing at all for an attempt that never loaded its journal (it has no number: the cause
+        is in the progress record)."""
+        if self.attempt:
+            self.add(STEP_LINES_END + how)
+            self.flush()
+        self._writer.shutdown(wait=False)

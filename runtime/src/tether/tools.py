@@ -37,8 +37,8 @@ from .approvals import require_approval
 from .attempt import Attempt, current_attempt
 from .canonical import canonical_json, fingerprint, sha256_hex
 from .contract import AGENT_MODULES_ENV as AGENT_MODULES_ENV  # the operator sets them (tether.contract)
+from .contract import LOCAL_RUN_ENV, tool_cache_prefix
 from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
-from .contract import tool_cache_prefix
 from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .secrets import tool_scope
@@ -342,6 +342,7 @@ def module_refusal(path: str, allowed: tuple[str, ...], what: str, chart_value: 
     """Why ``module:attribute`` may not be loaded as ``what`` (a tool, an agent), or None. The
     standard library never may, even if listed: ``subprocess:getoutput`` or ``os:system`` would
     hand the model (or the run's author) a shell."""
+    import os
     import sys
 
     module = path.partition(":")[0]
@@ -350,6 +351,11 @@ def module_refusal(path: str, allowed: tuple[str, ...], what: str, chart_value: 
         return f"{path} is in the Python standard library, which never provides {what}s"
     if not any(module == a or module.startswith(a + ".") for a in allowed):
         listed = ", ".join(allowed) or "none"
+        local = os.environ.get(LOCAL_RUN_ENV)
+        if local:  # `tether run` on this machine: there is no chart, the manifest's folder is what counts
+            env = TOOL_MODULES_ENV if what == "tool" else AGENT_MODULES_ENV
+            how = f"a local run allows the modules beside its manifest in {local} and those in ${env}"
+            return f"module {module} is not an allowed {what} module (allowed: {listed}; {how})"
         return f"module {module} is not an allowed {what} module (allowed: {listed}; chart value {chart_value})"
     return None
 

@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 
 def command_name() -> str:
-    """How the user runs Tether, for printed hints: ``./tether`` from a checkout (the script sets
-    ``$TETHER_COMMAND``), else ``tether``."""
-    return os.environ.get("TETHER_COMMAND") or "tether"
+    """The program name in usage lines and printed hints: always ``tether`` (a checkout's
+    ``./tether`` script is put on the PATH as ``tether``: README, Install), so that every hint
+    reads the same wherever it is copied from."""
+    return "tether"
 
 
 def parser(command: str, description: str, *, exit_codes: bool = False) -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from ..api import GROUP, VERSION
 from ..approvals import decide, list_approvals
 from ..contract import APPROVAL_PLURAL
 from ..errors import ConfigError
-from ..stores import open_store
+from ..stores import default_store_url, open_store
 from . import command_name, parser
 
 
@@ -28,11 +28,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("run", help="a run id (decided in the store) or NAMESPACE/NAME of an AgentRun (an AgentApproval, as you)")
     p.add_argument("id", nargs="?", help="approval id (omit to list the run's approvals)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--yes", action="store_true")
-    group.add_argument("--no", action="store_true")
-    p.add_argument("--reason")
+    group.add_argument("--yes", action="store_true", help="approve: the tool call runs when the run goes on")
+    group.add_argument("--no", action="store_true", help="decline: the agent is told the call was declined")
+    p.add_argument("--reason", help="why, recorded with the decision")
     p.add_argument("--by", default=None, help="approver's name (local store only; on Kubernetes it is who you are)")
-    p.add_argument("--store", default=None)
+    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()}; local run ids only)")
     p.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the operator to apply it (Kubernetes)")
     args = p.parse_args(argv)
     if "/" in args.run:

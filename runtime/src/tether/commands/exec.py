@@ -69,8 +69,11 @@ def main(argv: list[str]) -> int:
     import flyte
 
     from ..entrypoint import run_here, step_printer
+    from ..progress import StepLines, read_progress
+    from ..stores import open_store
 
-    on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None)
+    log = StepLines(open_store(args.store), request.run_id)  # what `tether logs` shows
+    on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None, log)
     flyte.init()
     worker: dict[str, float] | None = None
     if args.warm:
@@ -92,6 +95,11 @@ def main(argv: list[str]) -> int:
         # CPU time from 'go' to the outcome: what the retry costs apart from waiting for a core.
         worker["cpu_ms_after_go"] = round(1000 * (time.process_time() - go_cpu), 1)
         outcome = dataclasses.replace(outcome, warm_worker=worker)
+    if log.attempt == 0:  # no step: the number the journal claimed is in this attempt's progress
+        progress = read_progress(open_store(args.store), request.run_id) or {}
+        if (progress.get("updatedAt") or 0) >= (worker["go"] if worker else started):
+            log.attempt = int(progress.get("attempt") or 0)
+    log.end(f"{outcome.status} (exit code {outcome.exit_code})" + (f": {outcome.error}" if outcome.error else ""))
     print(outcome.to_json(), flush=True)
     if outcome.error:
         print(f"tether exec: {outcome.error}", file=sys.stderr)

@@ -16,6 +16,13 @@ steps complete (live or replayed, tokens, cost); the answer and a summary at the
 - An attempt's exit code reads as in the operator's executors (``tether.contract.attempt_end``):
   1, a signal or any code outside the contract starts the next attempt while retries last; 0, 2,
   3 and 130 end the run.
+- A run that recorded nothing (it failed before its first step: a typo in a tool's module, a
+  missing adapter) is not yet bound to its manifest: fix the manifest and run it again, under
+  the same run id.
+- ``tether cancel RUN`` (another terminal) stops a running ``tether run`` of that run cleanly,
+  as Ctrl-C does, and marks the run cancelled: it is never resumed (``--run-id NEW`` starts anew).
+- Step lines print as each step completes, to a terminal or a pipe alike; ``tether logs RUN``
+  shows them again (each attempt's, kept in the store).
 - ``--kill-after N`` kills the agent process after N steps and starts it again, to watch a
   resume replay the finished steps.
 - Ctrl-C (or SIGTERM) stops cleanly: the running attempt starts no new step, lets tool calls
@@ -34,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,19 +57,39 @@ from ..contract import (
     EXIT_SUCCEEDED,
     EXIT_TERMINAL,
     KILL_AFTER_STEP_ENV,
+    LOCAL_RUN_ENV,
     PROGRESS_ENV,
     AttemptEnd,
     ExecRequest,
     Outcome,
     attempt_end,
+    cancel_key,
+    journal_prefix,
     manifest_key,
+    runner_key,
 )
-from ..progress import read_progress, run_spend_note, unknown_cost_note
+from ..progress import read_progress, run_spend_note, unknown_cost_note, write_progress
 from ..stores import Store, default_store_url, open_store
 from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
 from . import command_name, parser
 from .exec import GO
+
+
+def cancelled(store: Store, run_id: str) -> dict[str, Any] | None:
+    """Who cancelled the run and when (``tether cancel``), or None."""
+    data = store.get(cancel_key(run_id))
+    return None if data is None else dict(json.loads(data))
+
+
+def recorded_anything(store: Store, run_id: str) -> bool:
+    """Whether the run recorded a step or asked for an approval: only then is it bound to the
+    manifest it started from (an attempt that failed before its first step recorded only its
+    number, under ``attempts/``)."""
+    from ..approvals import list_approvals
+
+    journal = journal_prefix(run_id)
+    return any(not k.startswith(journal + "attempts/") for k in store.list(journal)) or bool(list_approvals(store, run_id))
 
 
 def identity(spec: AgentRunSpec, tools: dict[str, AgentToolManifest]) -> dict[str, Any]:
@@ -87,7 +115,7 @@ def _tool_identity(tool: AgentToolManifest) -> str:
 def manifest_changes(store: Store, run_id: str, current: dict[str, Any]) -> list[str]:
     """How ``current`` differs from the manifest the run was started with ([] for a new run)."""
     data = store.get(manifest_key(run_id))
-    if data is None:
+    if data is None or not recorded_anything(store, run_id):
         return []
     recorded = json.loads(data)
     changes = []
@@ -119,8 +147,10 @@ def _load(path: Path) -> tuple[AgentRunManifest, dict[str, AgentToolManifest]]:
 
 
 def main(argv: list[str]) -> int:
+    # Each line reaches a terminal or a pipe as it is printed (a pipe is block-buffered by default).
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     p = parser("run", __doc__.split("\n\n")[0], exit_codes=True)
-    p.add_argument("manifest", type=Path)
+    p.add_argument("manifest", type=Path, help="AgentRun manifest (YAML; may hold the AgentTools it names)")
     p.add_argument("--run-id", help="run id (default: the AgentRun's name; the same id resumes/replays)")
     p.add_argument(
         "--allow-manifest-change",
@@ -129,7 +159,7 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
     p.add_argument("--kill-after", type=int, default=0, metavar="N", help="kill the first attempt after N steps, then resume")
-    p.add_argument("--retries", type=int, default=None, help="attempts after a crash (default: spec.retries)")
+    p.add_argument("--retries", type=int, default=None, metavar="N", help="attempts after a crash (default: spec.retries)")
     p.add_argument(
         "--no-warm", dest="warm", action="store_false", help="start each retry as a new process instead of in a worker started ahead"
     )
@@ -148,6 +178,13 @@ def main(argv: list[str]) -> int:
     run_id = args.run_id or run.metadata.name
     store = args.store or default_store_url()
     the_store = open_store(store)  # fail early on a bad store URL
+    if (cancel := cancelled(the_store, run_id)) is not None:
+        print(
+            f"tether run: run {run_id!r} was cancelled{_by(cancel)} ({command_name()} cancel): it is never resumed; "
+            "use --run-id NEW for a new run",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINAL
     current = identity(spec, tool_manifests)
     changes = manifest_changes(the_store, run_id, current)
     if changes and not args.allow_manifest_change:
@@ -161,7 +198,12 @@ def main(argv: list[str]) -> int:
         return EXIT_TERMINAL
     the_store.put(manifest_key(run_id), json.dumps(current, sort_keys=True).encode())
     here = args.manifest.resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])), PROGRESS_ENV: "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")])),
+        PROGRESS_ENV: "1",
+        LOCAL_RUN_ENV: str(here),
+    }
     env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
     # The manifest's own tool modules (beside it: the user's code on the user's machine) are
     # allowed besides the image's declared ones; the standard library never is (tether.tools).
@@ -208,17 +250,53 @@ def main(argv: list[str]) -> int:
     retries = spec.retries if args.retries is None else args.retries
     print(f"AgentRun {run.metadata.name} ({spec.framework}, {spec.model.name}) run id {run_id}, store {store}")
     started = time.time()
+    # Who runs the run now: `tether cancel` signals this process (a clean stop, as Ctrl-C).
+    the_store.put(runner_key(run_id), json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "startedAt": started}).encode())
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(request.model_dump_json(by_alias=True))
         code, outcome = _attempts(f.name, store, env, args.kill_after, retries, warm=args.warm)
+        final = code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
+        cancel = cancelled(the_store, run_id)
+        if cancel is not None and final == EXIT_SUCCEEDED:  # it finished first: nothing was cancelled
+            the_store.delete(cancel_key(run_id))
+            cancel = None
+        if cancel is not None:
+            mark_cancelled(the_store, run_id, cancel)
+            final = EXIT_INTERRUPTED
+        elif outcome is None and code != EXIT_SUCCEEDED:  # it died mid-step: its progress still says Running
+            died = f"the agent process died (signal {-code})" if code < 0 else f"the agent process exited with code {code}"
+            _mark(the_store, run_id, "Failed", f"{died}; run the same command again to resume", since=started)
     finally:
         os.unlink(f.name)
+        the_store.delete(runner_key(run_id))
         if fake is not None:
             fake.stop()
-    final = code if code >= 0 else EXIT_RECOVERABLE  # killed by a signal, retries ran out
-    _summary(store, run_id, code, final, outcome, started)
+    _summary(store, run_id, code, final, outcome, started, cancel)
     return final
+
+
+def _by(cancel: dict[str, Any]) -> str:
+    return f" by {cancel['by']}" if cancel.get("by") else ""
+
+
+def mark_cancelled(store: Store, run_id: str, cancel: dict[str, Any]) -> None:
+    """The run's progress says Cancelled (its figures as the last attempt left them)."""
+    _mark(store, run_id, CANCELLED, f"cancelled{_by(cancel)}" + (f": {cancel['reason']}" if cancel.get("reason") else ""))
+
+
+def _mark(store: Store, run_id: str, phase: str, error: str, *, since: float = 0.0) -> None:
+    """Set the run's phase and error in its progress, its figures kept (if written ``since``)."""
+    from ..contract import Progress
+
+    progress = Progress.model_validate(read_progress(store, run_id) or {})
+    if not isinstance(progress.updated_at, float | int) or progress.updated_at < since:
+        progress = Progress()
+    write_progress(store, run_id, progress.model_copy(update={"phase": phase, "error": error, "updated_at": time.time()}))
+
+
+#: The phase of a run ``tether cancel`` stopped (local runs only: the operator's phases are tether.api.Phase).
+CANCELLED = "Cancelled"
 
 
 def _attempts(
@@ -272,14 +350,11 @@ def _attempts(
             running[:] = [proc]
             if warm and attempt < last:
                 spare = start(attempt + 1)  # imports beside this attempt, ready before it ends
-            lines = _output(proc, GO + "\n" if warm else None).splitlines()
+            outcome = _stream(proc, GO + "\n" if warm else None)
             ended.append(proc)
-            outcome = _outcome(lines[-1]) if lines else None
             # Once its outcome is printed the attempt is over (it closes its output, then exits with
             # that code): waiting for the exit would add the kernel's teardown of its memory.
             code = outcome.exit_code if outcome else proc.wait()
-            for line in lines[:-1] if outcome else lines:
-                print(line)
             worker = outcome.warm_worker if outcome and attempt > 1 else None
             if worker:
                 print(
@@ -309,8 +384,9 @@ def _attempts(
             proc.wait()
 
 
-def _output(proc: subprocess.Popen[str], go: str | None) -> str:
-    """Tell a warm worker to go, and read the attempt's output to its end."""
+def _stream(proc: subprocess.Popen[str], go: str | None) -> Outcome | None:
+    """Tell a warm worker to go, and print the attempt's lines as they come, to its end; its
+    outcome line (printed last), or None if it died before printing one."""
     assert proc.stdout is not None
     if go is not None and proc.stdin is not None:
         try:
@@ -318,8 +394,15 @@ def _output(proc: subprocess.Popen[str], go: str | None) -> str:
             proc.stdin.close()
         except BrokenPipeError:
             pass  # it died before its turn: its exit status says how
+    outcome, held = None, ""
     with proc.stdout:
-        return proc.stdout.read()
+        for line in proc.stdout:  # a line as soon as the attempt prints it
+            print(held, end="")  # a line like an outcome that was not the last one after all
+            outcome = _outcome(line) if line.startswith("{") else None
+            held = line if outcome is not None else ""
+            if outcome is None:
+                print(line, end="")
+    return outcome
 
 
 def _outcome(line: str) -> Outcome | None:
@@ -334,9 +417,11 @@ def _outcome(line: str) -> Outcome | None:
 PHASE_OF_END = {AttemptEnd.SUCCEEDED: "Succeeded", AttemptEnd.SUSPENDED: "AwaitingApproval", AttemptEnd.INTERRUPTED: "Interrupted"}
 
 
-def _summary(store: str, run_id: str, code: int, final: int, outcome: Outcome | None, started: float) -> None:
+def _summary(
+    store: str, run_id: str, code: int, final: int, outcome: Outcome | None, started: float, cancel: dict[str, Any] | None = None
+) -> None:
     """What the run did; ``code`` is the last attempt's (negative: killed by that signal),
-    ``final`` the exit code of ``tether run``."""
+    ``final`` the exit code of ``tether run``; ``cancel``: who cancelled it (``tether cancel``)."""
     progress = read_progress(open_store(store), run_id) or {}
     if not isinstance(progress.get("updatedAt"), (int, float)) or progress["updatedAt"] < started:
         progress = {}  # written by an earlier invocation: its figures are not this run's
@@ -346,7 +431,10 @@ def _summary(store: str, run_id: str, code: int, final: int, outcome: Outcome | 
     output = outcome.figures.output if outcome and outcome.figures else None
     error = outcome.error if outcome else None
     print()
-    if end is AttemptEnd.SUCCEEDED:
+    if cancel is not None:
+        print(f"Cancelled{_by(cancel)} ({cli} cancel): tool calls that were running finished and were recorded.")
+        print(f"  The run is not resumed; {cli} run MANIFEST --run-id NEW starts a new one.")
+    elif end is AttemptEnd.SUCCEEDED:
         print("Answer:\n  " + (progress.get("result") or output or "").replace("\n", "\n  "))
     elif end is AttemptEnd.SUSPENDED:
         for a in progress.get("approvals", []):
@@ -373,7 +461,15 @@ def _summary(store: str, run_id: str, code: int, final: int, outcome: Outcome | 
             print(f"  the framework's own cost figure (replayed turns included): ${usage['frameworkCostUSD']:.6f}")
         if steps.get("normalisedParts"):
             print(f"  normalised {steps['normalisedParts']} volatile parts of model requests (left out of fingerprints)")
-    last = {"run_id": run_id, "exit_code": final, "phase": PHASE_OF_END.get(attempt_end(final), "Failed")}
+        if d := steps.get("firstDivergence"):
+            what = "model turn" if d.get("kind") == "model" else "tool call"
+            print(
+                f"  first divergence: step {d.get('step')} of attempt {d.get('attempt')} sent a {what} the journal does not hold "
+                f"(fingerprint {str(d.get('fingerprint'))[:16]}…) while recorded {d.get('kind')} steps were left unused: "
+                "from there on the run went live instead of replaying"
+            )
+    phase = CANCELLED if cancel is not None else PHASE_OF_END.get(attempt_end(final), "Failed")
+    last = {"run_id": run_id, "exit_code": final, "phase": phase}
     if code < 0:
         last["signal"] = -code  # the last attempt was killed; tether run exits 1
     print(json.dumps(last))

@@ -698,7 +698,7 @@ def inject_remote(url: str, *faults: Fault) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether fake-provider", description=__doc__.split("\n\n")[0])
     parser.add_argument("--script", help="YAML or JSON script (default: answer every request with a greeting)")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: loopback only)")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before every answer")
     parser.add_argument("--seed", type=int, default=None, help="make ids reproducible")

@@ -26,13 +26,22 @@ if [ ! -f "$venv/.complete" ]; then
     (flock -n 8 && rm -rf "$old" && rm -f "$old.lock") 8>"$old.lock" || true
   done
   rm -rf "$venv"
+  # Say what is being built and why it takes a while (the first `tether` call waits for it): the
+  # lock's package count and the packages its .in names; uv then shows its own progress.
+  count=$(grep -c '^[A-Za-z0-9-]' "$lock" || true)
+  named=$(sed -e 's/#.*//' -e '/^-r /d' -e 's/^-e //' "$root/envs/$name.in" 2>/dev/null | xargs || true)
+  echo "tether: building the $name environment (once per checkout and lock; about a minute from a cold cache):" \
+    "$count packages from envs/$name.txt${named:+, among them $named}" >&2
+  started=$SECONDS
   uv venv -q -p 3.11 "$venv" >&2
   # Editable installs point at this checkout; paths in the lock are relative to the repo root.
   # --compile-bytecode: every test process would otherwise compile the frameworks' sources again
   # when PYTHONDONTWRITEBYTECODE is set (as on CI runners and here): measured 28 of 77 s of one
-  # conformance attempt's CPU, under load.
-  (cd "$root" && VIRTUAL_ENV="$venv" uv pip install -q --compile-bytecode -r "$lock" >&2)
+  # conformance attempt's CPU, under load. Not quiet: on a terminal uv draws its progress (what it
+  # downloads, builds and installs), elsewhere it names each package installed.
+  (cd "$root" && VIRTUAL_ENV="$venv" uv pip install --compile-bytecode -r "$lock" >&2)
   echo "$root" >"$venv/.checkout"
   touch "$venv/.complete"
+  echo "tether: the $name environment is ready ($((SECONDS - started)) s): $venv" >&2
 fi
 echo "$venv"

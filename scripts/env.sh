@@ -29,7 +29,7 @@ if [ ! -f "$venv/.complete" ]; then
   # Say what is being built and why it takes a while (the first `tether` call waits for it): the
   # lock's package count and the packages its .in names; uv then shows its own progress.
   count=$(grep -c '^[A-Za-z0-9-]' "$lock" || true)
-  named=$(sed -e 's/#.*//' -e '/^-r /d' -e 's/^-e //' "$root/envs/$name.in" 2>/dev/null | xargs || true)
+  named=$(sed -e 's/#.*//' -e '/^-r /d' -e 's/^-e //' "$root/envs/$name.in" 2>/dev/null | xargs | sed 's/ /, /g' || true)
   echo "tether: building the $name environment (once per checkout and lock; about a minute from a cold cache):" \
     "$count packages from envs/$name.txt${named:+, among them $named}" >&2
   started=$SECONDS

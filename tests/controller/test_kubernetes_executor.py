@@ -181,7 +181,16 @@ def expected_pod(name: str, ns: str, execution: str, *, image: str = IMAGE, reso
     container = {
         "name": "runtime",
         "image": image,
-        "command": ["python", "-m", "tether", "exec", "/etc/tether/request/request.json", "--store", f"tether+unix://{STORE_SOCKET}"],
+        "command": [
+            "python",
+            "-m",
+            "tether",
+            "exec",
+            "/etc/tether/request/request.json",
+            "--progress",
+            "--store",
+            f"tether+unix://{STORE_SOCKET}",
+        ],
         "workingDir": "/work",
         "env": [
             {"name": "HOME", "value": "/tmp"},

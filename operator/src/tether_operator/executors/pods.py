@@ -307,7 +307,8 @@ def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: 
         "name": CONTAINER,
         "image": spec.image or settings.runtime_image,
         "imagePullPolicy": settings.pull_policy,
-        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--store", store_url],
+        # --progress: the pod's log shows each step as it completes (`kubectl logs`, `tether logs` says so).
+        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--progress", "--store", store_url],
         "workingDir": WORK_DIR,  # the same on every attempt: some SDKs put it in the prompt
         "env": env,
         "volumeMounts": mounts,

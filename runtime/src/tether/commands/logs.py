@@ -5,9 +5,9 @@ prints in the store, one log per attempt, ending with how the attempt ended; thi
 latest attempt's, or attempt N's. ``--follow`` prints lines as they come until the attempt ends
 (and waits for a run's first attempt to log its first step).
 
-On Kubernetes (RUN is ``NAMESPACE/NAME``) an attempt's output is its runner pod's log, which
-the apiserver serves: ``kubectl logs``, as printed. (The store's copy is under the AgentRun's
-uid, for whoever may read the operator's store.)"""
+On Kubernetes (RUN is ``NAMESPACE/NAME``) an attempt's step lines are its runner pod's log (the
+runtime container prints each step), which the apiserver serves: ``kubectl logs``, as printed.
+(The store keeps them too, under the AgentRun's uid, for whoever may read the operator's store.)"""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     if "/" in args.run:
         namespace, _, name = args.run.partition("/")
         print(
-            f"{command_name()} logs: an AgentRun's attempts log to their runner pods; the apiserver serves them:\n"
+            f"{command_name()} logs: an AgentRun's attempts print their step lines to their runner pods' logs; the apiserver serves them:\n"
             f"  kubectl logs -n {namespace} -l {RUN_LABEL}={name} -c runtime --prefix --tail=-1",
             file=sys.stderr,
         )

@@ -303,3 +303,11 @@ def test_an_agent_run_on_kubernetes_gets_the_kubectl_command(tmp_path: Path) -> 
     assert "kubectl logs -n shop -l tether.dev/run=refund-7 -c runtime --prefix --tail=-1" in logs.stderr
     cancel = tether(tmp_path, "cancel", "shop/refund-7")
     assert cancel.returncode == 2 and "kubectl delete agentrun refund-7 -n shop" in cancel.stderr
+
+
+def test_help_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    """`tether --help | head -n 1` (the usage is longer than a pipe's first read): no traceback."""
+    for args in ("--help", "run --help", "logs --help"):
+        piped = subprocess.run(f"./tether {args} | head -n 1", shell=True, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert piped.stdout.startswith("usage: tether"), piped.stdout
+        assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr

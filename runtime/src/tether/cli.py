@@ -42,7 +42,14 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `tether status --json | head`: the reader had enough, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "--version":
         from importlib.metadata import version
 
@@ -69,9 +76,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(module.main(argv[1:]) or 0)
-    except BrokenPipeError:  # `tether status --json | head`: the reader had enough, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 0
     except StoreError as e:  # the cause in one line (e.g. access denied to that prefix), not a traceback
         print(f"tether {argv[0]}: {e}", file=sys.stderr)
         return EXIT_RECOVERABLE if isinstance(e, StoreUnavailable) else EXIT_TERMINAL

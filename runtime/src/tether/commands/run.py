@@ -113,9 +113,10 @@ def _tool_identity(tool: AgentToolManifest) -> str:
 
 
 def manifest_changes(store: Store, run_id: str, current: dict[str, Any]) -> list[str]:
-    """How ``current`` differs from the manifest the run was started with ([] for a new run)."""
+    """How ``current`` differs from the manifest the run was started with ([] for a new run, and
+    for one that recorded nothing: it is not bound to a manifest yet)."""
     data = store.get(manifest_key(run_id))
-    if data is None or not recorded_anything(store, run_id):
+    if data is None:
         return []
     recorded = json.loads(data)
     changes = []
@@ -129,7 +130,7 @@ def manifest_changes(store: Store, run_id: str, current: dict[str, Any]) -> list
                     changes.append(f"tool {name}: {_short(before.get(name))} -> {_short(now.get(name))}")
         else:
             changes.append(f"{field}: {_short(before)} -> {_short(now)}")
-    return changes
+    return changes if changes and recorded_anything(store, run_id) else []
 
 
 def _short(value: Any) -> str:

@@ -228,7 +228,7 @@ def main(argv: list[str]) -> int:
         except ImportError:
             print(
                 f"tether run: no {API_KEY_ENV[provider]} set; running against the fake provider needs tether-testing "
-                "(pip install tether-testing; in a checkout, ./tether has it)",
+                "(pip install tether-testing; a checkout's tether script has it)",
                 file=sys.stderr,
             )
             return 2

@@ -100,9 +100,11 @@ def require_approval(run: Attempt, tool: str, approval: Any, key: tuple[str, str
         if run.store.create(path, json.dumps(request, sort_keys=True).encode()):
             raise Suspended(aid, tool)
         existing = run.store.get(path)  # another attempt recorded it first: that one stands
-    aid = str(json.loads(existing or b"{}").get("id") or slot)
+    recorded = json.loads(existing or b"{}")
+    aid = str(recorded.get("id") or slot)
     decision = read_decision(run.store, run.scope, aid)
     if decision is not None:
+        run.account_approval(tool, aid, float(recorded.get("requestedAt") or decision.decided_at), decision)
         return decision
     raise Suspended(aid, tool)
 

@@ -89,14 +89,34 @@ class Attempt(Protocol):
         ...
 
     def account_tool(
-        self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False, key: StepKey | None = None
+        self,
+        name: str,
+        *,
+        replayed: bool,
+        outcome: str,
+        duration_ms: float = 0.0,
+        cached: bool = False,
+        key: StepKey | None = None,
+        record: Record | None = None,
     ) -> None:
-        """A tool call replayed, reused from the cross-run cache, or run live."""
+        """A tool call replayed, reused from the cross-run cache, or run live (``record``: its record)."""
+        ...
+
+    def account_approval(self, tool: str, approval_id: str, requested_at: float, decision: Decided) -> None:
+        """A call of ``tool`` found its approval request decided (the wait: request to decision)."""
         ...
 
     def account_normalised(self, parts: int) -> None:
         """Volatile parts of a model request the fingerprint left out (see the protocol modules)."""
         ...
+
+
+class Decided(Protocol):
+    """A decision on an approval request, as the port reports it (``tether.approvals.Decision``)."""
+
+    approved: bool
+    by: str
+    decided_at: float
 
 
 active: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("tether_run", default=None)

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 import flyte
 
 from . import secrets as tether_secrets
+from . import telemetry
 from .agent import Tool, load_adapter
 from .agent.runner import AgentJob, run_job
 from .api import AgentToolSpec, McpToolStatus
@@ -257,17 +258,24 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
     except Exception as e:  # the run could not start: say why where status is read, not only in a log
         failed = Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")
         _publish_failed_start(store, request.run_id, failed.error or "")
-        return failed
+        return _ended(failed, store)
     try:
         job = AgentJob.of_agent_run(spec, tools, run_id=request.run_id, store=store, namespace=request.namespace, on_step=on_step)
         result = await run_job(adapter, job)
     except Interrupted as e:  # a clean stop: what finished is recorded; the next attempt replays it
         return Outcome(request.run_id, "interrupted", EXIT_INTERRUPTED, error=str(e))
     except Exception as e:
-        return Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")
+        return _ended(Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}"), store)
     # The figures are the AgentResult's fields of the same names (replay time rounded).
     figures = Figures(**{f.name: getattr(result, f.name) for f in dataclasses.fields(Figures)} | {"replay_ms": round(result.replay_ms, 2)})
     return Outcome(request.run_id, result.status, EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED, figures=figures)
+
+
+def _ended(outcome: Outcome, store: str) -> Outcome:
+    """A terminal failure ends the run: its trace gets the run's span (``tether.telemetry``)."""
+    if outcome.exit_code == EXIT_TERMINAL:
+        telemetry.run_failed(outcome.run_id, store, outcome.error or "")
+    return outcome
 
 
 def step_printer(stream: TextIO | None = sys.stdout, log: StepLines | None = None) -> Callable[[StepEvent], None]:

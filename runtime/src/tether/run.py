@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .api import McpToolStatus
-from .attempt import active
+from .attempt import Decided, active
 from .cost import PriceTable
 from .journal import Counters, Journal, Record, StepKey
 from .stores import Store, open_store
+from .telemetry import attempt_trace
 from .usage import Usage
 from .wire.providers import upstreams as resolve_upstreams
 from .wire.seam import WireSeam
@@ -120,6 +121,8 @@ class Run:
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()
         self._journal = Journal(self.store, scope)
+        #: The attempt's OpenTelemetry spans (``tether.telemetry``; does nothing unless configured).
+        self.trace = attempt_trace(scope, self.store)
         self._journal.loose_later = overlap_writes  # the tail is what counts; see tether.journal
         self.accounting = Accounting()
         self._loading: Future[Journal] | None = None
@@ -165,6 +168,7 @@ class Run:
         attempt. A turn killed before its record was written is not there (its cost is known
         nowhere)."""
         self._journal.load()
+        self.trace.loaded(self._journal, self.started_at)
         a = self.accounting
         for record in self._journal.records.values():
             if record.kind != "model":
@@ -251,6 +255,7 @@ class Run:
                 started_at=0.0 if replayed else record.started_at,
             )
         )
+        self.trace.turn(record, replayed=replayed, cost_usd=dollars if record.usage else None)
 
     def account_unrecorded_turn(self, model: str) -> None:
         """A live 2xx the seam could not record (no answer in it): paid for, cost unknown."""
@@ -283,9 +288,21 @@ class Run:
         return None
 
     def account_tool(
-        self, name: str, *, replayed: bool, outcome: str, duration_ms: float = 0.0, cached: bool = False, key: StepKey | None = None
+        self,
+        name: str,
+        *,
+        replayed: bool,
+        outcome: str,
+        duration_ms: float = 0.0,
+        cached: bool = False,
+        key: StepKey | None = None,
+        record: Record | None = None,
     ) -> None:
         self._emit(StepEvent(0, "tool", name, replayed, outcome, duration_ms=duration_ms, cached=cached, key=key))
+        self.trace.tool(name, replayed=replayed, cached=cached, outcome=outcome, duration_ms=duration_ms, record=record)
+
+    def account_approval(self, tool: str, approval_id: str, requested_at: float, decision: Decided) -> None:
+        self.trace.approval(tool, approval_id, requested_at, decision)
 
     def _emit(self, event: StepEvent) -> None:
         if not event.started_at:

@@ -154,7 +154,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     canonical, fp = _step(spec, args)
     record, key = run.claim("tool", fp)
     if record is not None:
-        run.account_tool(spec.name, replayed=True, outcome=record.outcome, key=key)
+        run.account_tool(spec.name, replayed=True, outcome=record.outcome, key=key, record=record)
         return _from_record(spec, record)
     # The turn that asked for this call is durable before the call does anything (its record is
     # written while the framework reads it: tether.wire.seam), or a kill in between would let a
@@ -163,7 +163,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
         await asyncio.to_thread(functools.partial(run.record, cached, replayed=True))
-        run.account_tool(spec.name, replayed=True, outcome=cached.outcome, cached=True, key=key)
+        run.account_tool(spec.name, replayed=True, outcome=cached.outcome, cached=True, key=key, record=cached)
         return _from_record(spec, cached)
     if run.stopping:
         raise Interrupted(run.stopping)  # a stopping attempt starts no new live call
@@ -223,7 +223,7 @@ async def _call_live(run: Attempt, spec: ToolSpec, args: dict[str, Any], canonic
         "tool", fp, key[2], outcome, canonical, {"tool": spec.name}, body, started_at=started, duration_ms=(time.time() - started) * 1000
     )
     await asyncio.to_thread(_commit, run, spec, record)
-    run.account_tool(spec.name, replayed=False, outcome=outcome, duration_ms=record.duration_ms, key=key)
+    run.account_tool(spec.name, replayed=False, outcome=outcome, duration_ms=record.duration_ms, key=key, record=record)
     return _from_record(spec, record)
 
 

@@ -238,8 +238,13 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
                 the_agent = adapter.load(job.agent) if isinstance(job.agent, str) else job.agent
             if run is not None:
                 await run.loaded()  # loading beside the build above
+                run.trace.describe(
+                    **{"tether.framework": adapter.framework, "gen_ai.request.model": model_name, "gen_ai.provider.name": prov}
+                )
             # A stop (SIGINT/SIGTERM under `tether exec`) lets running tool calls be recorded first.
-            result.output = await until_stopped(asyncio.ensure_future(adapter.run(the_agent, job.prompt, session)), run)
+            with run.trace.current() if run else _null():  # the framework's own spans: children of the attempt's
+                running = asyncio.ensure_future(adapter.run(the_agent, job.prompt, session))
+            result.output = await until_stopped(running, run)
             if run is not None:  # the last answers' records (written while the framework went on) are durable first
                 await run.seam.recorded()
         result.status = "succeeded"
@@ -268,6 +273,9 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
         if run is not None:
             await run.aclose()  # first: it waits for streams still being recorded, which the figures count
             _fill(result, run)
+            if result.pending_approval:
+                run.trace.describe(**{"tether.approval.pending": result.pending_approval})
+            await asyncio.to_thread(run.trace.end, result.status, result.error, run_ended=result.status == "succeeded")
     if progress:
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
         await progress.apublish(phase, result=result.output)

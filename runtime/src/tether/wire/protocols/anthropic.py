@@ -38,6 +38,9 @@ class Anthropic(WireProtocol):
         cache_write=("cache_creation_input_tokens",),
         input_includes_cached=False,
     )
+    # A stream names the message in message_start and its stop reason in message_delta.
+    response_id_at = ("id", "message.id")
+    finish_reason_at = ("stop_reason", "delta.stop_reason")
 
     def canonical_body(self, body: dict[str, Any]) -> dict[str, Any]:
         out = super().canonical_body(body)

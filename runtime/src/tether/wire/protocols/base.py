@@ -88,6 +88,11 @@ class WireProtocol:
     stream_usage_at: str = "usage"
     #: True when a streamed answer may also come as one JSON array of chunks (Gemini without ``alt=sse``).
     array_streams: bool = False
+    #: Where an answer (a JSON body, or any event of a stream) names itself and why it stopped,
+    #: for telemetry (``tether.telemetry``): dotted paths, ``*`` for every item of a list. The
+    #: first id found counts; the finish reasons of the last event that has any.
+    response_id_at: tuple[str, ...] = ("id",)
+    finish_reason_at: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._normalisers: dict[str, Normaliser] = {}
@@ -154,6 +159,24 @@ class WireProtocol:
         """The model named by a successful answer, for turns whose request names none (a
         conversation append). Never raises; ``""`` if unknown."""
         return ""
+
+    def answer_facts(self, body: bytes, streamed: bool) -> tuple[str, tuple[str, ...]]:
+        """The answer's id and finish reasons (``""`` and ``()`` where it has none). Never raises."""
+        try:
+            if self.array_streams and body.lstrip().startswith(b"["):
+                events: list[Any] = list(json.loads(body))
+            else:
+                events = list(sse_data(body)) if streamed else [json.loads(body)]
+        except Exception:  # bookkeeping only: a body that cannot be read has no facts
+            return "", ()
+        ids = (
+            found for event in events for path in self.response_id_at for found in find_all(event, path) if isinstance(found, str) and found
+        )
+        reasons: tuple[str, ...] = ()
+        for event in events:
+            found = tuple(str(r) for path in self.finish_reason_at for r in find_all(event, path) if isinstance(r, str) and r)
+            reasons = found or reasons
+        return next(ids, ""), reasons
 
     def landed_check(self, path: str, body: Any) -> str | None:
         """For a turn that adds to state kept on the provider's server (a conversation append):
@@ -227,6 +250,17 @@ def get_path(obj: Any, *keys: str) -> Any:
     return obj
 
 
+def find_all(obj: Any, path: str) -> list[Any]:
+    """The values at a dotted path whose ``*`` segments stand for every item of a list."""
+    found = [obj]
+    for key in path.split("."):
+        if key == "*":
+            found = [item for value in found if isinstance(value, list) for item in value]
+        else:
+            found = [value[key] for value in found if isinstance(value, Mapping) and key in value]
+    return found
+
+
 def positive_int(value: Any) -> int:
     """A token count as reported, or 0 for anything that is not a positive int."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
@@ -255,6 +289,7 @@ __all__ = [
     "UsageFields",
     "WireProtocol",
     "drop_keys",
+    "find_all",
     "get_path",
     "kept_headers",
     "kept_query",

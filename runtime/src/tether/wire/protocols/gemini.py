@@ -39,6 +39,8 @@ class Gemini(WireProtocol):
     )
     usage_at = stream_usage_at = "usageMetadata"
     array_streams = True
+    response_id_at = ("responseId",)
+    finish_reason_at = ("candidates.*.finishReason",)
 
     def tool_name(self, tool: Any) -> str:
         # A function declaration {"name": ...}; a tool object {"functionDeclarations": [...]} is named

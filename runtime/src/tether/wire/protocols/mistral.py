@@ -32,6 +32,7 @@ class MistralChat(WireProtocol):
     # prompt_tokens includes prompt_tokens_details.cached_tokens (prompt caching bills them at 10%).
     # A stream's usage: chat's final chunk, conversations' conversation.response.done event.
     usage_fields = UsageFields(input=("prompt_tokens",), output=("completion_tokens",), cached=("prompt_tokens_details.cached_tokens",))
+    finish_reason_at: tuple[str, ...] = ("choices.*.finish_reason",)
 
 
 # Entries a client sends (an append's inputs); every other entry type is the server's answer.
@@ -91,6 +92,9 @@ class MistralConversations(MistralChat):
         "name",  # label of the stored conversation, never shown to the model
         "description",  # likewise
     }
+    # The conversation names the answer; its entries carry no finish reason.
+    response_id_at = ("conversation_id",)
+    finish_reason_at = ()
 
     def response_model(self, body: bytes, streamed: bool) -> str:
         # An append names no model (the conversation has one); every output entry (or delta) does.

@@ -34,6 +34,7 @@ class OpenAIChat(WireProtocol):
     # prompt_tokens includes the cached ones; completion_tokens includes reasoning tokens. With
     # stream_options.include_usage the last chunk carries `usage`; the others carry null.
     usage_fields = UsageFields(input=("prompt_tokens",), output=("completion_tokens",), cached=("prompt_tokens_details.cached_tokens",))
+    finish_reason_at = ("choices.*.finish_reason",)
 
 
 PROTOCOL = OpenAIChat()

@@ -35,6 +35,9 @@ class OpenAIResponses(WireProtocol):
     # terminal event (response.completed, or .incomplete/.failed) carries response.usage.
     usage_fields = UsageFields(input=("input_tokens",), output=("output_tokens",), cached=("input_tokens_details.cached_tokens",))
     stream_usage_at = "response.usage"
+    # A stream's events carry the response under `response`; its status says how it ended.
+    response_id_at = ("id", "response.id")
+    finish_reason_at = ("status", "response.status")
 
     def canonical_tools(self, tools: Any) -> Any:
         if isinstance(tools, list):

@@ -87,10 +87,12 @@ EOF
     "go.opentelemetry.io/collector/receiver/otlpreceiver@${OTELCOL_VERSION}" \
     "go.opentelemetry.io/collector/service@${OTELCOL_VERSION}" \
     "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter@${OTELCOL_VERSION}" \
-    "go.opentelemetry.io/collector/confmap/provider/fileprovider@${STABLE_VERSION}" >&2 &&
-    go mod tidy >&2)
+    "go.opentelemetry.io/collector/confmap/provider/fileprovider@${STABLE_VERSION}" >&2)
+  # No `go mod tidy`: it would resolve the test imports of the dependencies too, and the module
+  # proxy refuses some of those (otlpencodingextension v0.165.0: 403). `go get` above resolved what
+  # the build needs; -mod=mod lets the build record the go.sum lines of packages it reaches.
   log "compiling"
-  (cd "$src" && go build -p "${TETHER_OTEL_GO_P:-2}" -trimpath -ldflags "-s -w" -o "$BIN/.otelcol-tether.tmp" . >&2)
+  (cd "$src" && go build -mod=mod -p "${TETHER_OTEL_GO_P:-2}" -trimpath -ldflags "-s -w" -o "$BIN/.otelcol-tether.tmp" . >&2)
   mv -f "$BIN/.otelcol-tether.tmp" "$BIN/otelcol-tether"
 }
 

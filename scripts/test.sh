@@ -5,6 +5,9 @@
 #              min cold), in the background from the start;
 #   health-tools  tether-health (tests/support/health: Argo CD's Lua engine and Flux's kstatus), built
 #              or reused (cached by its source; 45 s of CPU cold), in the background from the start;
+#   otel-collector  the OpenTelemetry Collector the telemetry tests export to (scripts/otel-collector.sh:
+#              an OTLP receiver and a file exporter, cached by version; a few minutes cold), in the
+#              background from the start;
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment: the
 #              runtime, the operator and tether.testing);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools),
@@ -86,6 +89,11 @@ browser_bins() {
   have_browser || { echo "no headless Chromium: apt-get install chromium chromium-driver (as root)"; return 2; }
 }
 
+# The OpenTelemetry Collector the telemetry tests export to (scripts/otel-collector.sh, cached
+# like k8s-tools; a few minutes cold): the core group's tests wait for it on its lock.
+phase otel-collector scripts/otel-collector.sh &
+otel_pid=$!
+
 core() {
   local venv
   browser_bins || return
@@ -96,6 +104,8 @@ core() {
   echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
   TETHER_HEALTH_BIN=$(scripts/health-tools.sh 2>/dev/null | tail -n1) || { echo "health tools build failed (see health-tools.log)"; return 2; }
   export TETHER_HEALTH_BIN
+  TETHER_OTEL_BIN=$(scripts/otel-collector.sh 2>/dev/null | tail -n1) || { echo "collector build failed (see otel-collector.log)"; return 2; }
+  export TETHER_OTEL_BIN
   # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
   "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/flyte --ignore=tests/e2e --durations=15 --junitxml="$out/core.xml"
 }
@@ -152,7 +162,7 @@ gates() {
 }
 
 phase gates gates &
-side=("$k8s_pid" "$flyte_build_pid" "$health_build_pid" "$!")  # not counted against the pool: builds, and gates take a minute
+side=("$k8s_pid" "$flyte_build_pid" "$health_build_pid" "$otel_pid" "$!")  # not counted against the pool: builds, and gates take a minute
 # The core group first: it is the longest.
 for group in core "${ADAPTERS[@]}" flyte; do
   while [ "$(jobs -rp | grep -vxFc -f <(printf '%s\n' "${side[@]}"))" -ge "$jobs" ]; do wait -n; done
@@ -178,7 +188,7 @@ else
   echo "== e2e: not run: ${ready:-tests/e2e/run.sh ready failed}"
 fi
 status=0
-for group in k8s-tools gates core "${ADAPTERS[@]}" flyte "${e2e_groups[@]}"; do
+for group in k8s-tools otel-collector gates core "${ADAPTERS[@]}" flyte "${e2e_groups[@]}"; do
   rc=$(cat "$out/$group.rc" 2>/dev/null)
   [ "$rc" = 0 ] || { [ "$group" = flyte ] && [ "$rc" = 3 ]; } || status=1
 done

@@ -312,3 +312,33 @@ def test_the_run_view_is_off_by_default_and_its_reviews_come_only_with_it(helm: 
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TETHER_UI_PORT"] == "8091" and env["TETHER_UI_SHOW_CONTENT"] == "false"
     assert {"name": "ui", "containerPort": 8091} in container["ports"]
+
+
+def test_telemetry_reaches_the_operator_and_every_runs_runtime(helm: Path) -> None:
+    """telemetry.otel: the operator's own OTEL_* variables and, as TETHER_RUNNER_OTEL, every run's
+    (with the content switch); nothing by default; only OTEL_* names; the collector in the runner
+    pods' NetworkPolicy."""
+    docs = render(
+        helm,
+        "telemetry.otel.OTEL_EXPORTER_OTLP_ENDPOINT=http://otel.obs:4318",
+        "telemetry.captureMessageContent=true",
+        "networkPolicy.enabled=true",
+        "networkPolicy.store[0].cidr=10.0.5.0/24",
+        "networkPolicy.store[0].ports={443}",
+        "networkPolicy.providers[0].cidr=203.0.113.10/32",
+        "networkPolicy.providers[0].ports={443}",
+        "networkPolicy.telemetry[0].cidr=10.0.9.0/24",
+        "networkPolicy.telemetry[0].ports={4318}",
+    )
+    (deploy,) = of_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel.obs:4318"
+    assert json.loads(env["TETHER_RUNNER_OTEL"]) == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel.obs:4318",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+    }
+    (runners,) = [p for p in of_kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith("-runners")]
+    assert {"to": [{"ipBlock": {"cidr": "10.0.9.0/24"}}], "ports": [{"protocol": "TCP", "port": 4318}]} in runners["spec"]["egress"]
+    (deploy,) = of_kind(render(helm), "Deployment")
+    assert not [e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"] if "OTEL" in e["name"]]
+    assert "'PATH' does not match pattern '^OTEL_" in render(helm, "telemetry.otel.PATH=/evil", check=False)  # the schema refuses it

@@ -216,6 +216,11 @@ def test_tenancy_and_allowed_images_settings() -> None:
     assert settings.images_allowed == ("reg:5000/rt", "x.io/team/")
     assert settings.secret_access_policy == "tether-secret-access" and settings.agent_modules is None
     assert (repository("reg:5000/rt"), repository("rt:1"), repository("a/b@sha256:00")) == ("reg:5000/rt", "rt", "a/b")
+    # telemetry.otel: OTEL_* variables for every run's runtime, and nothing else.
+    otel = Settings.from_env({"TETHER_NAMESPACES": "a", "TETHER_RUNNER_OTEL": '{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}'})
+    assert otel.runner_otel == {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"} and otel.startup_error() is None
+    smuggled = Settings.from_env({"TETHER_NAMESPACES": "a", "TETHER_RUNNER_OTEL": '{"OTEL_X": "1", "PYTHONPATH": "/evil"}'})
+    assert "TETHER_RUNNER_OTEL names PYTHONPATH: only OTEL_* variables" in (smuggled.startup_error() or "")
 
 
 def test_single_tenant_does_not_look_for_the_secret_access_policy() -> None:

@@ -397,9 +397,10 @@ class RunLoop:
 
     def _runtime_env(self) -> dict[str, str]:
         """The cluster admin's agent allowlist, for the runtime to enforce too (the operator's
-        check might be bypassed); unset, the runtime image's own declared agent modules."""
+        check might be bypassed; unset, the runtime image's own declared agent modules), and the
+        chart's OTEL_* settings (telemetry.otel) for the run's traces."""
         modules = self.settings.agent_modules
-        return {} if modules is None else {AGENT_MODULES_ENV: ",".join(modules)}
+        return dict(self.settings.runner_otel) | ({} if modules is None else {AGENT_MODULES_ENV: ",".join(modules)})
 
     async def _hold(self, held: bool) -> None:
         """Hold the finalizer while the executor runs something, drop it when nothing runs."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -165,6 +166,9 @@ class Settings:
     cloud_events_sink: str = ""
     """Where run and approval CloudEvents are POSTed (env TETHER_CLOUDEVENTS_SINK, chart value
     cloudEvents.sink; an http or https URL). Empty: none are sent."""
+    runner_otel: dict[str, str] = field(default_factory=dict)
+    """OTEL_* variables every run's runtime gets (env TETHER_RUNNER_OTEL, a JSON object; chart
+    values telemetry.otel and telemetry.captureMessageContent): its traces (README.md, "Telemetry")."""
 
     @property
     def single_tenant(self) -> bool:
@@ -182,7 +186,13 @@ class Settings:
             or _resources_error(self.executor.default_resources)
             or self._tenancy_error()
             or sink_error(self.cloud_events_sink)
+            or self._otel_error()
         )
+
+    def _otel_error(self) -> str | None:
+        # Only telemetry settings ride along: this must never become a way to set a run's PATH.
+        wrong = sorted(k for k in self.runner_otel if not re.fullmatch(r"OTEL_[A-Z0-9_]+", k))
+        return f"TETHER_RUNNER_OTEL names {', '.join(wrong)}: only OTEL_* variables (chart value telemetry.otel)" if wrong else None
 
     def _tenancy_error(self) -> str | None:
         # A typo must never silently change who may use which Secret.
@@ -257,6 +267,7 @@ class Settings:
             tenancy=env.get("TETHER_TENANCY", "").strip() or "multi-tenant",
             secret_access_policy=env.get("TETHER_SECRET_ACCESS_POLICY") or "tether-secret-access",
             cloud_events_sink=env.get("TETHER_CLOUDEVENTS_SINK", "").strip(),
+            runner_otel={str(k): str(v) for k, v in json.loads(env.get("TETHER_RUNNER_OTEL") or "{}").items()},
         )
 
 

@@ -12,7 +12,10 @@ tools          ``agents.function_tool`` over ``Tool.as_function(errors="raise")`
                path and reaches the model as text; ``Suspended`` (approval pending) is a
                BaseException the SDK lets through.
 memory         ``TetherSession`` (the SDK's Session protocol) over AgentSession.history/new_items.
-tracing        off for every run (``RunConfig(tracing_disabled=True)``): nothing is exported.
+tracing        off (``RunConfig(tracing_disabled=True)``: nothing is exported) unless OTEL_*
+               variables configure an exporter (``tether.telemetry``): then the SDK's spans go
+               into the run's OpenTelemetry trace under the attempt's span (``.tracing``; the
+               SDK's own processor, which sends to OpenAI, is replaced).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from tether import telemetry
 from tether.agent import Adapter, AgentSession, AgentSpec, Tool, tool_error_text
 from tether.errors import ToolError
 
@@ -180,9 +184,14 @@ class OpenAIAgentsAdapter(Adapter):
         if inspect.isawaitable(agent):
             agent = await agent
         client = _client(session, "openai")
+        traced = telemetry.configured()
+        if traced:
+            from .tracing import install
+
+            install()
         run_config = RunConfig(
             model_provider=MultiProvider(openai_client=client, openai_use_responses_websocket=False),
-            tracing_disabled=True,
+            tracing_disabled=not traced,
         )
         kwargs: dict[str, Any] = {"run_config": run_config}
         if session.memory is not None:

@@ -33,6 +33,7 @@ $V/bin/python benchmarks/crash_resume.py [--scale 1.0] [--via transport|proxy] [
 $(scripts/env.sh openai)/bin/python benchmarks/crash_resume_agents.py [--scale 1.0]
 $V/bin/python benchmarks/replay_cost.py [--steps 10,100,1000] [--no-s3] [--repeat 3]
 $V/bin/python benchmarks/record_overhead.py [--calls 40] [--turns 8] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
+$V/bin/python benchmarks/trace_overhead.py [--calls 80] [--turns 8] [--latency 0.05]
 $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
@@ -102,6 +103,17 @@ imported and its client built), `journal load` (pack and tail, attempt claim), t
 A load reads the pack and the tail at known keys and claims the attempt number, without a listing,
 after a clean end and after a kill alike (journal_load.py).
 The steady state is the same journal replayed again in the benchmark's own, started process.
+
+## trace_overhead.py — what tracing a live turn costs
+
+A live turn (non-streamed and streamed) through Tether's transport, recorded to the local store,
+against the fake provider (own process, 50 ms latency), in a run without OTEL_* variables (no
+tracer) and in a run exporting its spans by OTLP to a real OpenTelemetry Collector on loopback
+(scripts/otel-collector.sh) with the standard batch processor: each live turn a `chat` span with
+its GenAI attributes (the answer's id and finish reasons read from its body), exported in the
+background. Blocks of `--turns` calls alternate between the two runs, medians per call compared.
+Goal: ratio ≤ 1.01 (tracing costs at most 1 % of a 50 ms turn). `end flush` is what the end of a
+traced attempt waits for once: its span, then everything exported.
 
 ## record_overhead.py — what recording a step costs
 
@@ -308,6 +320,25 @@ def overhead_rows(results: dict) -> list[str]:
     return [*out, ""]
 
 
+def trace_rows(results: dict) -> list[str]:
+    r = results.get("trace_overhead")
+    if not r:
+        return []
+    f = r["figures"]
+    out = [
+        f"**trace_overhead** — {provenance(r)}; provider latency {f['latency_s'] * 1000:.0f} ms, medians",
+        "",
+        "| variant | tracing off | traced | ratio | per turn | end flush |",
+        "|---|---|---|---|---|---|",
+    ]
+    for variant in ("plain", "stream"):
+        v = f[variant]
+        out.append(
+            f"| {variant} | {v['off_ms']:.2f} ms | {v['traced_ms']:.2f} ms | ×{v['ratio']:.3f} | {v['overhead_ms']:+.2f} ms | {v['end_flush_ms']:.1f} ms |"
+        )
+    return [*out, ""]
+
+
 def exit_note(warm: dict) -> str:
     """The time to the worker's exit beside the time to its outcome (older results lack it)."""
     return f" ({warm['retry_to_exit_s'] * 1000:.0f} ms to its exit)" if "retry_to_exit_s" in warm else ""
@@ -463,6 +494,13 @@ def summary(results: dict) -> list[str]:
                 f"| ×{p['transport_ratio']:.3f} transport, ×{p['proxy_ratio']:.3f} proxy (streamed ×{s['transport_ratio']:.3f} / "
                 f"×{s['proxy_ratio']:.3f}) | {provenance(r)} |"
             )
+    if r := results.get("trace_overhead"):
+        f = r["figures"]
+        p, s = f["plain"], f["stream"]
+        out.append(
+            f"| tracing overhead of a live turn ({f['latency_s'] * 1000:.0f} ms provider), OTLP to a real collector "
+            f"| ×{p['ratio']:.3f} (streamed ×{s['ratio']:.3f}) | {provenance(r)} |"
+        )
     if r := results.get("parallel_tools"):
         f = r["figures"]
         for kind in ("async", "sync"):
@@ -517,6 +555,7 @@ def render_readme(results: dict) -> str:
         *crash_rows(results),
         *replay_rows(results),
         *overhead_rows(results),
+        *trace_rows(results),
         *parallel_rows(results),
         *startup_rows(results),
         *load_rows(results),

@@ -26,3 +26,8 @@ def test_replay_cost(tmp_path: Path) -> None:
 def test_record_overhead(tmp_path: Path) -> None:
     figures = smoke("record_overhead.py", "--calls", "2", "--turns", "1", "--no-s3", results=tmp_path, name="record_overhead")
     assert "local" in figures and "s3" not in figures
+
+
+def test_trace_overhead(tmp_path: Path) -> None:
+    figures = smoke("trace_overhead.py", "--calls", "2", "--turns", "1", results=tmp_path, name="trace_overhead")
+    assert figures["chat_spans_received"] == figures["plain"]["live_turns"] + figures["stream"]["live_turns"] > 0

@@ -35,6 +35,7 @@ from tests.support.otel import Collector, Span, collector
 from tests.support.tool_runner_pod import MODEL_KEY, WEATHER_KEY, Pod
 from tests.support.wait import wait_for
 from tether import telemetry
+from tether.stores import open_store
 from tether.testing import FakeProvider
 
 PROMPT = "weather: Paris and Atlantis?"
@@ -214,3 +215,38 @@ def test_nothing_is_imported_without_an_exporter(tmp_path):
         {"OTEL_TRACES_EXPORTER": "otlp"}
     )
     assert not telemetry.configured({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_TRACES_EXPORTER": "none"})
+
+
+async def test_a_decided_approval_is_a_span_with_its_wait_and_who_decided(tmp_path, otel, monkeypatch):
+    """The attempt that suspends says which approval it waits for; the attempt after the decision
+    has an ``await_approval`` span from the request to the decision, under the same trace."""
+    from tests.core.chat_adapter import ADAPTER
+    from tether.agent import run_agent, tool
+    from tether.approvals import decide
+
+    @tool(approval="Refund {amount}?")
+    def refund(amount: int) -> str:
+        """Refund an amount."""
+        return f"refunded {amount}"
+
+    script = {
+        "conversations": [
+            {"match": "refund", "turns": [{"tool_calls": [{"name": "refund", "arguments": {"amount": 40}}]}, {"text": "Done."}]}
+        ]
+    }
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otel.endpoint)
+    store = str(tmp_path / "store")
+    with FakeProvider(script) as fake:
+        common = dict(model="gpt-4o-mini", tools=[refund], run_id="otel-approval", store=store, upstreams={"openai": fake.url + "/openai"})
+        first = await run_agent(ADAPTER, "refund 40 please", **common)
+        assert first.status == "suspended" and first.pending_approval
+        decide(open_store(store), "otel-approval", first.pending_approval, True, by="alice")
+        done = await run_agent(ADAPTER, "refund 40 please", **common)
+        assert done.status == "succeeded"
+    spans = traced(otel, "otel-approval")
+    attempts = {s["tether.attempt"]: s for s in spans if s.name.startswith("invoke_agent")}
+    assert attempts[1]["tether.attempt.status"] == "suspended" and attempts[1]["tether.approval.pending"] == first.pending_approval
+    (waited,) = [s for s in spans if s.name == "await_approval refund"]
+    assert waited.parent == attempts[2].span_id and waited["tether.approval.id"] == first.pending_approval
+    assert waited["tether.approval.approved"] is True and waited["tether.approval.by"] == "alice"
+    assert waited["tether.approval.wait_s"] > 0 and waited.end_ns > waited.start_ns

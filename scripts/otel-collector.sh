@@ -13,7 +13,7 @@ set -euo pipefail
 
 OTELCOL_VERSION=v0.165.0      # go.opentelemetry.io/collector/* and collector-contrib/* (beta modules)
 STABLE_VERSION=v1.71.0        # the same release's stable modules (confmap, its providers, ...)
-RECIPE=1                      # bump when the build recipe itself changes
+RECIPE=2                      # bump when the build recipe itself changes
 
 GO_VERSION="$(GOTOOLCHAIN=local go env GOVERSION)"
 KEY="otelcol-${OTELCOL_VERSION}_${GO_VERSION}_r${RECIPE}"
@@ -48,6 +48,7 @@ import (
 	fileexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/provider/envprovider"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/otelcol"
@@ -73,7 +74,11 @@ func main() {
 		BuildInfo: component.BuildInfo{Command: "otelcol-tether", Description: "OTLP in, OTLP JSON files out", Version: "tether"},
 		Factories: components,
 		ConfigProviderSettings: otelcol.ConfigProviderSettings{
-			ResolverSettings: confmap.ResolverSettings{ProviderFactories: []confmap.ProviderFactory{fileprovider.NewFactory()}},
+			// ${VAR} in a config is read from the environment (the collector's default scheme).
+			ResolverSettings: confmap.ResolverSettings{
+				ProviderFactories: []confmap.ProviderFactory{envprovider.NewFactory(), fileprovider.NewFactory()},
+				DefaultScheme:     "env",
+			},
 		},
 	}
 	if err := otelcol.NewCommand(set).Execute(); err != nil {
@@ -87,6 +92,7 @@ EOF
     "go.opentelemetry.io/collector/receiver/otlpreceiver@${OTELCOL_VERSION}" \
     "go.opentelemetry.io/collector/service@${OTELCOL_VERSION}" \
     "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter@${OTELCOL_VERSION}" \
+    "go.opentelemetry.io/collector/confmap/provider/envprovider@${STABLE_VERSION}" \
     "go.opentelemetry.io/collector/confmap/provider/fileprovider@${STABLE_VERSION}" >&2)
   # No `go mod tidy`: it would resolve the test imports of the dependencies too, and the module
   # proxy refuses some of those (otlpencodingextension v0.165.0: 403). `go get` above resolved what

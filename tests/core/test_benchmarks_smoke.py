@@ -30,4 +30,5 @@ def test_record_overhead(tmp_path: Path) -> None:
 
 def test_trace_overhead(tmp_path: Path) -> None:
     figures = smoke("trace_overhead.py", "--calls", "2", "--turns", "1", results=tmp_path, name="trace_overhead")
-    assert figures["chat_spans_received"] == figures["plain"]["live_turns"] + figures["stream"]["live_turns"] > 0
+    assert figures["chat_spans_received"] >= figures["plain"]["live_turns"] + figures["stream"]["live_turns"] > 0
+    assert 0 < figures["plain"]["span_work_us"] < 100_000

@@ -250,3 +250,48 @@ async def test_a_decided_approval_is_a_span_with_its_wait_and_who_decided(tmp_pa
     assert waited.parent == attempts[2].span_id and waited["tether.approval.id"] == first.pending_approval
     assert waited["tether.approval.approved"] is True and waited["tether.approval.by"] == "alice"
     assert waited["tether.approval.wait_s"] > 0 and waited.end_ns > waited.start_ns
+
+
+def _sse(*events: dict, done: bool = False) -> bytes:
+    out = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+@pytest.mark.parametrize(
+    ("protocol", "body", "streamed", "facts"),
+    [
+        ("openai-chat", {"id": "chatcmpl-1", "choices": [{"finish_reason": "tool_calls"}]}, False, ("chatcmpl-1", ("tool_calls",))),
+        (
+            "openai-chat",
+            _sse({"id": "chatcmpl-2", "choices": [{"delta": {"content": "Hi"}, "finish_reason": None}]},
+                 {"id": "chatcmpl-2", "choices": [{"delta": {}, "finish_reason": "stop"}]},
+                 {"id": "chatcmpl-2", "choices": [], "usage": {"prompt_tokens": 3}}, done=True),
+            True,
+            ("chatcmpl-2", ("stop",)),
+        ),
+        (
+            "openai-responses",
+            _sse({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}},
+                 {"type": "response.output_text.delta", "delta": "Hi"},
+                 {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}}),
+            True,
+            ("resp_1", ("completed",)),
+        ),
+        (
+            "anthropic",
+            _sse({"type": "message_start", "message": {"id": "msg_1", "stop_reason": None}},
+                 {"type": "content_block_delta", "delta": {"text": "Hi"}},
+                 {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+                 {"type": "message_stop"}),
+            True,
+            ("msg_1", ("end_turn",)),
+        ),
+        ("gemini", {"responseId": "g-1", "candidates": [{"finishReason": "STOP"}, {"finishReason": "MAX_TOKENS"}]}, False, ("g-1", ("STOP", "MAX_TOKENS"))),
+        ("mistral-conversations", {"conversation_id": "conv_1", "outputs": []}, False, ("conv_1", ())),
+        ("openai-chat", b"not json", False, ("", ())),
+    ],
+)  # fmt: skip
+def test_an_answer_names_its_id_and_finish_reasons(protocol, body, streamed, facts):
+    """What a ``chat`` span's gen_ai.response.id and .finish_reasons come from, per wire format."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    assert telemetry._PROTOCOLS[protocol].answer_facts(raw, streamed) == facts

@@ -254,12 +254,17 @@ class AttemptTrace(NoTrace):
         self._notes_lock = threading.Lock()
         self._earlier: threading.Thread | None = None
         self._ended = False
+        self._parents: dict[int, Any] = {}
 
     # -- ids and parents ---------------------------------------------------------------------
     def _parent(self, span_id: int) -> Any:
-        t = self.sdk.trace
-        context = t.SpanContext(self.trace_id, span_id, is_remote=True, trace_flags=t.TraceFlags(t.TraceFlags.SAMPLED))
-        return t.set_span_in_context(t.NonRecordingSpan(context))
+        """The context of a span of this trace by its id (cached: every step of an attempt asks)."""
+        context = self._parents.get(span_id)
+        if context is None:
+            t = self.sdk.trace
+            span = t.SpanContext(self.trace_id, span_id, is_remote=True, trace_flags=t.TraceFlags(t.TraceFlags.SAMPLED))
+            context = self._parents[span_id] = t.set_span_in_context(t.NonRecordingSpan(span))
+        return context
 
     def _span(
         self,

@@ -161,22 +161,41 @@ class WireProtocol:
         return ""
 
     def answer_facts(self, body: bytes, streamed: bool) -> tuple[str, tuple[str, ...]]:
-        """The answer's id and finish reasons (``""`` and ``()`` where it has none). Never raises."""
+        """The answer's id and finish reasons (``""`` and ``()`` where it has none). Never raises.
+        A stream's events are read from its start for the id and from its end for the reasons,
+        each until found: a long stream is not parsed whole."""
         try:
             if self.array_streams and body.lstrip().startswith(b"["):
                 events: list[Any] = list(json.loads(body))
+                payloads: list[bytes] | None = None
             else:
-                events = list(sse_data(body)) if streamed else [json.loads(body)]
+                events, payloads = [], sse_payloads(body) if streamed else [body]
         except Exception:  # bookkeeping only: a body that cannot be read has no facts
             return "", ()
+
+        def parsed(order: int) -> Iterator[Any]:
+            if payloads is None:
+                yield from events[::order]
+                return
+            for raw in payloads[::order]:
+                try:
+                    yield json.loads(raw)
+                except ValueError:
+                    continue
+
         ids = (
-            found for event in events for path in self.response_id_at for found in find_all(event, path) if isinstance(found, str) and found
+            found
+            for event in parsed(1)
+            for path in self.response_id_at
+            for found in find_all(event, path)
+            if isinstance(found, str) and found
         )
-        reasons: tuple[str, ...] = ()
-        for event in events:
-            found = tuple(str(r) for path in self.finish_reason_at for r in find_all(event, path) if isinstance(r, str) and r)
-            reasons = found or reasons
-        return next(ids, ""), reasons
+        reasons = (
+            found
+            for event in parsed(-1)
+            if (found := tuple(str(r) for path in self.finish_reason_at for r in find_all(event, path) if isinstance(r, str) and r))
+        )
+        return next(ids, ""), next(reasons, ()) if self.finish_reason_at else ()
 
     def landed_check(self, path: str, body: Any) -> str | None:
         """For a turn that adds to state kept on the provider's server (a conversation append):
@@ -220,14 +239,21 @@ class WireProtocol:
 
 def sse_data(body: bytes) -> Iterator[Any]:
     """Yield the JSON payload of each ``data:`` event of an SSE body; skips ``[DONE]`` and non-JSON."""
-    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
-        data = b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
-        if not data or data == b"[DONE]":
-            continue
+    for data in sse_payloads(body):
         try:
             yield json.loads(data)
         except ValueError:
             continue
+
+
+def sse_payloads(body: bytes) -> list[bytes]:
+    """The ``data:`` payload of each event of an SSE body, unparsed; without ``[DONE]``."""
+    out = []
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
+        if data and data != b"[DONE]":
+            out.append(data)
+    return out
 
 
 def drop_keys(obj: Mapping[str, Any], keys: frozenset[str] | set[str]) -> dict[str, Any]:
@@ -297,4 +323,5 @@ __all__ = [
     "route",
     "sort_by_name",
     "sse_data",
+    "sse_payloads",
 ]

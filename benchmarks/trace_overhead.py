@@ -9,7 +9,8 @@ does nothing) and a run exporting to a real OpenTelemetry Collector (scripts/ote
 OTLP over HTTP on loopback, a file exporter) with the standard batch processor settings — every
 live turn a ``chat`` span with its GenAI attributes (the answer's id and finish reasons read from
 its body), exported in the background. Blocks of ``--turns`` calls back to back alternate between
-the two ways, so the machine's load hits both alike; medians per call are compared. Goal: ratio
+the two ways and a third, a second untraced run (``null``: its ratio to the first is the noise
+floor of the comparison), so the machine's load hits all alike; medians per call are compared. Goal: ratio
 ≤ 1.01 (tracing costs at most 1 % of a 50 ms turn). Also printed: what the end of a traced
 attempt waits for (its spans flushed to the collector), once per attempt. The last line is one
 JSON object.
@@ -57,7 +58,8 @@ def new_run(store: LocalStore, upstream: str, endpoint: str | None) -> Run:
 
 async def measure(provider_url: str, endpoint: str, store: LocalStore, calls: int, turns: int, stream: bool) -> dict:
     upstream = provider_url + "/openai"
-    runs = {"off": new_run(store, upstream, None), "traced": new_run(store, upstream, endpoint)}
+    # "null": a second untraced run, timed like the others: its ratio to "off" is the noise floor.
+    runs = {"off": new_run(store, upstream, None), "traced": new_run(store, upstream, endpoint), "null": new_run(store, upstream, None)}
     assert type(runs["off"].trace).__name__ == "NoTrace" and type(runs["traced"].trace).__name__ == "AttemptTrace"
     clients = {
         way: AsyncOpenAI(
@@ -82,15 +84,17 @@ async def measure(provider_url: str, endpoint: str, store: LocalStore, calls: in
         await client.close()
     for run in runs.values():
         await run.aclose()
-    span_us = span_work(runs["traced"])
     started = time.perf_counter()
     await asyncio.to_thread(runs["traced"].trace.end, "succeeded")  # the attempt's span, then everything flushed
     flush = time.perf_counter() - started
-    off, traced = statistics.median(times["off"]), statistics.median(times["traced"])
+    span_us = span_work(runs["traced"])
+    await asyncio.to_thread(runs["traced"].trace.flush)  # those spans too, while the collector listens
+    off, traced, null = (statistics.median(times[way]) for way in ("off", "traced", "null"))
     return {
         "off_ms": round(off * 1000, 3),
         "traced_ms": round(traced * 1000, 3),
         "ratio": round(traced / off, 4),
+        "null_ratio": round(null / off, 4),
         "overhead_ms": round((traced - off) * 1000, 3),
         "end_flush_ms": round(flush * 1000, 3),
         # Tracing's own work on a live turn (the span of one of the recorded turns, made again
@@ -136,11 +140,13 @@ def main() -> int:
     print(
         f"live turn with {args.latency * 1000:.0f} ms provider latency, recorded; medians of {args.calls} calls per way, {args.turns} back to back per block"
     )
-    print(f"  {'variant':<10}{'off ms':>9}{'traced ms':>11}{'ratio':>8}{'+ms':>8}{'span work us':>14}{'share':>8}{'end flush ms':>14}")
+    print(
+        f"  {'variant':<10}{'off ms':>9}{'traced ms':>11}{'ratio':>8}{'+ms':>8}{'null':>7}{'span work us':>14}{'share':>8}{'end flush ms':>14}"
+    )
     for variant in ("plain", "stream"):
         f = figures[variant]
         print(
-            f"  {variant:<10}{f['off_ms']:>9.2f}{f['traced_ms']:>11.2f}{f['ratio']:>8.3f}{f['overhead_ms']:>8.2f}"
+            f"  {variant:<10}{f['off_ms']:>9.2f}{f['traced_ms']:>11.2f}{f['ratio']:>8.3f}{f['overhead_ms']:>8.2f}{f['null_ratio']:>7.3f}"
             f"{f['span_work_us']:>14.1f}{f['span_work_share']:>8.2%}{f['end_flush_ms']:>14.2f}"
         )
     figures["goal_met"] = all(figures[v]["ratio"] <= 1.01 for v in ("plain", "stream"))

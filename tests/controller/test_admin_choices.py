@@ -115,7 +115,8 @@ def _operator(kube: ControlPlane, release: Release, work: Path, **env: str) -> O
 @pytest.fixture(scope="module")
 def k8s_operator(kube: ControlPlane, releases: None, tmp_path_factory) -> Iterator[Operator]:
     op = _operator(kube, K8S, tmp_path_factory.mktemp("trust-k"), TETHER_EXECUTOR="kubernetes", TETHER_RUNTIME_IMAGE=RUNTIME_IMAGE,
-                   TETHER_ALLOWED_IMAGES=json.dumps(IMAGES), TETHER_AGENT_MODULES="shop.agents", TETHER_RESYNC_SECONDS="1")  # fmt: skip
+                   TETHER_ALLOWED_IMAGES=json.dumps(IMAGES), TETHER_AGENT_MODULES="shop.agents", TETHER_RESYNC_SECONDS="1",
+                   TETHER_RUNNER_OTEL=json.dumps({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel.obs:4318"}))  # fmt: skip
     yield op
     op.stop()
 
@@ -258,6 +259,8 @@ def test_an_agent_module_not_allowed_is_refused(
     assert _create(kube, K8S_NS, _run("byo", agent="shop.agents:triage"), mallory).returncode == 0
     pod = _pod(kube, K8S_NS, "byo")
     assert {"name": "TETHER_AGENT_MODULES", "value": "shop.agents"} in pod["spec"]["containers"][0]["env"]  # the runtime checks too
+    # The chart's telemetry.otel reaches the runner pod (its traces: tether.telemetry).
+    assert {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel.obs:4318"} in pod["spec"]["containers"][0]["env"]
 
     # The default (the image's declared agents): the operator refuses the standard library.
     assert _create(kube, LOCAL_NS, _run("shell", agent="os:system"), mallory).returncode == 0

@@ -30,14 +30,15 @@ the GenAI conventions' switch; request headers (credentials) never are.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError
 from .journal import Record
@@ -205,6 +206,24 @@ def _sdk() -> _Exporting:
 
 
 # -- one attempt -------------------------------------------------------------------------------
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _quiet(method: F) -> F:
+    """Telemetry never fails a run once it started: an error in making a span is logged, once."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception as e:
+            if not getattr(guarded, "logged", False):
+                log.warning("tether: telemetry %s failed (spans may be missing): %s: %s", method.__name__, type(e).__name__, e)
+                guarded.logged = True  # type: ignore[attr-defined]
+
+    return guarded  # type: ignore[return-value]
+
+
 class NoTrace:
     """What an attempt has when no exporter is configured: every call does nothing."""
 
@@ -291,6 +310,7 @@ class AttemptTrace(NoTrace):
         span.end(end_time=_ns(max(end, start)))
 
     # -- what Run reports ----------------------------------------------------------------------
+    @_quiet
     def loaded(self, journal: Journal, started_at: float) -> None:
         """The journal is loaded: the attempt number is known. The earlier attempts that left no
         end of their own are exported from their records, in a thread of its own."""
@@ -308,6 +328,7 @@ class AttemptTrace(NoTrace):
             attributes["gen_ai.provider.name"] = PROVIDER_NAMES.get(attributes["gen_ai.provider.name"], attributes["gen_ai.provider.name"])
         self.attributes.update({k: v for k, v in attributes.items() if v})
 
+    @_quiet
     def turn(self, record: Record, *, replayed: bool, cost_usd: float | None) -> None:
         now = time.time()
         start, end = (now, now) if replayed else (record.started_at or now, (record.started_at or now) + record.duration_ms / 1000)
@@ -359,6 +380,7 @@ class AttemptTrace(NoTrace):
             f"chat {record.model}".strip(), start, end, attrs, parent=attempt_span_id(self.scope, attempt), attempt=attempt, error=error
         )
 
+    @_quiet
     def tool(self, name: str, *, replayed: bool, cached: bool, outcome: str, duration_ms: float, record: Record | None) -> None:
         now = time.time()
         start = now if replayed or record is None else (record.started_at or now)
@@ -408,6 +430,7 @@ class AttemptTrace(NoTrace):
             attrs["gen_ai.tool.call.result"] = record.body.decode(errors="replace")
         self._span(f"execute_tool {name}", start, end, attrs, parent=attempt_span_id(self.scope, attempt), attempt=attempt, error=error)
 
+    @_quiet
     def approval(self, tool: str, approval_id: str, requested_at: float, decision: Any) -> None:
         """A decided approval: a span from the request to the decision (its wait)."""
         attrs = {
@@ -431,6 +454,7 @@ class AttemptTrace(NoTrace):
         finally:
             context.detach(token)
 
+    @_quiet
     def end(self, status: str, error: str | None = None, *, run_ended: bool = False) -> None:
         """The attempt ended (``succeeded``, ``failed``, ``suspended``, ``interrupted``): its span,
         the run's if the run ended with it, then everything exported (bounded wait)."""

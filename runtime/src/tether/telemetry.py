@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError
-from .journal import Record
+from .journal import Record, read_attempts
 from .stores import Store
 from .usage import Usage
 from .wire import protocols
@@ -512,8 +512,7 @@ class AttemptTrace(NoTrace):
 
     def _attempt_started(self, attempt: int) -> float | None:
         try:
-            data = self.store.get(f"journal/{self.scope}/attempts/{attempt:05d}")
-            return float(data) if data else None
+            return read_attempts(self.store, self.scope).get(attempt)
         except Exception:
             return None
 

@@ -15,6 +15,7 @@ __path__ = extend_path(__path__, __name__)
 
 from .agent import Adapter, AgentResult, AgentSession, AgentSpec, Tool, load_adapter, run_agent, run_agent_sync, tool
 from .errors import ConfigError, StoreAccessDenied, StoreError, StoreUnavailable, Suspended, TetherError, ToolError
+from .mcp import mcp_stdio, mcp_url
 from .secrets import secret
 from .tools import idempotency_key
 
@@ -33,6 +34,8 @@ __all__ = [
     "ToolError",
     "idempotency_key",
     "load_adapter",
+    "mcp_stdio",
+    "mcp_url",
     "run_agent",
     "run_agent_sync",
     "secret",

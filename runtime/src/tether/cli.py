@@ -12,6 +12,7 @@ COMMANDS = {
     "exec": ("tether.commands.exec", "Run one attempt of an AgentRun request (what executors start)."),
     "tool-runner": ("tether.commands.tool_runner", "Serve an AgentTool's calls on a socket, with its own secrets (beside exec)."),
     "store-proxy": ("tether.commands.store_proxy", "Serve one run's keys of the store on a socket (beside exec)."),
+    "mcp-relay": ("tether.commands.mcp_relay", "Launch a stdio MCP server behind the run's journal (tether.mcp_stdio)."),
     "approve": ("tether.commands.approve", "Approve or decline a pending tool call of a run."),
     "status": ("tether.commands.status", "Show a run's progress, steps, usage and approvals."),
     "list": ("tether.commands.list", "List the runs in a store: phase, attempt, turns, cost."),

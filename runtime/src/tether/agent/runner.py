@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import mcp
 from ..api import AgentRunSpec, Limits
 from ..errors import ConfigError, Interrupted, LimitExceeded, Suspended
 from ..memory import Memory
@@ -210,6 +211,8 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
         if job.durable
         else None
     )
+    if run is not None and mcp.follows_active():
+        mcp.serve(run)  # MCP clients pointed at the active run find it
     memory = Memory(the_store, job.namespace, job.memory_key) if job.memory_key else None
     session = AgentSession(
         run, prov, memory, max_turns=job.max_turns, stream=job.stream, upstreams=run.upstreams if run else resolve_upstreams(job.upstreams)

@@ -5,29 +5,52 @@ Any SDK, any language, a subprocess CLI: point its base URL at ``proxy.base_url(
 token in the path keeps concurrent runs in one process apart. The proxy knows a run only by its
 seam (``Wired``): it never reads or writes the run itself. Live requests go upstream with the
 caller's own credentials; the proxy never stores or logs them.
+
+MCP servers are reached the same way (``/r/<token>/mcp/<server>/<upstream URL, base64url>``): the
+proxy only carries those requests; ``tether.mcp`` (a layer above, where tool steps are journaled)
+mounts the handler that decides (:attr:`WireProxy.mcp`).
 """
 
 from __future__ import annotations
 
+import base64
 import secrets
 import threading
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
+from .messages import WireResponse
 from .seam import Wired, WireRequest, WireSeam
+
+#: What serves an MCP request: the run's seam (``None``: no run to journal in), the server's
+#: name (part of every tool step's key) and the request, its URL the server's.
+McpHandler = Callable[[WireSeam | None, str, WireRequest], Awaitable[WireResponse]]
+
+
+def encode_upstream(url: str) -> str:
+    """An upstream URL as one path segment (base64url, unpadded)."""
+    return base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+def decode_upstream(segment: str) -> str:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode()
 
 
 class WireProxy:
     def __init__(self) -> None:
         self._seams: dict[str, WireSeam] = {}
+        #: Mounted by ``tether.mcp`` on first use; until then MCP requests are refused (404).
+        self.mcp: McpHandler | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
 
     # -- lifecycle (on the wire loop) ----------------------------------------------------------
     async def _start(self, host: str, port: int) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/r/{token}/mcp/{server}/{upstream}", self._handle_mcp)
         app.router.add_route("*", "/r/{token}/{provider}/{tail:.*}", self._handle)
         # handler_cancellation: a client that hangs up (an SDK timing out before its retry) cancels
         # its request here too, so an answer nobody reads is not recorded; a stream already
@@ -72,16 +95,25 @@ class WireProxy:
         tokens = run.seam.proxy_tokens or [self.register(run)]
         return f"http://127.0.0.1:{self.port}/r/{tokens[0]}/{provider}"
 
+    def mcp_url(self, run: Wired | None, server: str, upstream: str) -> str:
+        """The URL an MCP client should use for the server at ``upstream``: ``run``'s, or (``None``)
+        whichever run is active in this process when a request arrives, like :meth:`active_url`."""
+        token = (run.seam.proxy_tokens or [self.register(run)])[0] if run is not None else "active"
+        return f"http://127.0.0.1:{self.port}/r/{token}/mcp/{server}/{encode_upstream(upstream)}"
+
     # -- one request ---------------------------------------------------------------------------
+    def _active(self) -> list[WireSeam]:
+        return list({id(s): s for s in self._seams.values()}.values())
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
         provider = request.match_info["provider"]
         if token == "active":
-            active = {id(s): s for s in self._seams.values()}
+            active = self._active()
             if len(active) != 1:
                 msg = f"tether proxy: /r/active/ needs exactly one active run in this process, found {len(active)}"
                 return web.json_response({"error": {"message": msg, "type": "tether_proxy"}}, status=409)
-            token = next(k for k, s in self._seams.items() if s is next(iter(active.values())))
+            token = next(k for k, s in self._seams.items() if s is active[0])
         seam = self._seams.get(token)
         if seam is None or provider not in seam.upstreams:
             return web.json_response({"error": {"message": "tether proxy: unknown run or provider", "type": "tether_proxy"}}, status=404)
@@ -95,8 +127,44 @@ class WireProxy:
             headers=list(request.headers.items()),
             body=await request.read(),
         )
+        return await self._answer(request, seam.handle(wire))
+
+    async def _handle_mcp(self, request: web.Request) -> web.StreamResponse:
+        """An MCP server's request. With no run active (an MCP client that connects before its run
+        starts) the handler forwards it unjournaled, as a tool called outside a run just runs."""
+        token = request.match_info["token"]
+        seam: WireSeam | None
+        if token == "active":
+            active = self._active()
+            if len(active) > 1:
+                msg = f"tether proxy: /r/active/ needs at most one active run in this process, found {len(active)}"
+                return web.json_response({"error": {"message": msg, "type": "tether_proxy"}}, status=409)
+            seam = active[0] if active else None
+        else:
+            seam = self._seams.get(token)
+            if seam is None:
+                return web.json_response({"error": {"message": "tether proxy: unknown run", "type": "tether_proxy"}}, status=404)
         try:
-            response = await seam.handle(wire)
+            upstream = decode_upstream(request.match_info["upstream"])
+        except ValueError:
+            return web.json_response({"error": {"message": "tether proxy: malformed MCP server URL", "type": "tether_proxy"}}, status=404)
+        if self.mcp is None:
+            return web.json_response({"error": {"message": "tether proxy: MCP is not mounted", "type": "tether_proxy"}}, status=404)
+        url, _, query = upstream.partition("?")
+        wire = WireRequest(
+            method=request.method,
+            provider="mcp",
+            path="",
+            url=url,
+            query="&".join(q for q in (query, request.query_string) if q),
+            headers=list(request.headers.items()),
+            body=await request.read(),
+        )
+        return await self._answer(request, self.mcp(seam, request.match_info["server"], wire))
+
+    async def _answer(self, request: web.Request, answering: Awaitable[WireResponse]) -> web.StreamResponse:
+        try:
+            response = await answering
         except RecoverableStepError as e:
             # 502 is recoverable for every SDK: it retries or fails the attempt, never records.
             return web.json_response({"error": {"message": f"tether proxy: {e}", "type": "tether_upstream"}}, status=502)

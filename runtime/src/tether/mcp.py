@@ -1,0 +1,217 @@
+"""MCP at the wire: a framework's own MCP client, journaled (README.md, "MCP servers").
+
+Point the framework's MCP client at Tether with one line, whatever the framework:
+
+    url = tether.mcp_url("https://mcp.shop.example/mcp", name="shop")       # Streamable HTTP
+    params = tether.mcp_stdio("npx", ["-y", "some-mcp-server"], name="fs")   # stdio: {"command", "args"}
+
+Streamable HTTP requests reach the loopback proxy (``tether.wire.proxy``), which hands them to
+:func:`handle`; a stdio server is launched by ``tether mcp-relay`` (``tether.commands.mcp_relay``),
+which the framework starts in the server's place and which sends the client's requests the same way.
+
+    tools/call      → a tool step of the run through the tool seam (``tether.tools.call_tool``):
+                      keyed by server name, tool name and canonical arguments (never the JSON-RPC
+                      id, the session id or ``_meta``, where progress tokens live); replayed after it
+                      was recorded, never sent again; a JSON-RPC error or an ``isError`` result is
+                      the tool's answer: recorded, and handed to the client (and so the model) on
+                      replay too; an HTTP error or a broken connection is not recorded (the next
+                      attempt calls again, with the same idempotency key in ``_meta``)
+    anything else   → forwarded unrecorded: ``initialize``, ``tools/list`` and other reads,
+                      notifications, the client's answers to the server, GET streams, DELETE
+
+The reads are not recorded: a session must be opened live anyway (its id is the server's), and a
+changed tool list changes the model turns that offer it, which then miss and run live (the first
+divergence is reported), never replay an old answer to a new question.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .canonical import canonical_json
+from .errors import Interrupted, RecoverableStepError, ToolError
+from .run import Run, current_run
+from .tools import ToolFailed, ToolSpec, call_tool, idempotency_key
+from .wire.messages import WireRequest, WireResponse
+from .wire.protocols.base import sse_data
+from .wire.seam import WireSeam
+from .wire.upstream import Upstream, passed_through, read_whole
+
+if TYPE_CHECKING:
+    from .wire.proxy import WireProxy
+
+#: The ``_meta`` key a tools/call carries its idempotency key under (stable across attempts: a
+#: server that saw it once can answer a retried call without doing it again).
+IDEMPOTENCY_META = "tether.dev/idempotency-key"
+#: How the two kinds of tool answer that are errors are recorded (the error's type in the journal).
+RPC_ERROR, TOOL_ERROR = "JSONRPCError", "MCPToolError"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: Set once a URL that follows the active run was handed out: from then on every run of this
+#: process is served by the proxy (``tether.agent.runner`` registers it), so requests find it.
+_follows_active = False
+_plain: Upstream | None = None
+
+
+def _proxy() -> WireProxy:
+    from .wire.proxy import shared_proxy  # here: the proxy (aiohttp) is heavy, and a run without MCP never needs it
+
+    proxy = shared_proxy()
+    proxy.mcp = handle
+    return proxy
+
+
+def server_name(url: str, name: str | None) -> str:
+    """``name``, checked, or one made of the URL's host and path. The name is part of every tool
+    step's key: it must stay the same across attempts (a port that changes would miss the journal)."""
+    if name is None:
+        parts = urlsplit(url)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{parts.netloc}{parts.path}").strip("-.")
+    if not _NAME.match(name):
+        raise ValueError(f"MCP server name {name!r}: letters, digits, '.', '_' and '-' only (at most 100)")
+    return name
+
+
+def mcp_url(url: str, name: str | None = None) -> str:
+    """The URL to give a framework's Streamable HTTP MCP client for the server at ``url``.
+
+    Called inside a run (an agent factory), the URL is that run's; called before any run (an
+    agent built at import), it follows the run active in this process when a request arrives
+    (none: requests go to the server unjournaled; several at once: refused, 409).
+    """
+    global _follows_active
+    name = server_name(url, name)
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"MCP server {name}: {url!r} is not an http(s) URL (a stdio server: tether.mcp_stdio)")
+    run = current_run()
+    if run is None:
+        _follows_active = True
+    return _proxy().mcp_url(run, name, url)
+
+
+def mcp_stdio(command: str, args: list[str] | tuple[str, ...] = (), *, name: str) -> dict[str, Any]:
+    """``{"command": ..., "args": [...]}`` that launches the stdio MCP server ``command args``
+    behind ``tether mcp-relay``: give it to the framework in the server's place. ``name`` keys
+    the server's tool steps (a command such as ``npx`` names no server)."""
+    name = server_name(command, name)
+    base = mcp_url("http://relay.invalid/", name).rsplit("/", 1)[0]  # the relay appends its own URL
+    return {"command": sys.executable, "args": ["-m", "tether", "mcp-relay", "--via", base, "--", command, *args]}
+
+
+def follows_active() -> bool:
+    """Whether this process handed out an MCP URL that follows the active run."""
+    return _follows_active
+
+
+def serve(run: Run) -> None:
+    """Serve ``run`` on the proxy, so MCP URLs that follow the active run find it."""
+    _proxy().register(run)
+
+
+# -- one request -----------------------------------------------------------------------------------
+
+
+class _Unanswered(RecoverableStepError):
+    """The server answered a tools/call with an HTTP error (e.g. 404, its session expired): handed
+    back as it is, so the client does what it would without Tether; not recorded."""
+
+    def __init__(self, response: WireResponse) -> None:
+        super().__init__(f"MCP server answered HTTP {response.status}")
+        self.response = response
+
+
+def _tool_call(request: WireRequest) -> dict[str, Any] | None:
+    """The JSON-RPC tools/call request in ``request``, or None (anything else is forwarded)."""
+    if request.method != "POST":
+        return None
+    try:
+        message = request.json
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tools/call" or "id" not in message:
+        return None
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("name"), str):
+        return None
+    return message
+
+
+def _rpc(message_id: Any, payload: dict[str, Any], status: int = 200) -> WireResponse:
+    body = json.dumps({"jsonrpc": "2.0", "id": message_id, **payload}).encode()
+    return WireResponse.whole(status, [("content-type", "application/json")], body)
+
+
+def answer_of(body: bytes, content_type: str, message_id: Any) -> dict[str, Any] | None:
+    """The JSON-RPC response to ``message_id`` in a server's answer (JSON, or an event stream that
+    may carry notifications before it)."""
+    if content_type.startswith("text/event-stream"):
+        messages: list[Any] = list(sse_data(body))
+    else:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return None
+        messages = parsed if isinstance(parsed, list) else [parsed]
+    return next(
+        (
+            m
+            for m in messages
+            if isinstance(m, dict) and m.get("id") == message_id and ("result" in m or "error" in m) and "method" not in m
+        ),
+        None,
+    )
+
+
+async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> WireResponse:
+    """One request of a framework's MCP client to ``server`` (see the module's docstring)."""
+    global _plain
+    if seam is None:
+        _plain = _plain or Upstream()
+    upstream = seam.upstream if seam is not None else _plain
+    assert upstream is not None
+    message = _tool_call(request)
+    if message is None or seam is None:
+        return await upstream.forward(request)
+    params: dict[str, Any] = message["params"]
+    arguments = params.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        return _rpc(message["id"], {"error": {"code": -32602, "message": "tools/call arguments must be an object"}})
+
+    async def live(**_: Any) -> Any:
+        # The call as the client sent it, its idempotency key added to _meta.
+        meta = {**(params.get("_meta") or {}), IDEMPOTENCY_META: idempotency_key()}
+        body = json.dumps({**message, "params": {**params, "_meta": meta}}).encode()
+        response = await upstream.send(dataclasses.replace(request, body=body))
+        if not 200 <= response.status_code < 300:
+            raise _Unanswered(passed_through(response))
+        content_type = response.headers.get("content-type", "")
+        answer = answer_of(await read_whole(response, f"MCP server {server}'s answer"), content_type, message["id"])
+        if answer is None:
+            raise RecoverableStepError(f"MCP server {server} answered tools/call {params['name']} with no JSON-RPC response")
+        if "error" in answer:
+            raise ToolFailed(RPC_ERROR, canonical_json(answer["error"]).decode())
+        result = answer["result"]
+        if isinstance(result, dict) and result.get("isError"):
+            raise ToolFailed(TOOL_ERROR, canonical_json(result).decode())
+        return result
+
+    # Not retryable in the tool's sense: a transport failure is simply not the tool's answer.
+    spec = ToolSpec(name=f"mcp:{server}/{params['name']}", fn=live, code="mcp", retryable=(RecoverableStepError,))
+    try:
+        result = await call_tool(spec, arguments, run=seam.attempt)
+    except _Unanswered as e:
+        return e.response
+    except ToolError as e:
+        if e.error_type == RPC_ERROR:
+            return _rpc(message["id"], {"error": json.loads(e.message)})
+        if e.error_type == TOOL_ERROR:
+            return _rpc(message["id"], {"result": json.loads(e.message)})
+        return _rpc(message["id"], {"error": {"code": -32603, "message": str(e)}})  # not written by this module: never expected
+    except Interrupted as e:  # the attempt is stopping: the call is not made (the client sees a failure, not an answer)
+        return _rpc(message["id"], {"error": {"code": -32603, "message": f"tether: {e}"}}, status=503)
+    return _rpc(message["id"], {"result": result})

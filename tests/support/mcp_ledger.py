@@ -1,0 +1,120 @@
+"""An MCP server built with the official Python SDK (``mcp`` 2.x: ``MCPServer``, FastMCP before 2.0),
+whose side-effect tool writes one line per call to a ledger file the tests read from outside.
+
+    python tests/support/mcp_ledger.py --ledger FILE stdio
+    python tests/support/mcp_ledger.py --ledger FILE http --port PORT [--json]
+
+Tools: ``charge(customer, amount)`` (the side effect: a ledger line with the idempotency key the
+call carried in ``_meta``; ``$LEDGER_SLOW_S`` seconds after writing it, it answers), ``refund``
+(always an ``isError`` result: the tool failed), ``balance`` (a read: the number of charges).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+#: The ``_meta`` key Tether's idempotency key arrives under (tether.mcp.IDEMPOTENCY_META).
+KEY = "tether.dev/idempotency-key"
+
+
+try:  # at the top: the SDK reads the tools' annotations from this module's globals
+    from mcp.server.mcpserver import Context, MCPServer
+except ImportError:  # the helpers below serve environments without the SDK too (a framework that only speaks to a server)
+    pass
+
+
+def build(ledger: Path) -> Any:
+    server = MCPServer("ledger")
+
+    @server.tool()
+    def charge(customer: str, amount: int, ctx: Context) -> str:
+        """Charge a customer an amount in cents."""
+        meta = dict((ctx.request_context.params or {}).get("_meta") or {})
+        with ledger.open("a") as f:
+            f.write(json.dumps({"tool": "charge", "customer": customer, "amount": amount, "key": meta.get(KEY), "meta": meta}) + "\n")
+        time.sleep(float(os.environ.get("LEDGER_SLOW_S", "0")))
+        return f"charged {customer} {amount} cents"
+
+    @server.tool()
+    def refund(customer: str) -> str:
+        """Refund a customer (always fails: refunds are closed)."""
+        with ledger.open("a") as f:
+            f.write(json.dumps({"tool": "refund", "customer": customer}) + "\n")
+        raise ValueError(f"refunds are closed for {customer}")
+
+    @server.tool()
+    def balance() -> int:
+        """The number of charges so far."""
+        return len(charges(ledger))
+
+    return server
+
+
+def charges(ledger: Path, tool: str = "charge") -> list[dict[str, Any]]:
+    """The ledger's lines for ``tool``, read from outside the server."""
+    if not ledger.exists():
+        return []
+    return [line for line in map(json.loads, ledger.read_text().splitlines()) if line["tool"] == tool]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stdio_command(ledger: Path) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--ledger", str(ledger), "stdio"]
+
+
+@contextmanager
+def http_server(ledger: Path, *, json_response: bool = False, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The server over Streamable HTTP in a process of its own; yields its URL."""
+    port = free_port()
+    argv = [sys.executable, str(Path(__file__).resolve()), "--ledger", str(ledger), "http", "--port", str(port)]
+    proc = subprocess.Popen([*argv, *(["--json"] if json_response else [])], env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("the MCP server did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ledger", required=True)
+    sub = p.add_subparsers(dest="transport", required=True)
+    sub.add_parser("stdio")
+    http = sub.add_parser("http")
+    http.add_argument("--port", type=int, required=True)
+    http.add_argument("--json", action="store_true", help="answer with JSON instead of an event stream")
+    args = p.parse_args()
+    server = build(Path(args.ledger))
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.port, json_response=args.json)
+
+
+if __name__ == "__main__":
+    main()

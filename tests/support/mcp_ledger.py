@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,27 +78,41 @@ def stdio_command(ledger: Path) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--ledger", str(ledger), "stdio"]
 
 
+@dataclass
+class HttpServer:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
 @contextmanager
-def http_server(ledger: Path, *, json_response: bool = False, env: dict[str, str] | None = None) -> Iterator[str]:
-    """The server over Streamable HTTP in a process of its own; yields its URL."""
+def http_server(ledger: Path, *, json_response: bool = False, env: dict[str, str] | None = None) -> Iterator[HttpServer]:
+    """The server over Streamable HTTP in a process of its own (its URL: ``.url``)."""
     port = free_port()
     argv = [sys.executable, str(Path(__file__).resolve()), "--ledger", str(ledger), "http", "--port", str(port)]
-    proc = subprocess.Popen([*argv, *(["--json"] if json_response else [])], env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [*argv, *(["--json"] if json_response else [])],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("the MCP server did not start") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        wait_for_port(port, proc)
+        yield HttpServer(f"http://127.0.0.1:{port}/mcp", proc)
     finally:
-        proc.terminate()
+        proc.kill()
         proc.wait(10)
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the MCP server did not start (exit {proc.poll()})") from None
+            time.sleep(0.05)
 
 
 def main() -> None:

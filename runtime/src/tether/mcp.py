@@ -14,8 +14,9 @@ which the framework starts in the server's place and which sends the client's re
                       id, the session id or ``_meta``, where progress tokens live); replayed after it
                       was recorded, never sent again; a JSON-RPC error or an ``isError`` result is
                       the tool's answer: recorded, and handed to the client (and so the model) on
-                      replay too; an HTTP error or a broken connection is not recorded (the next
-                      attempt calls again, with the same idempotency key in ``_meta``)
+                      replay too; statuses a model turn would not record either (401/403/404/405,
+                      408/409/429, 5xx) and broken connections are not recorded: the next attempt
+                      calls again, with the same idempotency key in ``_meta``
     anything else   → forwarded unrecorded: ``initialize``, ``tools/list`` and other reads,
                       notifications, the client's answers to the server, GET streams, DELETE
 
@@ -37,10 +38,10 @@ from .canonical import canonical_json
 from .errors import Interrupted, RecoverableStepError, ToolError
 from .run import Run, current_run
 from .tools import ToolFailed, ToolSpec, call_tool, idempotency_key
-from .wire.messages import WireRequest, WireResponse
+from .wire.messages import WireRequest, WireResponse, classify
 from .wire.protocols.base import sse_data
 from .wire.seam import WireSeam
-from .wire.upstream import Upstream, passed_through, read_whole
+from .wire.upstream import Upstream, passed_through, passthrough_headers, read_whole
 
 if TYPE_CHECKING:
     from .wire.proxy import WireProxy
@@ -187,14 +188,17 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
         meta = {**(params.get("_meta") or {}), IDEMPOTENCY_META: idempotency_key()}
         body = json.dumps({**message, "params": {**params, "_meta": meta}}).encode()
         response = await upstream.send(dataclasses.replace(request, body=body))
-        if not 200 <= response.status_code < 300:
+        status = response.status_code
+        if classify(status) not in ("success", "terminal"):  # 404 (session gone), 401, 429, 5xx: not the tool's answer
             raise _Unanswered(passed_through(response))
-        content_type = response.headers.get("content-type", "")
-        answer = answer_of(await read_whole(response, f"MCP server {server}'s answer"), content_type, message["id"])
-        if answer is None:
+        answered = await read_whole(response, f"MCP server {server}'s answer")
+        answer = answer_of(answered, response.headers.get("content-type", ""), message["id"])
+        if answer is None and classify(status) == "success":
             raise RecoverableStepError(f"MCP server {server} answered tools/call {params['name']} with no JSON-RPC response")
-        if "error" in answer:
-            raise ToolFailed(RPC_ERROR, canonical_json(answer["error"]).decode())
+        if answer is None:  # a 4xx that answers no request of ours (a transport-level refusal)
+            raise _Unanswered(WireResponse.whole(status, passthrough_headers(response), answered))
+        if "error" in answer:  # the server refused the call (its HTTP status kept: 400 in the 2026 protocol)
+            raise ToolFailed(RPC_ERROR, canonical_json({"status": status, "error": answer["error"]}).decode())
         result = answer["result"]
         if isinstance(result, dict) and result.get("isError"):
             raise ToolFailed(TOOL_ERROR, canonical_json(result).decode())
@@ -208,7 +212,8 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
         return e.response
     except ToolError as e:
         if e.error_type == RPC_ERROR:
-            return _rpc(message["id"], {"error": json.loads(e.message)})
+            refusal = json.loads(e.message)
+            return _rpc(message["id"], {"error": refusal["error"]}, status=refusal["status"])
         if e.error_type == TOOL_ERROR:
             return _rpc(message["id"], {"result": json.loads(e.message)})
         return _rpc(message["id"], {"error": {"code": -32603, "message": str(e)}})  # not written by this module: never expected

@@ -1,0 +1,200 @@
+"""MCP at the wire (tether.mcp, README.md "MCP servers"): the official Python SDK's client talking to
+a server built with the official Python SDK (tests/support/mcp_ledger.py), over Streamable HTTP
+(event-stream and JSON answers) and stdio (through ``tether mcp-relay``). The server writes one
+ledger line per side effect, read here from outside: "did not run again" is observed.
+
+Each attempt is a fresh Run of the scope and a fresh MCP session (new JSON-RPC ids, new session)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+import tether
+from tether import mcp
+from tether.journal import Record
+from tether.run import Run
+from tether.stores import open_store
+from tests.support.mcp_ledger import KEY, charges, free_port, http_server, stdio_command, wait_for_port
+
+Connect = Callable[[], Any]
+
+
+def tool_records(store: str, scope: str) -> list[Record]:
+    s = open_store(store)
+    return sorted((Record.decode(b) for b in s.get_many(s.list(f"journal/{scope}/tool/")).values()), key=lambda r: r.started_at)
+
+
+async def attempt(
+    store: str, scope: str, connect: Connect, calls: list[tuple[str, dict]], *, reads: int = 0, meta: dict | None = None
+) -> list:
+    """One attempt: a Run of ``scope``, a new MCP session, ``reads`` tools/list first (so the
+    calls' JSON-RPC ids differ from the last attempt's), then the calls in order."""
+    run = Run(scope, store)
+    mcp.serve(run)
+    try:
+        with run.activate():
+            async with Client(connect()) as client:
+                for _ in range(reads):
+                    await client.list_tools()
+                return [await client.call_tool(name, args, meta=meta) for name, args in calls]
+    finally:
+        await run.aclose()
+
+
+def text(result: Any) -> str:
+    return "".join(c.text for c in result.content)
+
+
+CALLS = [("charge", {"customer": "alice", "amount": 5}), ("refund", {"customer": "alice"})]
+
+
+def check_replayed(first: list, second: list, ledger: Path, store: str) -> None:
+    assert text(first[0]) == text(second[0]) == "charged alice 5 cents" and not first[0].is_error
+    assert first[1].is_error and second[1].is_error and text(first[1]) == text(second[1])
+    assert len(charges(ledger)) == 1 and len(charges(ledger, "refund")) == 1  # each ran once, in the first attempt
+    records = tool_records(store, "s")
+    assert [(r.response["tool"], r.outcome) for r in records] == [("mcp:ledger/charge", "ok"), ("mcp:ledger/refund", "error")]
+    assert records[0].request == {"tool": "mcp:ledger/charge", "version": "", "arguments": {"amount": 5, "customer": "alice"}}
+    assert re.fullmatch(r"[0-9a-f]{32}", charges(ledger)[0]["key"])  # the idempotency key, in _meta
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["event-stream", "json"])
+async def test_http_tools_call_runs_once_and_its_answers_replay(tmp_path: Path, json_response: bool) -> None:
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    with http_server(ledger, json_response=json_response) as server:
+
+        def connect() -> str:
+            return tether.mcp_url(server.url, name="ledger")
+
+        first = await attempt(store, "s", connect, CALLS)
+        second = await attempt(store, "s", connect, CALLS, reads=2, meta={"progressToken": "another"})
+    check_replayed(first, second, ledger, store)
+
+
+async def test_stdio_server_through_the_relay_runs_once_and_its_answers_replay(tmp_path: Path) -> None:
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    command, *args = stdio_command(ledger)
+    params = tether.mcp_stdio(command, args, name="ledger")
+    assert params["args"][:3] == ["-m", "tether", "mcp-relay"]
+
+    def connect() -> StdioServerParameters:
+        return StdioServerParameters(**params)
+
+    first = await attempt(store, "s", connect, CALLS)
+    second = await attempt(store, "s", connect, CALLS, reads=2)
+    check_replayed(first, second, ledger, store)
+
+
+async def test_a_broken_connection_is_not_recorded_and_the_retry_carries_the_same_idempotency_key(tmp_path: Path) -> None:
+    """The server does the charge, then dies before answering (a node lost mid-call): nothing is
+    recorded, the next attempt calls again, and the server sees the same idempotency key twice
+    (so a server that keeps its keys could answer the retry without charging again)."""
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    with http_server(ledger, env={"LEDGER_SLOW_S": "60"}) as server:
+        call = asyncio.ensure_future(attempt(store, "s", lambda: tether.mcp_url(server.url, name="ledger"), CALLS[:1]))
+        for _ in range(600):
+            if charges(ledger) or call.done():
+                break
+            await asyncio.sleep(0.05)
+        assert len(charges(ledger)) == 1
+        server.process.kill()
+        with pytest.raises(BaseException):  # noqa: B017 (the SDK's own error type for a failed request)
+            await call
+    assert tool_records(store, "s") == []
+    with http_server(ledger) as server:  # another port: the name keys the steps, not the URL
+        [result] = await attempt(store, "s", lambda: tether.mcp_url(server.url, name="ledger"), CALLS[:1])
+    assert text(result) == "charged alice 5 cents"
+    first, retry = charges(ledger)
+    assert first["key"] == retry["key"] is not None
+    assert [r.outcome for r in tool_records(store, "s")] == ["ok"]
+
+
+async def test_a_json_rpc_error_reaches_the_client_and_is_recorded(tmp_path: Path) -> None:
+    """The server's JSON-RPC error (here the 2026 protocol's 400, invalid params: the request lacks
+    the client's capabilities in _meta) is the call's answer: recorded, and replayed with its status."""
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "charge", "arguments": {"customer": "bob", "amount": 1}}}
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+        "mcp-name": "charge",
+    }
+    answers = []
+    with http_server(ledger) as server:
+        for attempt_id in (1, 2):
+            run = Run("s", store)
+            try:
+                async with httpx.AsyncClient() as client:
+                    url = mcp._proxy().mcp_url(run, "ledger", server.url)
+                    answers.append(await client.post(url, json={**body, "id": attempt_id}, headers=headers))
+            finally:
+                await run.aclose()
+    first, second = answers
+    assert first.status_code == second.status_code == 400
+    assert first.json()["error"] == second.json()["error"] and first.json()["error"]["code"] == -32602
+    assert "clientCapabilities" in first.json()["error"]["message"]
+    assert second.json()["id"] == 2  # the replay answers this request's id
+    assert [(r.response["tool"], r.outcome) for r in tool_records(store, "s")] == [("mcp:ledger/charge", "error")]
+    assert charges(ledger) == []
+
+
+async def test_without_a_run_requests_reach_the_server_unjournaled(tmp_path: Path) -> None:
+    """An MCP client used before its run starts (or after it ended): its calls go to the server
+    as they would without Tether, and nothing is written anywhere."""
+    ledger = tmp_path / "ledger.jsonl"
+    with http_server(ledger) as server:
+        url = tether.mcp_url(server.url, name="ledger")
+        assert "/r/active/mcp/ledger/" in url
+        for _ in range(2):
+            async with Client(url) as client:
+                await client.call_tool(*CALLS[0])
+    assert len(charges(ledger)) == 2
+
+
+def test_server_names_and_urls_are_checked() -> None:
+    assert mcp.server_name("https://mcp.shop.example:8443/v1/mcp", None) == "mcp.shop.example-8443-v1-mcp"
+    with pytest.raises(ValueError, match="letters, digits"):
+        tether.mcp_url("https://mcp.shop.example/mcp", name="shop/eu")
+    with pytest.raises(ValueError, match="not an http"):
+        tether.mcp_url("stdio://server", name="x")
+
+
+def test_the_relay_refuses_a_missing_command() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tether", "mcp-relay", "--via", "http://127.0.0.1:1/r/x/mcp/y"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "the server's command is missing" in proc.stderr
+
+
+def test_the_ledger_server_is_a_real_sdk_server(tmp_path: Path) -> None:
+    """The server answers the SDK's own client directly (no Tether): what the tests above compare with."""
+    ledger = tmp_path / "ledger.jsonl"
+    port = free_port()
+    proc = subprocess.Popen(
+        [*stdio_command(ledger)[:-1], "http", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for_port(port, proc)
+
+        async def call() -> str:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                return text(await client.call_tool(*CALLS[0]))
+
+        assert asyncio.run(call()) == "charged alice 5 cents"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert charges(ledger)[0]["key"] is None and json.dumps(charges(ledger)[0]["meta"]).find(KEY) == -1

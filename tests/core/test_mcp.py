@@ -22,11 +22,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 import tether
+from tests.support.mcp_ledger import KEY, charges, free_port, http_server, stdio_command, wait_for_port
 from tether import mcp
 from tether.journal import Record
 from tether.run import Run
 from tether.stores import open_store
-from tests.support.mcp_ledger import KEY, charges, free_port, http_server, stdio_command, wait_for_port
 
 Connect = Callable[[], Any]
 

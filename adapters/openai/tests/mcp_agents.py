@@ -1,0 +1,23 @@
+"""The MCP scenario's agent for the OpenAI Agents SDK (tests/support/mcp_scenario.py): the SDK's own
+MCP clients, ``MCPServerStreamableHttp`` and ``MCPServerStdio``, pointed at Tether in one line each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import Agent
+from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
+
+import tether
+from tether_openai import run_agent
+
+
+async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
+    server: MCPServer
+    if "url" in target:
+        server = MCPServerStreamableHttp(params={"url": tether.mcp_url(target["url"], name="ledger")}, name="ledger")
+    else:
+        server = MCPServerStdio(params=tether.mcp_stdio(target["command"], target["args"], name="ledger"), name="ledger")
+    async with server:
+        agent = Agent(name="cashier", instructions="Charge customers with your tools.", model="gpt-4o-mini", mcp_servers=[server])
+        return await run_agent(prompt, agent=agent, **run_args)

@@ -1,0 +1,115 @@
+"""The MCP conformance scenario every framework's own MCP client runs (README.md, "MCP servers"):
+a bring-your-own agent whose only tool comes from an MCP server (tests/support/mcp_ledger.py, the
+official Python SDK), reached through ``tether.mcp_url`` (Streamable HTTP) or ``tether.mcp_stdio``
+(stdio, ``tether mcp-relay``). The first attempt is SIGKILLed right after the MCP tool's side
+effect was recorded; the retry must run the tool 0 more times (the server's ledger, read from
+outside) and call the model only for the turn that never finished.
+
+An adapter's test hands :func:`kill_after_the_mcp_tool_then_resume` a module of its own that
+defines ``async def run(target, **run_args) -> AgentResult``: build the framework's agent with its
+MCP client pointed at ``target`` (``{"url": ...}`` from mcp_url, or ``{"command", "args"}`` from
+mcp_stdio), then ``run_agent(..., agent=agent, **run_args)``.
+
+    python -m tests.support.mcp_scenario '{"module": ..., "target": ..., "store": ..., "origin": ..., "kill": true}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "charge: alice 5 cents"
+#: Turn 1 asks for the MCP tool; turn 2 answers from its result.
+SCRIPT = {
+    "conversations": [
+        {
+            "match": "charge:",
+            "turns": [
+                {"tool_calls": [{"name": "charge", "arguments": {"customer": "alice", "amount": 5}}]},
+                {"text_from_tool_results": True, "text": "Done:"},
+            ],
+        }
+    ]
+}
+KEYS = {"OPENAI_API_KEY": "sk-mcp", "ANTHROPIC_API_KEY": "sk-mcp", "GEMINI_API_KEY": "mcp", "GOOGLE_API_KEY": "mcp", "MISTRAL_API_KEY": "mcp"}
+
+
+def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport: str, **env: str) -> dict[str, Any]:
+    """Run the scenario; returns the retry's result (the assertions every framework shares are made here)."""
+    from tether.testing.fake_provider import FakeProvider
+    from tether.testing.script import Script
+
+    from .mcp_ledger import charges, http_server, stdio_command
+
+    ledger = tmp_path / "ledger.jsonl"
+    with contextlib.ExitStack() as stack:
+        provider = stack.enter_context(FakeProvider(Script.from_dict(SCRIPT)))
+        if transport == "http":
+            target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url}
+        else:
+            command, *args = stdio_command(ledger)
+            target = {"command": command, "args": args}
+        args = {"module": str(module), "target": target, "store": str(tmp_path / "store"), "origin": provider.url}
+        child_env = {**os.environ, **KEYS, "PYTHONPATH": str(ROOT), "OPENAI_AGENTS_DISABLE_TRACING": "1", **env}
+
+        def attempt(kill: bool) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "tests.support.mcp_scenario", json.dumps({**args, "kill": kill})]
+            return subprocess.run(argv, env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+        first = attempt(kill=True)
+        assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
+        assert len(charges(ledger)) == 1 and provider.live_calls() == 1  # the tool ran; the model answered once
+        retry = attempt(kill=False)
+        assert retry.returncode == 0, retry.stderr[-4000:]
+        result: dict[str, Any] = json.loads(retry.stdout.strip().splitlines()[-1])
+        assert len(charges(ledger)) == 1, charges(ledger)  # 0 re-runs of the MCP tool
+        assert provider.live_calls() == 2  # only the turn that never finished was asked again
+        assert (result["model_replayed"], result["model_live"]) == (1, 1), result
+        assert (result["tool_replayed"], result["tool_live"]) == (1, 0), result
+        assert result["attempt"] == 2 and result["status"] == "succeeded"
+        assert "charged alice 5 cents" in result["output"], result
+    return result
+
+
+async def _main(args: dict[str, Any]) -> dict[str, Any]:
+    from tether.wire.providers import PROVIDERS
+
+    spec = importlib.util.spec_from_file_location("tether_mcp_agents", args["module"])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def on_step(event: Any) -> None:
+        if args["kill"] and event.kind == "tool" and not event.replayed and event.name.startswith("mcp:"):
+            os.kill(os.getpid(), signal.SIGKILL)  # the MCP tool's record is durable; the node dies now
+
+    result = await module.run(
+        args["target"],
+        prompt=PROMPT,
+        run_id="mcp-scenario",
+        store=args["store"],
+        upstreams={p: f"{args['origin']}/{p}" for p in PROVIDERS},
+        on_step=on_step,
+    )
+    return {
+        "output": result.output,
+        "status": result.status,
+        "attempt": result.attempt,
+        "model_live": result.model_live,
+        "model_replayed": result.model_replayed,
+        "tool_live": result.tool_live,
+        "tool_replayed": result.tool_replayed,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(_main(json.loads(sys.argv[1])))), flush=True)

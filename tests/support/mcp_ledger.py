@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +28,24 @@ from typing import Any
 KEY = "tether.dev/idempotency-key"
 
 
-try:  # at the top: the SDK reads the tools' annotations from this module's globals
+# At the top: the SDK reads the tools' annotations from this module's globals.
+try:
     from mcp.server.mcpserver import Context, MCPServer
-except ImportError:  # the helpers below serve environments without the SDK too (a framework that only speaks to a server)
-    pass
+except ImportError:
+    try:  # mcp 1.x (CrewAI's pin): the same server under its old name
+        from mcp.server.fastmcp import Context
+        from mcp.server.fastmcp import FastMCP as MCPServer
+    except ImportError:  # the helpers below serve environments without the SDK too
+        pass
+
+
+def _meta(ctx: Any) -> dict[str, Any]:
+    """The request's ``_meta`` (mcp 2.x: the raw params; 1.x: a model with extra fields)."""
+    params = getattr(ctx.request_context, "params", None)
+    if isinstance(params, Mapping):
+        return dict(params.get("_meta") or {})
+    meta = getattr(ctx.request_context, "meta", None)
+    return meta.model_dump(by_alias=True, exclude_none=True) if meta is not None else {}
 
 
 def build(ledger: Path) -> Any:
@@ -40,7 +54,7 @@ def build(ledger: Path) -> Any:
     @server.tool()
     def charge(customer: str, amount: int, ctx: Context) -> str:
         """Charge a customer an amount in cents."""
-        meta = dict((ctx.request_context.params or {}).get("_meta") or {})
+        meta = _meta(ctx)
         with ledger.open("a") as f:
             f.write(json.dumps({"tool": "charge", "customer": customer, "amount": amount, "key": meta.get(KEY), "meta": meta}) + "\n")
         time.sleep(float(os.environ.get("LEDGER_SLOW_S", "0")))

@@ -1,0 +1,23 @@
+"""The MCP scenario's agent for Pydantic AI (tests/support/mcp_scenario.py): its own MCP client,
+``MCPToolset`` (``MCPServerStreamableHTTP`` and ``MCPServerStdio`` before 2.0), pointed at Tether
+in one line: the URL from ``tether.mcp_url``, or a stdio transport from ``tether.mcp_stdio``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastmcp.client.transports import StdioTransport
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+
+import tether
+from tether_pydantic_ai import run_agent
+
+
+async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
+    if "url" in target:
+        toolset = MCPToolset(tether.mcp_url(target["url"], name="ledger"))
+    else:
+        toolset = MCPToolset(StdioTransport(**tether.mcp_stdio(target["command"], target["args"], name="ledger")))
+    agent = Agent("openai-chat:gpt-4o-mini", instructions="Charge customers with your tools.", toolsets=[toolset])
+    return await run_agent(prompt, agent=agent, **run_args)

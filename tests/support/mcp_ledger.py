@@ -141,6 +141,9 @@ def main() -> None:
     server = build(Path(args.ledger))
     if args.transport == "stdio":
         server.run("stdio")
+    elif hasattr(server, "settings") and hasattr(server.settings, "port"):  # mcp 1.x: the transport's options are settings
+        server.settings.host, server.settings.port, server.settings.json_response = "127.0.0.1", args.port, args.json
+        server.run("streamable-http")
     else:
         server.run("streamable-http", host="127.0.0.1", port=args.port, json_response=args.json)
 

@@ -1,6 +1,7 @@
-"""LangChain's MCP client (langchain-mcp-adapters) through Tether (README.md, "MCP servers"): killed right
-after the MCP tool's side effect, the retry runs the tool 0 more times and asks the model only
-for the turn that never finished (tests/support/mcp_scenario.py)."""
+"""The LangChain family's MCP client (langchain-mcp-adapters) through Tether (README.md, "MCP
+servers"), under the LangChain adapter (``create_agent``) and the LangGraph adapter (a hand-built
+graph): killed right after the MCP tool's side effect, the retry runs the tool 0 more times and asks
+the model only for the turn that never finished (tests/support/mcp_scenario.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from tests.support.mcp_scenario import kill_after_the_mcp_tool_then_resume
 
-AGENTS = Path(__file__).with_name("mcp_agents.py")
+HERE = Path(__file__).parent
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
-def test_kill_after_an_mcp_tool_then_resume(tmp_path: Path, transport: str) -> None:
-    kill_after_the_mcp_tool_then_resume(tmp_path, AGENTS, transport)
+@pytest.mark.parametrize("agents", ["mcp_agents.py", "mcp_agents_langgraph.py"], ids=["langchain", "langgraph"])
+def test_kill_after_an_mcp_tool_then_resume(tmp_path: Path, transport: str, agents: str) -> None:
+    kill_after_the_mcp_tool_then_resume(tmp_path, HERE / agents, transport)

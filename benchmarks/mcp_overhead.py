@@ -37,11 +37,11 @@ from mcp import Client  # noqa: E402
 
 import tether  # noqa: E402
 from benchmarks.results import save  # noqa: E402
+from tests.support.mcp_ledger import charges, http_server  # noqa: E402
 from tether import mcp  # noqa: E402
 from tether.run import Run  # noqa: E402
 from tether.stores import LocalStore  # noqa: E402
 from tether.tools import ToolSpec, call_tool  # noqa: E402
-from tests.support.mcp_ledger import charges, http_server  # noqa: E402
 
 
 def median_ms(samples: list[float]) -> float:
@@ -74,7 +74,11 @@ async def measure_mcp(url: str, run: Run, calls: int, block: int) -> dict[str, A
                         return client.call_tool("charge", {"customer": "bench", "amount": n})
 
                     samples += await timed([one] * block)
-    return {"direct_ms": median_ms(direct), "journaled_ms": median_ms(journaled), "overhead_ms": round(median_ms(journaled) - median_ms(direct), 3)}
+    return {
+        "direct_ms": median_ms(direct),
+        "journaled_ms": median_ms(journaled),
+        "overhead_ms": round(median_ms(journaled) - median_ms(direct), 3),
+    }
 
 
 async def measure_tool(run: Run, calls: int, block: int) -> dict[str, Any]:
@@ -99,7 +103,11 @@ async def measure_tool(run: Run, calls: int, block: int) -> dict[str, Any]:
 
         direct += await timed([plain] * block)
         journaled += await timed([seam] * block)
-    return {"direct_ms": median_ms(direct), "journaled_ms": median_ms(journaled), "overhead_ms": round(median_ms(journaled) - median_ms(direct), 3)}
+    return {
+        "direct_ms": median_ms(direct),
+        "journaled_ms": median_ms(journaled),
+        "overhead_ms": round(median_ms(journaled) - median_ms(direct), 3),
+    }
 
 
 async def main() -> int:

@@ -12,6 +12,7 @@
 #              runtime, the operator and tether.testing);
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools),
 #              the run view in headless Chromium (Debian's chromium, installed when missing);
+#              MCP against the TypeScript reference server from npm (scripts/mcp-everything.sh, cached);
 #   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
 #              environment, against the framework's real types; langgraph's adds benchmarks/), its
 #              own tests and the shared conformance suite;
@@ -106,6 +107,9 @@ core() {
   export TETHER_HEALTH_BIN
   TETHER_OTEL_BIN=$(scripts/otel-collector.sh 2>/dev/null | tail -n1) || { echo "collector build failed (see otel-collector.log)"; return 2; }
   export TETHER_OTEL_BIN
+  # The TypeScript reference MCP server from npm (tests/core/test_mcp_everything.py; cached by version).
+  TETHER_MCP_EVERYTHING=$(scripts/mcp-everything.sh | tail -n1) || { echo "installing @modelcontextprotocol/server-everything failed"; return 2; }
+  export TETHER_MCP_EVERYTHING
   # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
   "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/flyte --ignore=tests/e2e --durations=15 --junitxml="$out/core.xml"
 }

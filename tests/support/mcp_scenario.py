@@ -40,7 +40,13 @@ SCRIPT = {
         }
     ]
 }
-KEYS = {"OPENAI_API_KEY": "sk-mcp", "ANTHROPIC_API_KEY": "sk-mcp", "GEMINI_API_KEY": "mcp", "GOOGLE_API_KEY": "mcp", "MISTRAL_API_KEY": "mcp"}
+KEYS = {
+    "OPENAI_API_KEY": "sk-mcp",
+    "ANTHROPIC_API_KEY": "sk-mcp",
+    "GEMINI_API_KEY": "mcp",
+    "GOOGLE_API_KEY": "mcp",
+    "MISTRAL_API_KEY": "mcp",
+}
 
 
 def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport: str, **env: str) -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""MCP at the wire against the official TypeScript reference server no one here wrote,
+``@modelcontextprotocol/server-everything`` from npm (scripts/mcp-everything.sh caches it; the
+suite installs it from scripts/test.sh), over Streamable HTTP and stdio, with the official Python
+SDK's client.
+
+The server keeps no ledger, so "did not run again" is observed by time and by its process: the
+long-running tool sleeps ``duration`` seconds sending progress notifications before its answer (an
+event stream over HTTP), and each attempt talks to a new server process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+import tether
+from tests.core.test_mcp import text, tool_records
+from tests.support.mcp_ledger import free_port, wait_for_port
+from tether import mcp
+from tether.run import Run
+
+REPO = Path(__file__).resolve().parents[2]
+LONG = ("trigger-long-running-operation", {"duration": 2, "steps": 4})
+CALLS = [("get-sum", {"a": 2, "b": 3}), LONG, ("get-sum", {"a": "two", "b": 3})]
+
+
+@pytest.fixture(scope="module")
+def everything() -> str:
+    """The server's executable: ``$TETHER_MCP_EVERYTHING`` (scripts/test.sh exports it), else the
+    cached install (scripts/mcp-everything.sh installs it on first use)."""
+    if path := os.environ.get("TETHER_MCP_EVERYTHING"):
+        return path
+    proc = subprocess.run([str(REPO / "scripts" / "mcp-everything.sh")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@contextmanager
+def http_everything(executable: str) -> Any:
+    port = free_port()
+    proc = subprocess.Popen(
+        [executable, "streamableHttp"], env={**os.environ, "PORT": str(port)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def attempt(store: str, connect: Callable[[], Any]) -> tuple[list[Any], float]:
+    """One attempt of run ``s`` with a new session; returns the answers and the long call's seconds."""
+    run = Run("s", store)
+    mcp.serve(run)
+    try:
+        with run.activate():
+            async with Client(connect()) as client:
+                answers = []
+                for name, args in CALLS:
+                    started = time.monotonic()
+                    answers.append(await client.call_tool(name, args))
+                    if name == LONG[0]:
+                        long_s = time.monotonic() - started
+                return answers, long_s
+    finally:
+        await run.aclose()
+
+
+def check(store: str, first: tuple[list[Any], float], second: tuple[list[Any], float]) -> None:
+    (a1, long1), (a2, long2) = first, second
+    assert text(a1[0]) == text(a2[0]) and "5" in text(a1[0])
+    assert long1 >= 2.0 and long2 < 1.0, (long1, long2)  # live it takes its 2 s; the retry replays it
+    assert text(a1[1]) == text(a2[1]) and "completed" in text(a1[1]).lower()
+    assert a1[2].is_error and a2[2].is_error and text(a1[2]) == text(a2[2])  # invalid arguments: the tool's error, replayed
+    records = tool_records(store, "s")
+    assert [(r.response["tool"], r.outcome) for r in records] == [
+        ("mcp:everything/get-sum", "ok"),
+        ("mcp:everything/trigger-long-running-operation", "ok"),
+        ("mcp:everything/get-sum", "error"),
+    ]
+
+
+async def test_http(tmp_path: Path, everything: str) -> None:
+    store = str(tmp_path / "store")
+    answers = []
+    for _ in range(2):
+        with http_everything(everything) as url:  # a new server process for each attempt
+            answers.append(await attempt(store, lambda url=url: tether.mcp_url(url, name="everything")))
+    check(store, *answers)
+
+
+async def test_stdio(tmp_path: Path, everything: str) -> None:
+    store = str(tmp_path / "store")
+    params = tether.mcp_stdio(everything, ["stdio"], name="everything")
+    answers = [await attempt(store, lambda: StdioServerParameters(**params)) for _ in range(2)]
+    check(store, *answers)

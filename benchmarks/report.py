@@ -37,6 +37,7 @@ $V/bin/python benchmarks/trace_overhead.py [--calls 240] [--turns 8] [--latency 
 $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
+$V/bin/python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
 $V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5]
@@ -182,6 +183,18 @@ second figure (`tether_import_ms`) is the import time of tether + adapter beside
 (the adapter's own framework modules, `langchain_core.load` and `langgraph.checkpoint`, included;
 tether's sources are compiled on every start in a checkout with `PYTHONDONTWRITEBYTECODE`, as here).
 Goal: ours − the peer's work ≤ 100 ms. `live_model_calls_when_started_again` must be 0.
+
+## mcp_overhead.py — a journaled MCP call (issue 26)
+
+The official Python SDK's MCP client calls a side-effect tool of a server built with the same SDK
+(tests/support/mcp_ledger.py, Streamable HTTP, its own process) straight and through
+`tether.mcp_url` inside a run (the loopback proxy, `tether.mcp`: each call a new tool step, live,
+recorded before its answer is handed back); beside it an async Tether tool that returns at once,
+awaited directly and through the tool seam (`call_tool`, live, recorded). New arguments every call
+(none replays; the benchmark checks the server ran every call), interleaved blocks, medians. The
+local store fsyncs every record, for both; `--no-fsync` (results `mcp_overhead-no-fsync`) shows what
+is left without the disk. Goal: MCP overhead ≤ 2 ms per call. The MCP call pays what the Tether
+tool pays (the record) plus the proxy's loopback HTTP hop (record_overhead.py: 1.0–1.7 ms).
 
 ## journal_load.py — cold journal load (issue 14)
 
@@ -410,6 +423,24 @@ def startup_rows(results: dict) -> list[str]:
     ]
 
 
+def mcp_rows(results: dict) -> list[str]:
+    out = []
+    for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
+        if r := results.get(name):
+            f = r["figures"]
+            m, t = f["mcp"], f["tether_tool"]
+            out += [
+                f"**{name}** — {provenance(r)}; local store, fsync {'on' if f['fsync'] else 'off'}; medians of {f['calls']} calls per way, ms",
+                "",
+                "| call | direct | journaled | overhead per call |",
+                "|---|---|---|---|",
+                f"| MCP tools/call (SDK client → SDK server, Streamable HTTP) | {m['direct_ms']:.2f} | {m['journaled_ms']:.2f} | {m['overhead_ms']:.2f} |",
+                f"| Tether tool (async, returns at once) | {t['direct_ms']:.2f} | {t['journaled_ms']:.2f} | {t['overhead_ms']:.2f} |",
+                "",
+            ]
+    return out
+
+
 def end_wait(v: dict) -> str:
     return f"{v['transport_end_wait_ms']:.1f} ms" if "transport_end_wait_ms" in v else ""
 
@@ -531,6 +562,15 @@ def summary(results: dict) -> list[str]:
             + (f"; tether + adapter {f['tether']['tether_import_ms']:.0f} ms of it" if "tether_import_ms" in f["tether"] else "")
             + f") vs {f['framework']['import_ms']:.0f} ms (framework) | {provenance(r)} |"
         )
+    for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
+        if r := results.get(name):
+            f = r["figures"]
+            m, t = f["mcp"], f["tether_tool"]
+            out.append(
+                f"| journaled MCP tools/call vs direct (SDK client and server, Streamable HTTP), local store fsync {'on' if f['fsync'] else 'off'} "
+                f"| +{m['overhead_ms']:.2f} ms per call ({m['direct_ms']:.2f} → {m['journaled_ms']:.2f} ms); a Tether tool +{t['overhead_ms']:.2f} ms "
+                f"| {provenance(r)} |"
+            )
     if r := results.get("journal_load"):
         f = r["figures"]
         out.append(
@@ -567,6 +607,7 @@ def render_readme(results: dict) -> str:
         *trace_rows(results),
         *parallel_rows(results),
         *startup_rows(results),
+        *mcp_rows(results),
         *load_rows(results),
         *operator_rows(results),
         *kind_rows(results),

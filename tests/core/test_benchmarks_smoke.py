@@ -32,3 +32,8 @@ def test_trace_overhead(tmp_path: Path) -> None:
     figures = smoke("trace_overhead.py", "--calls", "2", "--turns", "1", results=tmp_path, name="trace_overhead")
     assert figures["chat_spans_received"] >= figures["plain"]["live_turns"] + figures["stream"]["live_turns"] > 0
     assert 0 < figures["plain"]["span_work_us"] < 100_000
+
+
+def test_mcp_overhead(tmp_path: Path) -> None:
+    figures = smoke("mcp_overhead.py", "--calls", "2", "--block", "1", results=tmp_path, name="mcp_overhead")
+    assert set(figures["mcp"]) == set(figures["tether_tool"]) == {"direct_ms", "journaled_ms", "overhead_ms"}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 from typing import Any, cast
 
 from crewai import LLM, Agent, Crew, Process, Task
@@ -167,6 +168,20 @@ def refuse_unsupported(crew: Crew) -> None:
         raise ConfigError("knowledge_sources call an embedder outside the seam; they are not supported yet")
     if any(getattr(a, "memory", None) for a in agents):
         raise ConfigError("an agent's own memory is not durable under Tether; use memoryKey")
+    if any(_through_tether(server) for a in agents for server in getattr(a, "mcps", None) or []):
+        raise ConfigError(
+            "an agent's mcps through Tether (tether.mcp_url / tether.mcp_stdio) are not supported: CrewAI names each MCP tool "
+            "after its server's URL or command line (<host>_<port>_<path>_<tool>, cut at 64 characters), which through Tether "
+            "holds the loopback proxy's port and token, new every attempt, so no model turn offering the tool could replay; "
+            "make the tool a Tether tool (tether_crewai.crewai_tool) instead"
+        )
+
+
+def _through_tether(server: Any) -> bool:
+    """Whether an agent's MCP server entry was pointed at Tether's proxy or relay."""
+    url = getattr(server, "url", None) or (server if isinstance(server, str) else "")
+    args = getattr(server, "args", None) or []
+    return bool(re.match(r"^http://127\.0\.0\.1:\d+/r/[^/]+/mcp/", str(url))) or "mcp-relay" in args
 
 
 def _kickoff(crew: Crew, inputs: dict[str, str]) -> Any:

@@ -51,7 +51,6 @@ def _meta(ctx: Any) -> dict[str, Any]:
 def build(ledger: Path) -> Any:
     server = MCPServer("ledger")
 
-    @server.tool()
     def charge(customer: str, amount: int, ctx: Context) -> str:
         """Charge a customer an amount in cents."""
         meta = _meta(ctx)
@@ -60,18 +59,18 @@ def build(ledger: Path) -> Any:
         time.sleep(float(os.environ.get("LEDGER_SLOW_S", "0")))
         return f"charged {customer} {amount} cents"
 
-    @server.tool()
     def refund(customer: str) -> str:
         """Refund a customer (always fails: refunds are closed)."""
         with ledger.open("a") as f:
             f.write(json.dumps({"tool": "refund", "customer": customer}) + "\n")
         raise ValueError(f"refunds are closed for {customer}")
 
-    @server.tool()
     def balance() -> int:
         """The number of charges so far."""
         return len(charges(ledger))
 
+    for fn in (charge, refund, balance):
+        server.add_tool(fn)  # not the decorator: mypy sees an untyped one where mcp is not installed
     return server
 
 

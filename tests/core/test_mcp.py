@@ -198,3 +198,28 @@ def test_the_ledger_server_is_a_real_sdk_server(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
     assert charges(ledger)[0]["key"] is None and json.dumps(charges(ledger)[0]["meta"]).find(KEY) == -1
+
+
+async def test_a_url_that_follows_the_active_run_refuses_a_call_when_two_runs_are_active(tmp_path: Path) -> None:
+    """Two runs served in one process: a URL built before either cannot tell whose call it is, so
+    the call is refused (409) rather than journaled in the wrong run; the server never sees it."""
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    runs = [Run("a", store), Run("b", store)]
+    with http_server(ledger) as server:
+        url = tether.mcp_url(server.url, name="ledger")
+        for run in runs:
+            mcp.serve(run)
+        try:
+            async with httpx.AsyncClient() as client:
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "charge", "arguments": {"customer": "x", "amount": 1}},
+                }
+                answer = await client.post(url, json=body, headers={"accept": "application/json, text/event-stream"})
+        finally:
+            for run in runs:
+                await run.aclose()
+    assert answer.status_code == 409 and "at most one active run" in answer.text
+    assert charges(ledger) == [] and tool_records(store, "a") == tool_records(store, "b") == []

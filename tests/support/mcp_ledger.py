@@ -12,6 +12,7 @@ call carried in ``_meta``; ``$LEDGER_SLOW_S`` seconds after writing it, it answe
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import socket
@@ -32,9 +33,9 @@ KEY = "tether.dev/idempotency-key"
 try:
     from mcp.server.mcpserver import Context, MCPServer
 except ImportError:
-    try:  # mcp 1.x (CrewAI's pin): the same server under its old name
-        from mcp.server.fastmcp import Context
-        from mcp.server.fastmcp import FastMCP as MCPServer
+    try:  # mcp 1.x (the LangChain family's and CrewAI's pin): the same server under its old name
+        _v1 = importlib.import_module("mcp.server.fastmcp")  # by name: mypy checks this file against 2.x
+        globals().update(Context=_v1.Context, MCPServer=_v1.FastMCP)
     except ImportError:  # the helpers below serve environments without the SDK too
         pass
 

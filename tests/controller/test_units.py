@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tether.api import Resources, Toleration
 from tether_operator import conditions as C
 from tether_operator import metrics
@@ -248,3 +252,90 @@ def test_an_mcp_tools_approval_request_finds_its_agent_tools_settings() -> None:
     assert approval_policy(tools, "cancel").timeout == "10m"  # type: ignore[union-attr]
     assert approval_policy(tools, "refund").timeout == "1h"  # type: ignore[union-attr]
     assert approval_policy(tools, "hotel") is None and approval_policy(tools, "other") is None
+
+
+def _progress(attempt: int, live: int, replayed: int, tokens: int = 0, spent: float = 0.0, first_replay_at: float | None = None) -> Any:
+    from tether.contract import Progress
+
+    return Progress.model_validate(
+        {
+            "attempt": attempt,
+            "steps": {"modelLive": live, "modelReplayed": replayed, "toolLive": 1, "toolReplayed": 0},
+            "usage": {"liveTokens": tokens, "runLiveCostUSD": spent},
+            "firstReplayAt": first_replay_at,
+        }
+    )
+
+
+def test_a_run_account_counts_each_step_once_over_rereads_attempts_and_restarts() -> None:
+    ns = "units-account"
+    turns = lambda mode: metrics.MODEL_TURNS.get(namespace=ns, framework="openai", mode=mode)  # noqa: E731
+    account = metrics.RunAccount(ns, "openai", "local", {})
+    account.execution(1, 0, None, queued=False)
+    for _ in range(3):  # the same record read on every look
+        account.progress(_progress(1, 2, 0, tokens=100, spent=0.01))
+    assert (turns("live"), turns("replayed")) == (2, 0)
+    assert metrics.TOKENS.get(namespace=ns, framework="openai", mode="live") == 100
+    assert metrics.ATTEMPTS.get(namespace=ns, framework="openai") == 1
+    # attempt 1 dies (exit 1), attempt 2 replays both turns and makes one live
+    account.execution(1, 1, 1, queued=True)
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 1
+    account.execution(2, 1, 1, queued=False)
+    account.progress(_progress(1, 3, 0, tokens=150, spent=0.015))  # attempt 1's last record, read late
+    died_at = account.died[1] if account.died else 0.0
+    account.progress(_progress(2, 1, 3, tokens=60, spent=0.021, first_replay_at=died_at + 0.75))
+    account.progress(_progress(1, 3, 0))  # a stale record of attempt 1 adds nothing
+    assert (turns("live"), turns("replayed")) == (4, 3)
+    assert metrics.COST.get(namespace=ns, framework="openai", mode="live") == pytest.approx(0.021)
+    series = metrics.KILL_TO_REPLAY.series[(ns, "openai")]
+    assert series[0][-1] == 1 and series[1][0] == pytest.approx(0.75)
+    # A restarted operator starts from what status shows: nothing counted twice.
+    status = {
+        "attempts": 2,
+        "steps": {"modelLive": 1, "modelReplayed": 3, "toolLive": 1},
+        "usage": {"liveTokens": 60, "runLiveCostUSD": 0.021},
+    }
+    again = metrics.RunAccount(ns, "openai", "local", status)
+    again.execution(2, 1, None, queued=False)
+    again.progress(_progress(2, 1, 3, tokens=60, spent=0.021))
+    assert (turns("live"), turns("replayed")) == (4, 3)
+    assert (
+        metrics.ATTEMPTS.get(namespace=ns, framework="openai") == 2
+        and metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 1
+    )
+    again.progress(_progress(2, 2, 3, tokens=90, spent=0.03))
+    assert (
+        turns("live") == 5 and metrics.TOKENS.get(namespace=ns, framework="openai", mode="live") == 240
+    )  # 150 in attempt 1, 60 + 30 in attempt 2
+
+
+def test_approval_waits_are_observed_once_and_retry_reasons_are_bounded() -> None:
+    ns = "units-approvals"
+    account = metrics.RunAccount(ns, "openai", "local", {"approvals": [{"id": "a0", "decision": "approved"}]})
+    requests = [
+        {"id": "a0", "requestedAt": 0, "decision": {"approved": True, "by": "alice", "decided_at": 99}},  # counted before a restart
+        {"id": "a1", "requestedAt": 100.0, "decision": {"approved": True, "by": "alice", "decided_at": 112.5}},
+        {"id": "a2", "requestedAt": 100.0, "decision": {"approved": False, "by": "timeout", "decided_at": 400.0}},
+        {"id": "a3", "requestedAt": 100.0, "decision": None},
+    ]
+    account.approvals(requests)
+    account.approvals(requests)
+    assert metrics.APPROVAL_WAIT.series[(ns, "openai", "approved")][1] == [12.5]
+    assert metrics.APPROVAL_WAIT.series[(ns, "openai", "timeout")][1] == [300.0]
+    assert sum(1 for key in metrics.APPROVAL_WAIT.series if key[0] == ns) == 2
+    assert [metrics.retry_reason(c) for c in (None, 1, 130, -1, -9, 137, 7)] == [
+        "Unknown", "Error", "Interrupted", "Lost", "Killed", "Killed", "Crashed"
+    ]  # fmt: skip
+
+
+def test_histograms_are_cumulative_and_label_values_escaped() -> None:
+    h = metrics.Histogram("t_seconds", "h", ("namespace",), (1, 5))
+    h.observe(0.5, namespace='a"b\\c\n')
+    h.observe(3, namespace='a"b\\c\n')
+    text = h.render()
+    assert 't_seconds_bucket{namespace="a\\"b\\\\c\\n",le="1"} 1\n' in text
+    assert 't_seconds_bucket{namespace="a\\"b\\\\c\\n",le="5"} 2\n' in text
+    assert 't_seconds_bucket{namespace="a\\"b\\\\c\\n",le="+Inf"} 2\n' in text
+    assert 't_seconds_count{namespace="a\\"b\\\\c\\n"} 2\n' in text
+    with pytest.raises(ValueError, match="takes labels"):
+        h.observe(1, phase="x")

@@ -24,7 +24,7 @@ from typing import Any
 
 import kopf
 
-from tether.api import GROUP, VERSION
+from tether.api import GROUP, VERSION, Phase
 from tether.contract import APPROVAL_PLURAL
 from tether.stores import Store, open_store
 
@@ -129,7 +129,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
 
         @cache
         def store_for(namespace: str) -> Store:  # each namespace's runs live under their own prefix
-            return open_store(store_settings.for_namespace(namespace))
+            return metrics.CountedStore(open_store(store_settings.for_namespace(namespace)))
 
         memo.store_for = store_for
         sink = memo.settings.cloud_events_sink
@@ -174,6 +174,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         cancellation_timeout=10.0,
         backoff=5.0,
     )
+    @metrics.counting_errors("agentrun")
     async def agentrun(
         body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
     ) -> None:
@@ -202,11 +203,17 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         await expire(body, stopped, logger)
 
     @kopf.on.event(GROUP, VERSION, "agentruns", id="agentrun-events", registry=registry)
+    @metrics.counting_errors("agentrun-events")
     async def agentrun_events(
         type: str, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
     ) -> None:
         meta = body.meta
         uid, namespace = meta["uid"], meta["namespace"]
+        if type == "DELETED":
+            metrics.RUNS.discard(uid)
+        else:
+            framework = str(body.spec.get("framework") or "")
+            metrics.RUNS.set(uid, namespace, framework, str(body.status.get("phase") or Phase.PENDING.value))
         if type == "DELETED" and body.status.get("phase") not in FINISHED:  # its daemon may still run
             memo.gone.add(uid)
         if not meta.get("deletionTimestamp") or FINALIZER not in (meta.get("finalizers") or []):
@@ -218,10 +225,12 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
     if settings.executor.kind == "kubernetes":
 
         @kopf.on.event("v1", "pods", id="runner-pods", registry=registry, labels={EXECUTION_LABEL: kopf.PRESENT})
+        @metrics.counting_errors("runner-pods")
         async def runner_pods(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
             memo.executor.observe(event)
 
     @kopf.on.create(GROUP, VERSION, APPROVAL_PLURAL, id="agentapproval", registry=registry, backoff=2.0)
+    @metrics.counting_errors("agentapproval")
     async def agentapproval(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await apply_approval(body, memo.settings, memo.store_for(body.meta["namespace"]))
 
@@ -233,6 +242,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         registry=registry,
         interval=settings.timing.tool_interval_seconds,
     )
+    @metrics.counting_errors("agenttool-status")
     async def agenttool_status(body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         assert namespace is not None  # AgentTool is a namespaced resource
         change = await reconcile_tool(

@@ -1,52 +1,402 @@
-"""A few Prometheus metrics on `/metrics` (text format 0.0.4), without a client library.
+"""Prometheus metrics on `/metrics` (text format 0.0.4), without a client library.
 
-tether_operator_submissions_total          executions submitted (first submission of a run)
-tether_operator_submit_seconds_{sum,count} time spent in Executor.submit
-tether_operator_status_patches_total       AgentRun status patches sent
-tether_operator_executions{state=...}      executions the executor holds, by state
+Every metric, its labels and what it means are listed in operator/README.md ("Metrics"). Labels
+are bounded: namespace, framework, phase, reason, mode and a few fixed sets; never a run's name.
+
+Counters of what runs do (`RunAccount`) come from what the operator reads anyway on each look at a
+run: the executor's attempts and failures, the runtime's progress record, the approval requests.
+A record is read again and again; an account remembers what it has counted (per attempt) so that
+each step, token and dollar is counted once. A restarted operator starts from what the run's
+status shows (what the previous one had read), not from zero.
+
+No client library: counters, gauges and histograms with labels are a hundred lines here, and the
+operator image gains no dependency; the format is checked by a real Prometheus in
+tests/controller/test_metrics.py.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import time
 from collections import Counter as _Tally
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
+from tether.contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, Progress
+from tether.stores import Store
 
-class Counter:
-    def __init__(self, name: str, help: str) -> None:
-        self.name, self.help, self.value = name, help, 0.0
+Labels = tuple[str, ...]
 
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(names: Labels, values: Labels, extra: str = "") -> str:
+    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _num(value: float) -> str:
+    return "+Inf" if value == math.inf else f"{value:.17g}"
+
+
+class _Family:
+    kind = "untyped"
+
+    def __init__(self, name: str, help: str, labels: Labels = ()) -> None:
+        self.name, self.help, self.label_names = name, help, labels
+
+    def _key(self, labels: dict[str, str]) -> Labels:
+        if set(labels) != set(self.label_names):
+            raise ValueError(f"{self.name} takes labels {self.label_names}, not {tuple(labels)}")
+        return tuple(str(labels[n]) for n in self.label_names)
+
+    def header(self) -> str:
+        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n"
+
+    def samples(self) -> Iterable[str]:
+        return ()
 
     def render(self) -> str:
-        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} counter\n{self.name} {self.value:g}\n"
+        return self.header() + "".join(self.samples())
 
 
-class Summary:
+class Counter(_Family):
+    kind = "counter"
+
+    def __init__(self, name: str, help: str, labels: Labels = ()) -> None:
+        super().__init__(name, help, labels)
+        self.values: dict[Labels, float] = {} if labels else {(): 0.0}
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        if amount > 0:
+            key = self._key(labels)
+            self.values[key] = self.values.get(key, 0.0) + amount
+
+    def get(self, **labels: str) -> float:
+        return self.values.get(self._key(labels), 0.0)
+
+    @property
+    def value(self) -> float:  # an unlabelled counter's value
+        return self.values.get((), 0.0)
+
+    def samples(self) -> Iterable[str]:
+        for key, value in sorted(self.values.items()):
+            yield f"{self.name}{_labels(self.label_names, key)} {_num(value)}\n"
+
+
+class Histogram(_Family):
+    kind = "histogram"
+
+    def __init__(self, name: str, help: str, labels: Labels, buckets: tuple[float, ...]) -> None:
+        super().__init__(name, help, labels)
+        self.buckets = (*sorted(buckets), math.inf)
+        self.series: dict[Labels, tuple[list[int], list[float]]] = {}  # bucket counts, [sum]
+
+    def observe(self, value: float, **labels: str) -> None:
+        counts, total = self.series.setdefault(self._key(labels), ([0] * len(self.buckets), [0.0]))
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                counts[i] += 1
+        total[0] += value
+
+    def samples(self) -> Iterable[str]:
+        for key, (counts, total) in sorted(self.series.items()):
+            for bound, n in zip(self.buckets, counts, strict=True):
+                le = 'le="' + _num(bound) + '"'
+                yield f"{self.name}_bucket{_labels(self.label_names, key, le)} {n}\n"
+            yield f"{self.name}_sum{_labels(self.label_names, key)} {_num(total[0])}\n"
+            yield f"{self.name}_count{_labels(self.label_names, key)} {counts[-1]}\n"
+
+
+class Summary(_Family):
+    """A sum and a count (no quantiles)."""
+
+    kind = "summary"
+
     def __init__(self, name: str, help: str) -> None:
-        self.name, self.help, self.sum, self.count = name, help, 0.0, 0
+        super().__init__(name, help)
+        self.sum, self.count = 0.0, 0
 
     def observe(self, seconds: float) -> None:
         self.sum += seconds
         self.count += 1
 
-    def render(self) -> str:
-        return (
-            f"# HELP {self.name} {self.help}\n# TYPE {self.name} summary\n{self.name}_sum {self.sum:.6f}\n{self.name}_count {self.count}\n"
-        )
+    def samples(self) -> Iterable[str]:
+        yield f"{self.name}_sum {self.sum:.6f}\n{self.name}_count {self.count}\n"
 
+
+class RunPhases(_Family):
+    """The gauge of AgentRuns by namespace, framework and phase: one entry per run, kept from the
+    watch events (every run in the served namespaces, finished ones too)."""
+
+    kind = "gauge"
+
+    def __init__(self, name: str, help: str) -> None:
+        super().__init__(name, help, ("namespace", "framework", "phase"))
+        self.runs: dict[str, Labels] = {}
+
+    def set(self, uid: str, namespace: str, framework: str, phase: str) -> None:
+        self.runs[uid] = (namespace, framework, phase)
+
+    def discard(self, uid: str) -> None:
+        self.runs.pop(uid, None)
+
+    def samples(self) -> Iterable[str]:
+        for key, n in sorted(_Tally(self.runs.values()).items()):
+            yield f"{self.name}{_labels(self.label_names, key)} {n}\n"
+
+
+RUN = ("namespace", "framework")
+MODE = (*RUN, "mode")
 
 SUBMISSIONS = Counter("tether_operator_submissions_total", "Executions submitted.")
 SUBMIT_SECONDS = Summary("tether_operator_submit_seconds", "Seconds spent submitting executions.")
 STATUS_PATCHES = Counter("tether_operator_status_patches_total", "AgentRun status patches sent.")
+RECONCILE_ERRORS = Counter(
+    "tether_operator_reconcile_errors_total", "Errors a handler raised (kopf retries the object).", ("handler", "error")
+)
+STORE_REQUESTS = Counter("tether_operator_store_requests_total", "Requests the operator made to the store.", ("operation", "result"))
+RUNS = RunPhases("tether_runs", "AgentRuns in the served namespaces, by phase.")
+FINISHED = Counter(
+    "tether_runs_finished_total", "AgentRuns that reached Succeeded or Failed, by the condition's reason.", (*RUN, "phase", "reason")
+)
+ATTEMPTS = Counter("tether_attempts_total", "Attempts started (a process, a pod, a Flyte attempt).", RUN)
+RETRIES = Counter("tether_retries_total", "Attempts that failed and were run again, by why they ended.", (*RUN, "reason"))
+MODEL_TURNS = Counter("tether_model_turns_total", "Model turns, called live or replayed from the journal.", MODE)
+TOOL_CALLS = Counter("tether_tool_calls_total", "Tool calls, executed live or replayed from the journal.", MODE)
+TOKENS = Counter("tether_tokens_total", "Tokens of model turns: live (paid) or replayed (not paid again).", MODE)
+COST = Counter("tether_cost_usd_total", "US dollars of model turns: live (spent) or replayed (saved by replay).", MODE)
+APPROVAL_WAIT = Histogram(
+    "tether_approval_wait_seconds",
+    "Seconds from an approval request to its decision.",
+    (*RUN, "decision"),
+    (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 14400, 86400),
+)
+APPLY_TO_POD = Histogram(
+    "tether_apply_to_pod_seconds",
+    "Seconds from an AgentRun's creation to its first attempt's start (pod created, process started).",
+    (*RUN, "executor"),
+    (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+KILL_TO_REPLAY = Histogram(
+    "tether_kill_to_first_replay_seconds",
+    "Seconds from a failed attempt's end to the next attempt's first replayed step.",
+    RUN,
+    (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+
+FAMILIES: tuple[_Family, ...] = (
+    SUBMISSIONS,
+    SUBMIT_SECONDS,
+    STATUS_PATCHES,
+    RECONCILE_ERRORS,
+    STORE_REQUESTS,
+    RUNS,
+    FINISHED,
+    ATTEMPTS,
+    RETRIES,
+    MODEL_TURNS,
+    TOOL_CALLS,
+    TOKENS,
+    COST,
+    APPROVAL_WAIT,
+    APPLY_TO_POD,
+    KILL_TO_REPLAY,
+)
+
+
+def retry_reason(exit_code: int | None) -> str:
+    """Why a retried attempt ended, from its exit code (the runtime's contract): a bounded label."""
+    if exit_code is None:
+        return "Unknown"  # the executor does not say (Flyte retries inside its backend)
+    if exit_code == EXIT_RECOVERABLE:
+        return "Error"  # the runtime's transient failure: a provider, a tool or the store did not answer
+    if exit_code == EXIT_INTERRUPTED:
+        return "Interrupted"  # stopped cleanly on SIGTERM/SIGINT (a pod deleted, a node drained)
+    if exit_code == -1:
+        return "Lost"  # executors.pods.NO_EXIT_CODE: evicted, deleted before it ran, node lost, timed out
+    if exit_code < 0 or exit_code > 128:
+        return "Killed"  # a signal: SIGKILL, the OOM killer (137), the local executor's timeout
+    return "Crashed"
+
+
+# Progress fields counted per attempt: (counter, mode, how to read it from a Progress).
+_PER_ATTEMPT: tuple[tuple[Counter, str, Callable[[Progress], float]], ...] = (
+    (MODEL_TURNS, "live", lambda p: p.steps.model_live),
+    (MODEL_TURNS, "replayed", lambda p: p.steps.model_replayed),
+    (TOOL_CALLS, "live", lambda p: p.steps.tool_live),
+    (TOOL_CALLS, "replayed", lambda p: p.steps.tool_replayed),
+    (TOKENS, "live", lambda p: p.usage.live_tokens),
+    (TOKENS, "replayed", lambda p: p.usage.replayed_tokens),
+    (COST, "replayed", lambda p: p.usage.saved_usd),
+)
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value:
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+class RunAccount:
+    """What one AgentRun has added to the counters, so that reading its records again adds only
+    what is new. Built from the run's status: what an earlier operator process read (and counted)
+    is not counted again."""
+
+    def __init__(self, namespace: str, framework: str, executor: str, status: dict[str, Any], created: Any = None) -> None:
+        self.run = {"namespace": namespace, "framework": framework}
+        self.executor = executor
+        self.created = _epoch(created)
+        self.attempts = int(status.get("attempts") or 0)
+        self.failures: int | None = None  # the executor's count when first seen is the baseline
+        steps, usage = status.get("steps") or {}, status.get("usage") or {}
+        # The attempt whose progress status holds (at least one attempt's, if it holds any).
+        self.progress_attempt = self.attempts if steps or usage else 0
+        self.seen = [
+            float(steps.get("modelLive", 0)),
+            float(steps.get("modelReplayed", 0)),
+            float(steps.get("toolLive", 0)),
+            float(steps.get("toolReplayed", 0)),
+            float(usage.get("liveTokens", 0)),
+            float(usage.get("replayedTokens", 0)),
+            float(usage.get("savedUSD", 0.0)),
+        ]
+        self.spent = float(usage.get("runLiveCostUSD", 0.0))  # over every attempt: what maxCostUSD counts
+        self.decided = {a.get("id") for a in status.get("approvals") or [] if a.get("decision")}
+        self.died: tuple[int, float] | None = None  # (the attempt, when it was seen to end)
+        self.finished = False
+
+    def execution(self, attempts: int, failures: int, exit_code: int | None, queued: bool) -> None:
+        """The executor's counts: attempts started, failures retried (`queued`: the next attempt
+        has not started yet)."""
+        if attempts > self.attempts:
+            if self.attempts == 0 and self.created is not None:
+                APPLY_TO_POD.observe(max(0.0, time.time() - self.created), **self.run, executor=self.executor)
+            ATTEMPTS.inc(attempts - self.attempts, **self.run)
+            self.attempts = attempts
+        if self.failures is None:
+            self.failures = failures  # an earlier process counted these
+        elif failures > self.failures:
+            RETRIES.inc(failures - self.failures, **self.run, reason=retry_reason(exit_code))
+            self.failures = failures
+            self.died = (attempts if queued else attempts - 1, time.time())
+
+    def progress(self, progress: Progress) -> None:
+        """The runtime's progress record: count what it shows beyond what was counted."""
+        if progress.attempt < self.progress_attempt:
+            return  # an earlier attempt's record: counted when it was current
+        if progress.attempt > self.progress_attempt:
+            self.progress_attempt, self.seen = progress.attempt, [0.0] * len(self.seen)
+        for i, (counter, mode, read) in enumerate(_PER_ATTEMPT):
+            value = float(read(progress))
+            if value > self.seen[i]:
+                counter.inc(value - self.seen[i], **self.run, mode=mode)
+                self.seen[i] = value
+        spent = progress.usage.run_live_cost_usd
+        if spent > self.spent:
+            COST.inc(spent - self.spent, **self.run, mode="live")
+            self.spent = spent
+        first = _epoch(progress.first_replay_at)
+        if self.died is not None and progress.attempt > self.died[0] and first is not None:
+            KILL_TO_REPLAY.observe(max(0.0, first - self.died[1]), **self.run)
+            self.died = None
+
+    def approvals(self, requests: Iterable[dict[str, Any]]) -> None:
+        """Approval requests with their decisions: each decided one observed once."""
+        for r in requests:
+            decision = r.get("decision") or {}
+            if not decision or r.get("id") in self.decided:
+                continue
+            self.decided.add(r.get("id"))
+            asked, decided = _epoch(r.get("requestedAt")), _epoch(decision.get("decided_at") or decision.get("decidedAt"))
+            if asked is None or decided is None:
+                continue
+            verdict = "timeout" if decision.get("by") == "timeout" else "approved" if decision.get("approved") else "declined"
+            APPROVAL_WAIT.observe(max(0.0, decided - asked), **self.run, decision=verdict)
+
+    def finish(self, phase: str, reason: str) -> None:
+        """The run's terminal status was written: counted once per operator process."""
+        if not self.finished:
+            self.finished = True
+            FINISHED.inc(1.0, **self.run, phase=phase, reason=reason or phase)
+
+
+class CountedStore(Store):
+    """A store whose requests are counted by operation and result."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner, self.url = inner, inner.url
+
+    def _call(self, operation: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            result = fn(*args)
+        except Exception:
+            STORE_REQUESTS.inc(operation=operation, result="error")
+            raise
+        STORE_REQUESTS.inc(operation=operation, result="ok")
+        return result
+
+    def get(self, key: str) -> bytes | None:
+        return self._call("get", self.inner.get, key)  # type: ignore[no-any-return]
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        return self._call("get", self.inner.get_versioned, key)  # type: ignore[no-any-return]
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("put", self.inner.put, key, data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        return self._call("create", self.inner.create, key, data)  # type: ignore[no-any-return]
+
+    def replace(self, key: str, data: bytes, version: str) -> bool:
+        return self._call("replace", self.inner.replace, key, data, version)  # type: ignore[no-any-return]
+
+    def list(self, prefix: str) -> list[str]:
+        return self._call("list", self.inner.list, prefix)  # type: ignore[no-any-return]
+
+    def delete(self, key: str) -> None:
+        self._call("delete", self.inner.delete, key)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        return self._call("get", self.inner.get_many, list(keys))  # type: ignore[no-any-return]
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def counting_errors(handler: str) -> Callable[[F], F]:
+    """Count what a kopf handler raises (kopf logs it and retries the object), by exception class."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as exc:
+                RECONCILE_ERRORS.inc(handler=handler, error=type(exc).__name__)
+                raise
+
+        return counted  # type: ignore[return-value]
+
+    return wrap
 
 
 def render(states: Callable[[], list[str]] | None = None) -> str:
-    text = "".join(m.render() for m in (SUBMISSIONS, SUBMIT_SECONDS, STATUS_PATCHES))
+    text = "".join(m.render() for m in FAMILIES)
     if states is not None:
         text += "# HELP tether_operator_executions Executions held by the executor, by state.\n# TYPE tether_operator_executions gauge\n"
         for state, n in sorted(_Tally(states()).items()):

@@ -188,6 +188,8 @@ class RunLoop:
             self._emitted |= {f"{self.uid}/approval/{a.get('id')}/requested"} | (
                 {f"{self.uid}/approval/{a.get('id')}/decided"} if a.get("decision") else set()
             )
+        framework = str((body.get("spec") or {}).get("framework") or "")
+        self.account = metrics.RunAccount(self.namespace, framework, executor.kind, self.status, meta.get("creationTimestamp"))
 
     # ------------------------------------------------------------------------------ status
 
@@ -217,6 +219,10 @@ class RunLoop:
             return  # the loop comes back; the newest state is sent then
         await kube.patch_status("agentruns", self.namespace, self.name, doc)
         metrics.STATUS_PATCHES.inc()
+        if doc.get("phase") in FINISHED:
+            failed = C.get_condition(doc.get("conditions") or [], C.FAILED) or {}
+            reason = failed.get("reason") if doc["phase"] == Phase.FAILED.value else Reason.SUCCEEDED
+            self.account.finish(doc["phase"], str(reason or doc["phase"]))
         self._sent, self._sent_at = doc, time.monotonic()
         if self.events is not None:
             self._cloud_events(self.events, doc)
@@ -481,6 +487,11 @@ class RunLoop:
     def _mirror(self, ex: ExecutionStatus, progress: Progress | None, requests: list[dict[str, Any]] | None) -> bool:
         """Fold the executor's state and the runtime's progress into status; True on a phase change."""
         s = self.status
+        self.account.execution(ex.attempts, ex.failures, ex.exit_code, queued=ex.state is ExecutionState.QUEUED)
+        if progress is not None:
+            self.account.progress(progress)
+        if requests:
+            self.account.approvals(requests)
         s["attempts"] = max(ex.attempts, progress.attempt if progress else 0, int(s.get("attempts") or 0))
         if progress is not None:
             steps = progress.steps.wire()

@@ -290,6 +290,8 @@ class Progress(_Wire):
     result_truncated: bool = False
     error: Any = None
     updated_at: datetime | float | str | None = None
+    first_replay_at: float | None = None
+    """When this attempt replayed its first step (epoch seconds; None: none yet)."""
 
     @field_validator("steps", "usage", mode="before")
     @classmethod

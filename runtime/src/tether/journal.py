@@ -114,10 +114,15 @@ class Counters:
     #: The first step of this attempt that missed while recorded steps of its kind were still
     #: unused: where a retry stopped following the recorded path.
     first_divergence: dict[str, Any] | None = None
+    #: When this attempt replayed its first step (epoch seconds): how long a retry took to
+    #: resume (the operator's tether_kill_to_first_replay_seconds).
+    first_replay_at: float | None = None
 
     def count(self, kind: str, replayed: bool) -> None:
         attr = f"{kind}_{'replayed' if replayed else 'live'}"
         setattr(self, attr, getattr(self, attr) + 1)
+        if replayed and self.first_replay_at is None:
+            self.first_replay_at = time.time()
 
 
 #: A pack's or tail's id: ``[attempt, n]``, the n-th pack that attempt wrote.

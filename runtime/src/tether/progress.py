@@ -74,6 +74,7 @@ def snapshot(run: Run, phase: str, *, result: str | None = None, error: str | No
         result_truncated=result is not None and len(result) > RESULT_LIMIT,
         error=error,
         updated_at=time.time(),
+        first_replay_at=c.first_replay_at,
     )
 
 

@@ -126,10 +126,54 @@ def test_crds_switch_and_keep_policy(helm: Path) -> None:
         ("providers.allowedBaseURLs={ftp://llm}", "allowedBaseURLs"),
         ("providers.allowedBaseURLs={https://user:pw@llm}", "allowedBaseURLs"),
         ("providers.allowedBaseURL={https://llm}", "additional properties 'allowedBaseURL' not allowed"),
+        ("metrics.serviceMonitor.kind=Probe", "kind"),
+        ("metrics.serviceMonitor.interval=often", "interval"),
     ],
 )
 def test_values_schema_rejects_mistakes(helm: Path, setting: str, complaint: str) -> None:
     assert complaint in render(helm, setting, check=False)
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("monitor", ["off", "ServiceMonitor", "PodMonitor"])
+def test_metrics_monitor_scrapes_the_operator_pod(helm: Path, monitor: str) -> None:
+    sets = [] if monitor == "off" else ["metrics.serviceMonitor.enabled=true", f"metrics.serviceMonitor.kind={monitor}"]
+    docs = render(helm, *sets, "metrics.serviceMonitor.labels.release=kps", "metrics.serviceMonitor.interval=15s")
+    monitors = of_kind(docs, "ServiceMonitor") + of_kind(docs, "PodMonitor")
+    services = of_kind(docs, "Service")
+    if monitor == "off":  # the default: nothing that needs the Prometheus Operator's CRDs
+        assert monitors == [] and services == []
+        return
+    (deploy,) = of_kind(docs, "Deployment")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": 9090} in [{k: p[k] for k in ("name", "containerPort")} for p in container["ports"]]
+    (mon,) = monitors
+    assert mon["kind"] == monitor and mon["metadata"]["namespace"] == "tether-system" and mon["metadata"]["labels"]["release"] == "kps"
+    assert mon["spec"]["namespaceSelector"] == {"matchNames": ["tether-system"]}
+    (endpoint,) = mon["spec"]["endpoints" if monitor == "ServiceMonitor" else "podMetricsEndpoints"]
+    # honorLabels: the metrics' `namespace` is the run's, not the scraped pod's
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s", "honorLabels": True}
+    if monitor == "PodMonitor":
+        assert services == [] and _matches(mon["spec"]["selector"]["matchLabels"], pod_labels)
+        return
+    (service,) = services  # the ServiceMonitor brings the Service it selects, and it selects only that one
+    assert _matches(mon["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert not _matches(mon["spec"]["selector"]["matchLabels"], pod_labels)
+    assert _matches(service["spec"]["selector"], pod_labels)
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def test_metrics_service_and_dashboard_values(helm: Path) -> None:
+    docs = render(helm, "metrics.service.enabled=true", "metrics.dashboard.enabled=true", "metrics.dashboard.namespace=monitoring")
+    assert of_kind(docs, "ServiceMonitor") == [] and len(of_kind(docs, "Service")) == 1
+    (dashboard,) = [c for c in of_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+    assert dashboard["metadata"]["namespace"] == "monitoring" and dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["tether.json"]) == json.loads((CHART / "dashboards" / "tether.json").read_text())
+    assert not [c for c in of_kind(render(helm), "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
 
 
 def _rules(doc: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -339,3 +339,14 @@ def test_histograms_are_cumulative_and_label_values_escaped() -> None:
     assert 't_seconds_count{namespace="a\\"b\\\\c\\n"} 2\n' in text
     with pytest.raises(ValueError, match="takes labels"):
         h.observe(1, phase="x")
+
+
+def test_the_failure_that_exhausts_the_retries_is_not_a_retry() -> None:
+    ns = "units-exhausted"
+    account = metrics.RunAccount(ns, "openai", "local", {}, retries=1)
+    account.execution(1, 0, None, queued=False)
+    account.execution(2, 1, -9, queued=False)  # seen once the next attempt runs
+    account.execution(2, 2, 1, queued=False)  # failed again: retries exhausted
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Killed") == 1
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 0
+    assert account.died is not None and account.died[0] == 1

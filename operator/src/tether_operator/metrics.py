@@ -257,12 +257,14 @@ class RunAccount:
     what is new. Built from the run's status: what an earlier operator process read (and counted)
     is not counted again."""
 
-    def __init__(self, namespace: str, framework: str, executor: str, status: dict[str, Any], created: Any = None) -> None:
+    def __init__(
+        self, namespace: str, framework: str, executor: str, status: dict[str, Any], created: Any = None, retries: int = 2
+    ) -> None:
         self.run = {"namespace": namespace, "framework": framework}
-        self.executor = executor
+        self.executor, self.retries = executor, retries
         self.created = _epoch(created)
         self.attempts = int(status.get("attempts") or 0)
-        self.failures: int | None = None  # the executor's count when first seen is the baseline
+        self.retried: int | None = None  # the executor's count when first seen is the baseline
         steps, usage = status.get("steps") or {}, status.get("usage") or {}
         # The attempt whose progress status holds (at least one attempt's, if it holds any).
         self.progress_attempt = self.attempts if steps or usage else 0
@@ -281,18 +283,19 @@ class RunAccount:
         self.finished = False
 
     def execution(self, attempts: int, failures: int, exit_code: int | None, queued: bool) -> None:
-        """The executor's counts: attempts started, failures retried (`queued`: the next attempt
-        has not started yet)."""
+        """The executor's counts: attempts started, failures (`queued`: the next attempt has not
+        started yet). The failure that exhausts the retries was not retried."""
         if attempts > self.attempts:
             if self.attempts == 0 and self.created is not None:
                 APPLY_TO_POD.observe(max(0.0, time.time() - self.created), **self.run, executor=self.executor)
             ATTEMPTS.inc(attempts - self.attempts, **self.run)
             self.attempts = attempts
-        if self.failures is None:
-            self.failures = failures  # an earlier process counted these
-        elif failures > self.failures:
-            RETRIES.inc(failures - self.failures, **self.run, reason=retry_reason(exit_code))
-            self.failures = failures
+        retried = min(failures, self.retries)
+        if self.retried is None:
+            self.retried = retried  # an earlier process counted these
+        elif retried > self.retried:
+            RETRIES.inc(retried - self.retried, **self.run, reason=retry_reason(exit_code))
+            self.retried = retried
             self.died = (attempts if queued else attempts - 1, time.time())
 
     def progress(self, progress: Progress) -> None:

@@ -188,8 +188,16 @@ class RunLoop:
             self._emitted |= {f"{self.uid}/approval/{a.get('id')}/requested"} | (
                 {f"{self.uid}/approval/{a.get('id')}/decided"} if a.get("decision") else set()
             )
-        framework = str((body.get("spec") or {}).get("framework") or "")
-        self.account = metrics.RunAccount(self.namespace, framework, executor.kind, self.status, meta.get("creationTimestamp"))
+        spec = body.get("spec") or {}
+        retries = spec.get("retries", 2)
+        self.account = metrics.RunAccount(
+            self.namespace,
+            str(spec.get("framework") or ""),
+            executor.kind,
+            self.status,
+            meta.get("creationTimestamp"),
+            retries=retries if isinstance(retries, int) else 2,
+        )
 
     # ------------------------------------------------------------------------------ status
 

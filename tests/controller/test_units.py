@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -350,3 +351,15 @@ def test_the_failure_that_exhausts_the_retries_is_not_a_retry() -> None:
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Killed") == 1
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 0
     assert account.died is not None and account.died[0] == 1
+
+
+def test_every_metric_is_documented_with_its_type_and_labels() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "operator" / "README.md").read_text()
+    rows = {
+        m.group(1): (m.group(2), tuple(x.strip() for x in m.group(3).split(",") if x.strip()))
+        for m in re.finditer(r"^\| `(tether_\w+)` \| (\w+) \|([\w, ]*)\|", readme, re.M)
+    }
+    served = {f.name: (f.kind, f.label_names) for f in metrics.FAMILIES} | {"tether_operator_executions": ("gauge", ("state",))}
+    assert rows == served

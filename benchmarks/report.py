@@ -35,6 +35,7 @@ $V/bin/python benchmarks/replay_cost.py [--steps 10,100,1000] [--no-s3] [--repea
 $V/bin/python benchmarks/record_overhead.py [--calls 40] [--turns 8] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
 $V/bin/python benchmarks/trace_overhead.py [--calls 240] [--turns 8] [--latency 0.05]
 $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
+$V/bin/python benchmarks/metrics_overhead.py [--updates 20000] [--runs 1000] [--repeat 5]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
 $V/bin/python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
@@ -216,6 +217,15 @@ locally, ≤ 100 ms on S3.
 
 Operator latency from creating an AgentRun to its execution being submitted, and operator memory
 with 1,000 AgentRuns, against a real kube-apiserver + etcd on loopback. See its docstring.
+
+## metrics_overhead.py — what the operator's metrics cost
+
+The Prometheus metrics are the operator's; a live turn in the runtime gains one comparison (the
+progress record's `firstReplayAt`), within `runtime_step_ns`, the step counter call that holds it.
+The operator pays per progress update: on each look at a running run it reads the progress record
+anyway (`look_us`); the metrics add the run's account and the counting store wrapper
+(`metrics_us`), reported against the look and against a 50 ms model turn (goal ≤ 1 %), and one
+scrape of `/metrics` with `--runs` runs known (`render_ms`). See its docstring.
 
 ## kind_pods.py — issue 9 (Kubernetes executor on a real cluster)
 
@@ -474,6 +484,15 @@ def operator_rows(results: dict) -> list[str]:
     return [f"**operator_submit** — {provenance(r)}", "", keys, ""]
 
 
+def metrics_rows(results: dict) -> list[str]:
+    r = results.get("metrics_overhead")
+    if not r:
+        return []
+    f = r["figures"]
+    keys = ", ".join(f"`{k}` {v}" for k, v in sorted(f.items()))
+    return [f"**metrics_overhead** — {provenance(r)}", "", keys, ""]
+
+
 def kind_rows(results: dict) -> list[str]:
     r = results.get("kind_pods")
     if not r:
@@ -587,6 +606,13 @@ def summary(results: dict) -> list[str]:
             f"| operator: apply → execution submitted | p50 {f['submit_p50_ms']} ms, p95 {f['submit_p95_ms']} ms over {f['runs_timed']} runs; "
             f"{f['rss_mib_with_all_runs']} MiB RSS with {f['agentruns_present']} AgentRuns | {provenance(r)} |"
         )
+    if r := results.get("metrics_overhead"):
+        f = r["figures"]
+        out.append(
+            f"| operator metrics, per progress update | {f['metrics_us']} µs added to a {f['look_us']} µs look = "
+            f"**{f['metrics_pct_of_turn']} % of a 50 ms turn**; a live turn in the runtime: nothing but a comparison "
+            f"(step counter {f['runtime_step_ns']} ns); /metrics with {f['runs_scraped']} runs {f['render_ms']} ms | {provenance(r)} |"
+        )
     if r := results.get("kind_pods"):
         f = r["figures"]
         out.append(
@@ -613,6 +639,7 @@ def render_readme(results: dict) -> str:
         *mcp_rows(results),
         *load_rows(results),
         *operator_rows(results),
+        *metrics_rows(results),
         *kind_rows(results),
     ]
     return HEADER + INTRO + "## Latest figures\n\n" + "\n".join(body)

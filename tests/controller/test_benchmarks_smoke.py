@@ -16,3 +16,9 @@ pytestmark = pytest.mark.kube
 def test_operator_submit(tmp_path: Path) -> None:
     figures = smoke("operator_submit.py", "--runs", "2", "--total", "3", results=tmp_path, name="operator_submit")
     assert (figures["runs_timed"], figures["agentruns_present"]) == (2, 3)
+
+
+def test_metrics_overhead(tmp_path: Path) -> None:
+    figures = smoke("metrics_overhead.py", "--updates", "50", "--runs", "20", "--repeat", "1", results=tmp_path, name="metrics_overhead")
+    assert (figures["updates_timed"], figures["runs_scraped"]) == (50, 20)
+    assert figures["metrics_us"] > 0 and figures["look_us"] > 0

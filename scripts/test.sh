@@ -13,6 +13,7 @@
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools),
 #              the run view in headless Chromium (Debian's chromium, installed when missing);
 #              MCP against the TypeScript reference server from npm (scripts/mcp-everything.sh, cached);
+#              its metrics scraped by Debian's Prometheus (installed when missing, as root with apt-get);
 #   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
 #              environment, against the framework's real types; langgraph's adds benchmarks/), its
 #              own tests and the shared conformance suite;
@@ -95,9 +96,24 @@ browser_bins() {
 phase otel-collector scripts/otel-collector.sh &
 otel_pid=$!
 
+# Prometheus, which tests/controller/test_metrics.py runs as a throwaway server scraping the
+# operator: Debian's package (2.42), installed when missing (as root, with apt-get; the package's
+# service is not used); otherwise the group fails saying what to install.
+prometheus_bin() {
+  command -v prometheus >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Prometheus (Debian's prometheus package)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends prometheus >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null && apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends prometheus >/dev/null; }
+  fi
+  command -v prometheus >/dev/null || { echo "no prometheus binary: apt-get install prometheus (as root)"; return 2; }
+}
+
 core() {
   local venv
   browser_bins || return
+  prometheus_bin || return
   venv=$(scripts/env.sh core) || return 2
   echo "environment: $venv ($((SECONDS - began)) s into the run)"
   TETHER_K8S_BIN=$(scripts/k8s-tools.sh 2>/dev/null | tail -n1) || { echo "k8s tools build failed (see k8s-tools.log)"; return 2; }

@@ -145,9 +145,8 @@ def status_of(kube: ControlPlane, name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def driven(kube: ControlPlane, fake: FakeProvider, metrics_operator: Operator, prometheus: Prometheus) -> Driven:
     done = Driven(began=time.time(), store=Path(metrics_operator.store_url.removeprefix("file://")) / NS)
-    apply_example(kube, fake, "weather", "weather")
-    apply_example(kube, fake, "research", "research")
-    apply_example(kube, fake, "refund", "refund")
+    # broken first, alone: the others' first observations are then changes of series Prometheus
+    # has seen already (a series' first value is no increase to rate())
     broken = {
         "name": "gpt-4o-mini",
         "provider": "openai",
@@ -155,6 +154,11 @@ def driven(kube: ControlPlane, fake: FakeProvider, metrics_operator: Operator, p
         "apiKeySecretRef": {"name": "openai", "key": "api-key"},
     }
     apply_example(kube, fake, "weather", "broken", model=broken, retries=0)
+    done.runs["broken"] = wait_condition(kube, "broken", "Failed")
+    prometheus.scraped_after(time.time())
+    apply_example(kube, fake, "weather", "weather")
+    apply_example(kube, fake, "research", "research")
+    apply_example(kube, fake, "refund", "refund")
 
     # research: killed once its second turn is in status (read by the operator), while its
     # read-source tool runs (1.5 s)
@@ -174,7 +178,6 @@ def driven(kube: ControlPlane, fake: FakeProvider, metrics_operator: Operator, p
 
     for name in ("weather", "research", "refund"):
         done.runs[name] = wait_condition(kube, name, "Succeeded")
-    done.runs["broken"] = wait_condition(kube, "broken", "Failed")
 
     # A reconcile error: an AgentApproval of `weather` while its approvals cannot be read from the
     # store (a file where the folder should be; root or not, reads fail with NotADirectoryError).
@@ -217,7 +220,7 @@ def test_attempts_and_retries_by_reason(driven: Driven, prometheus: Prometheus) 
     assert attempts == {"weather": 1, "research": 2, "refund": 2, "broken": 1}
     assert prometheus.value(f"sum(tether_attempts_total{{{RUN}}})") == sum(attempts.values())
     # the kill is a retry; a suspension is not, nor the failure that exhausted broken's retries (0)
-    assert prometheus.query(f"sum by (reason) (tether_retries_total{{{RUN}}})") == {(("reason", "Killed"),): 1}
+    assert prometheus.query(f"sum by (reason) (tether_retries_total{{{RUN}}}) > 0") == {(("reason", "Killed"),): 1}
 
 
 def test_live_turns_and_tokens_are_what_the_provider_served_and_replays_are_counted_apart(
@@ -237,10 +240,11 @@ def test_live_turns_and_tokens_are_what_the_provider_served_and_replays_are_coun
 def test_tool_calls_live_and_replayed(driven: Driven, prometheus: Prometheus) -> None:
     steps = {name: o["status"]["steps"] for name, o in driven.runs.items()}
     calls = prometheus.query(f"sum by (mode) (tether_tool_calls_total{{{RUN}}})")
-    # the last attempts' calls, plus refund's first attempt: the lookup before it asked approval
-    # (research's first attempt was killed in its first tool call: none recorded)
-    assert calls[(("mode", "replayed"),)] == sum(s.get("toolReplayed", 0) for s in steps.values()) >= 2
-    assert calls[(("mode", "live"),)] == sum(s.get("toolLive", 0) for s in steps.values()) + steps["refund"]["toolReplayed"]
+    replayed = sum(s.get("toolReplayed", 0) for s in steps.values())
+    assert calls[(("mode", "replayed"),)] == replayed >= 2  # research's search, refund's lookup
+    # each replayed call ran live once, in an earlier attempt (research's read-source, killed
+    # while it ran, was never recorded: it ran again, live, once recorded)
+    assert calls[(("mode", "live"),)] == sum(s.get("toolLive", 0) for s in steps.values()) + replayed
 
 
 def test_dollars_spent_and_saved_by_replay(driven: Driven, prometheus: Prometheus) -> None:
@@ -262,7 +266,7 @@ def test_approval_wait(driven: Driven, prometheus: Prometheus) -> None:
     (decided,) = driven.runs["refund"]["status"]["approvals"]
     assert decided["decision"] == "approved"
     waited = _epoch(decided["decidedAt"]) - _epoch(decided["requestedAt"])  # whole seconds in status
-    assert prometheus.query(f"sum by (decision) (tether_approval_wait_seconds_count{{{RUN}}})") == {(("decision", "approved"),): 1}
+    assert prometheus.query(f"sum by (decision) (tether_approval_wait_seconds_count{{{RUN}}}) > 0") == {(("decision", "approved"),): 1}
     measured = prometheus.value(f"sum(tether_approval_wait_seconds_sum{{{RUN}}})")
     assert measured >= 1.5 and abs(measured - waited) <= 1.0, (measured, waited)
 
@@ -285,7 +289,7 @@ def test_reconcile_errors_and_store_requests(driven: Driven, prometheus: Prometh
     requests = prometheus.query("sum by (operation, result) (tether_operator_store_requests_total)")
     assert requests[(("operation", "get"), ("result", "ok"))] > 10  # progress and approvals on every look
     assert requests[(("operation", "get"), ("result", "error"))] == errors[(("error", "StoreUnavailable"), ("handler", "agentapproval"))]
-    assert requests[(("operation", "put"), ("result", "ok"))] >= 1  # the decision recorded
+    assert requests[(("operation", "create"), ("result", "ok"))] == 1  # the one decision recorded
 
 
 def test_every_dashboard_query_parses_and_returns_data(driven: Driven, prometheus: Prometheus) -> None:
@@ -311,4 +315,7 @@ def test_metrics_operator_never_crashed(driven: Driven, metrics_operator: Operat
     ends = [
         next(line for line in lines[i + 1 :] if not line.startswith(" ")) for i, line in enumerate(lines) if line.startswith("Traceback")
     ]
-    assert ends and all("StoreUnavailable: cannot read approvals/" in end for end in ends), ends
+    # (a chained traceback: the OSError, then StoreUnavailable)
+    assert ends and all(end.startswith(("NotADirectoryError", "tether.errors.StoreUnavailable")) and "approvals/" in end for end in ends), (
+        ends
+    )

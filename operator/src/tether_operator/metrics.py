@@ -82,6 +82,10 @@ class Counter(_Family):
     def get(self, **labels: str) -> float:
         return self.values.get(self._key(labels), 0.0)
 
+    def zero(self, **labels: str) -> None:
+        """Show the series at 0 before its first increment (rate() misses a series' first value)."""
+        self.values.setdefault(self._key(labels), 0.0)
+
     @property
     def value(self) -> float:  # an unlabelled counter's value
         return self.values.get((), 0.0)
@@ -98,6 +102,9 @@ class Histogram(_Family):
         super().__init__(name, help, labels)
         self.buckets = (*sorted(buckets), math.inf)
         self.series: dict[Labels, tuple[list[int], list[float]]] = {}  # bucket counts, [sum]
+
+    def zero(self, **labels: str) -> None:
+        self.series.setdefault(self._key(labels), ([0] * len(self.buckets), [0.0]))
 
     def observe(self, value: float, **labels: str) -> None:
         counts, total = self.series.setdefault(self._key(labels), ([0] * len(self.buckets), [0.0]))
@@ -212,6 +219,10 @@ FAMILIES: tuple[_Family, ...] = (
 )
 
 
+RETRY_REASONS = ("Error", "Interrupted", "Killed", "Lost", "Crashed", "Unknown")
+DECISIONS = ("approved", "declined", "timeout")
+
+
 def retry_reason(exit_code: int | None) -> str:
     """Why a retried attempt ended, from its exit code (the runtime's contract): a bounded label."""
     if exit_code is None:
@@ -281,6 +292,22 @@ class RunAccount:
         self.decided = {a.get("id") for a in status.get("approvals") or [] if a.get("decision")}
         self.died: tuple[int, float] | None = None  # (the attempt, when it was seen to end)
         self.finished = False
+        self._zero()
+
+    def _zero(self) -> None:
+        """The run's namespace and framework's series at 0 from the start: a first increment is a
+        change rate() and increase() see (a series that appears at 1 shows no increase)."""
+        ATTEMPTS.zero(**self.run)
+        FINISHED.zero(**self.run, phase="Succeeded", reason="Succeeded")
+        for reason in RETRY_REASONS:
+            RETRIES.zero(**self.run, reason=reason)
+        for counter, mode, _ in _PER_ATTEMPT:
+            counter.zero(**self.run, mode=mode)
+        COST.zero(**self.run, mode="live")
+        for decision in DECISIONS:
+            APPROVAL_WAIT.zero(**self.run, decision=decision)
+        APPLY_TO_POD.zero(**self.run, executor=self.executor)
+        KILL_TO_REPLAY.zero(**self.run)
 
     def execution(self, attempts: int, failures: int, exit_code: int | None, queued: bool) -> None:
         """The executor's counts: attempts started, failures (`queued`: the next attempt has not

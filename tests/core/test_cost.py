@@ -7,6 +7,7 @@ journal. Real SDKs over real HTTP against the fake provider's malformed answers.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import openai
@@ -179,3 +180,19 @@ def test_limits_api_default_is_fail_closed_and_refuses_other_values():
     with pytest.raises(ValidationError):
         Limits.model_validate({"unknownCost": "maybe"})
     assert "unknownCost" in AgentRunSpec.model_json_schema(by_alias=True)["$defs"]["Limits"]["properties"]
+
+
+def test_progress_says_when_an_attempt_replayed_its_first_step(provider, tmp_path):
+    """firstReplayAt: the operator's kill→first-replay latency ends there (tether_kill_to_first_replay_seconds)."""
+    store = str(tmp_path / "store")
+    first = new_run(provider, store, "resumed")
+    ask(first, "hello")
+    assert snapshot(first, "Running").first_replay_at is None  # all live
+    second = new_run(provider, store, "resumed")
+    before = time.time()
+    ask(second, "hello")
+    after = time.time()
+    progress = snapshot(second, "Succeeded")
+    assert progress.steps.model_replayed == 1 and progress.first_replay_at is not None
+    assert before <= progress.first_replay_at <= after
+    assert progress.wire()["firstReplayAt"] == progress.first_replay_at

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,7 +328,18 @@ def test_store_prefix_and_credentials_are_the_namespaces_own(kube: ControlPlane,
         assert pod["metadata"]["namespace"] == ns
 
 
+def sample(op: Operator, series: str) -> float:
+    """One series' value on the operator's /metrics (0 if absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.rsplit(" ", 1)[0] == series)
+
+
 def test_pod_death_starts_the_next_attempt_until_retries_are_exhausted(kube: ControlPlane, k8s_operator: Operator) -> None:
+    labels = f'namespace="{NS}",framework="openai"'
+    counted = [f"tether_attempts_total{{{labels}}}", *(f'tether_retries_total{{{labels},reason="{r}"}}' for r in ("Killed", "Lost"))]
+    counted.append(f'tether_apply_to_pod_seconds_count{{{labels},executor="kubernetes"}}')
+    before = [sample(k8s_operator, s) for s in counted]
     run = apply_run(kube, "dies", retries=2)
     first = wait_pod(kube, run, 1)
     kubelet(kube, first, "Running")
@@ -351,6 +363,9 @@ def test_pod_death_starts_the_next_attempt_until_retries_are_exhausted(kube: Con
     assert obj["status"]["attempts"] == 3
     assert sorted(pods_of(kube, run)) == [first["metadata"]["name"], third["metadata"]["name"]], "no fourth attempt"
     assert wait_for(lambda: not finalizers(kube, "dies"), what="finalizer released")
+    # metrics: three pods, two retried deaths (137: Killed; deleted, no exit code: Lost), the
+    # third exhausted the retries (not a retry); one apply→pod
+    assert [sample(k8s_operator, s) - b for s, b in zip(counted, before)] == [3, 1, 1, 1]
 
 
 def bind(kube: ControlPlane, pod: dict[str, Any], node: str = "node-a") -> None:

@@ -37,6 +37,7 @@ import yaml
 
 from tests.support.kube import ADMIN_USER, ControlPlane
 from tests.support.prometheus import Prometheus
+from tether.contract import approvals_prefix
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
@@ -181,7 +182,7 @@ def driven(kube: ControlPlane, fake: FakeProvider, metrics_operator: Operator, p
 
     # A reconcile error: an AgentApproval of `weather` while its approvals cannot be read from the
     # store (a file where the folder should be; root or not, reads fail with NotADirectoryError).
-    blocked = done.store / "approvals" / done.runs["weather"]["metadata"]["uid"]
+    blocked = done.store / approvals_prefix(done.runs["weather"]["metadata"]["uid"]).rstrip("/")
     blocked.parent.mkdir(parents=True, exist_ok=True)
     blocked.write_text("not a folder")
     approval = {

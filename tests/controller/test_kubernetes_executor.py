@@ -867,6 +867,12 @@ def test_deaths_before_an_operator_restart_count_against_retries(kube: ControlPl
     kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/dies-twice")
     assert condition(get(kube, "agentrun", NS, "dies-twice"), "Failed")["reason"] == "RetriesExhausted"
     assert len(pods_of(kube, run)) == 2, "no third attempt: retries is 1"
+    # the restarted operator's metrics: the death its predecessor saw (and counted) is not a retry
+    # again, the one after the restart exhausted the retries
+    labels = f'namespace="{NS}",framework="openai"'
+    reasons = ("Error", "Interrupted", "Killed", "Lost", "Crashed", "Unknown")
+    assert sum(sample(k8s_operator, f'tether_retries_total{{{labels},reason="{r}"}}') for r in reasons) == 0
+    assert sample(k8s_operator, f'tether_runs_finished_total{{{labels},phase="Failed",reason="RetriesExhausted"}}') == 1
 
 
 def test_a_pod_the_apiserver_refuses_fails_the_run(kube: ControlPlane, k8s_operator: Operator) -> None:

@@ -363,3 +363,17 @@ def test_every_metric_is_documented_with_its_type_and_labels() -> None:
     }
     served = {f.name: (f.kind, f.label_names) for f in metrics.FAMILIES} | {"tether_operator_executions": ("gauge", ("state",))}
     assert rows == served
+
+
+def test_deaths_an_adopting_executor_finds_are_not_counted_again() -> None:
+    ns = "units-adopted"
+    account = metrics.RunAccount(ns, "openai", "kubernetes", {"attempts": 3}, retries=5)
+    account.execution(3, 0, None, queued=True)  # submitted: the executor has not looked yet
+    account.execution(3, 2, None, queued=False)  # its pods: two earlier deaths, no exit code here
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Unknown") == 0 and account.died is None
+    account.execution(3, 3, 137, queued=True)  # a death seen in this process
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Killed") == 1 and account.died is not None
+    flyte = metrics.RunAccount(ns, "openai", "flyte", {}, exit_codes=False)  # Flyte's backend retries: no exit codes ever
+    flyte.execution(1, 0, None, queued=False)
+    flyte.execution(2, 1, None, queued=False)
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Unknown") == 1

@@ -21,6 +21,7 @@ import math
 import time
 from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -85,10 +86,6 @@ class Counter(_Family):
     def zero(self, **labels: str) -> None:
         """Show the series at 0 before its first increment (rate() misses a series' first value)."""
         self.values.setdefault(self._key(labels), 0.0)
-
-    @property
-    def value(self) -> float:  # an unlabelled counter's value
-        return self.values.get((), 0.0)
 
     def samples(self) -> Iterable[str]:
         for key, value in sorted(self.values.items()):
@@ -254,8 +251,6 @@ def _epoch(value: Any) -> float | None:
     if isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, str) and value:
-        from datetime import datetime
-
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
         except ValueError:
@@ -269,10 +264,20 @@ class RunAccount:
     is not counted again."""
 
     def __init__(
-        self, namespace: str, framework: str, executor: str, status: dict[str, Any], created: Any = None, retries: int = 2
+        self,
+        namespace: str,
+        framework: str,
+        executor: str,
+        status: dict[str, Any],
+        created: Any = None,
+        retries: int = 2,
+        exit_codes: bool = True,
     ) -> None:
         self.run = {"namespace": namespace, "framework": framework}
         self.executor, self.retries = executor, retries
+        # An executor that runs the attempts itself knows each one's exit code; failures it reports
+        # without one are deaths it found when adopting the run (its pods), counted before.
+        self.exit_codes = exit_codes
         self.created = _epoch(created)
         self.attempts = int(status.get("attempts") or 0)
         self.retried: int | None = None  # the executor's count when first seen is the baseline
@@ -318,8 +323,8 @@ class RunAccount:
             ATTEMPTS.inc(attempts - self.attempts, **self.run)
             self.attempts = attempts
         retried = min(failures, self.retries)
-        if self.retried is None:
-            self.retried = retried  # an earlier process counted these
+        if self.retried is None or (self.exit_codes and exit_code is None):
+            self.retried = max(retried, self.retried or 0)  # an earlier process counted these
         elif retried > self.retried:
             RETRIES.inc(retried - self.retried, **self.run, reason=retry_reason(exit_code))
             self.retried = retried

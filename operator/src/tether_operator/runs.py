@@ -55,7 +55,16 @@ from . import kube, metrics
 from .checks import Problem, check_run
 from .cloudevents import APPROVAL_DECIDED, APPROVAL_REQUESTED, RUN_TYPE, Emitter, run_source
 from .conditions import Reason
-from .executors.base import ExecutionState, ExecutionStatus, Executor, SecretFile, Submission, execution_name, unsupported
+from .executors.base import (
+    AttemptingExecutor,
+    ExecutionState,
+    ExecutionStatus,
+    Executor,
+    SecretFile,
+    Submission,
+    execution_name,
+    unsupported,
+)
 from .placement import placement, propagated
 from .settings import Settings
 
@@ -197,6 +206,7 @@ class RunLoop:
             self.status,
             meta.get("creationTimestamp"),
             retries=retries if isinstance(retries, int) else 2,
+            exit_codes=isinstance(executor, AttemptingExecutor),
         )
 
     # ------------------------------------------------------------------------------ status

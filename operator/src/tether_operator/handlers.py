@@ -197,6 +197,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
                 await memo.executor.abort(execution_name(uid), namespace)
 
     @kopf.daemon(GROUP, VERSION, "agentruns", id="agentrun-expiry", registry=registry, when=_expiring, cancellation_timeout=5.0)
+    @metrics.counting_errors("agentrun-expiry")
     async def agentrun_expiry(
         body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
     ) -> None:

@@ -236,7 +236,8 @@ class RunLoop:
         if not urgent and time.monotonic() - self._sent_at < self.settings.timing.status_interval_seconds:
             return  # the loop comes back; the newest state is sent then
         # Shielded: a finished status makes kopf cancel this daemon, maybe before the patch's
-        # answer is read; the patch is counted (and a finish) only once written, and always then.
+        # answer is read; the patch is counted (a finish too, and its CloudEvents sent) only once
+        # written, and always then.
         await asyncio.shield(self._patch(doc))
 
     async def _patch(self, doc: dict[str, Any]) -> None:

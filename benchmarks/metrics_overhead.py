@@ -111,7 +111,7 @@ def main() -> int:
             account = metrics.RunAccount(f"bench-{r}", "openai", "kubernetes", {})
             start = time.perf_counter_ns()
             for progress in records:
-                account.execution(1, 0, None, queued=False)
+                account.execution(1, 0, (), queued=False)
                 account.progress(progress)
                 account.approvals(())
             rounds.append((time.perf_counter_ns() - start) / len(records) / 1000)
@@ -124,7 +124,7 @@ def main() -> int:
         ns = f"team-{i % 10}"
         metrics.RUNS.set(f"uid-{i}", ns, "openai", ("Running", "Succeeded", "Failed")[i % 3])
         account = metrics.RunAccount(ns, "openai", "kubernetes", {})
-        account.execution(1, 0, None, queued=False)
+        account.execution(1, 0, (), queued=False)
         account.progress(Progress.model_validate_json(record(3)))
         account.finish("Succeeded", "Succeeded")
     render_ms = statistics.median(_timed_render() for _ in range(args.repeat))

@@ -272,16 +272,16 @@ def test_a_run_account_counts_each_step_once_over_rereads_attempts_and_restarts(
     ns = "units-account"
     turns = lambda mode: metrics.MODEL_TURNS.get(namespace=ns, framework="openai", mode=mode)  # noqa: E731
     account = metrics.RunAccount(ns, "openai", "local", {})
-    account.execution(1, 0, None, queued=False)
+    account.execution(1, 0, (), queued=False)
     for _ in range(3):  # the same record read on every look
         account.progress(_progress(1, 2, 0, tokens=100, spent=0.01))
     assert (turns("live"), turns("replayed")) == (2, 0)
     assert metrics.TOKENS.get(namespace=ns, framework="openai", mode="live") == 100
     assert metrics.ATTEMPTS.get(namespace=ns, framework="openai") == 1
     # attempt 1 dies (exit 1), attempt 2 replays both turns and makes one live
-    account.execution(1, 1, 1, queued=True)
+    account.execution(1, 1, (1,), queued=True)
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 1
-    account.execution(2, 1, 1, queued=False)
+    account.execution(2, 1, (1,), queued=False)
     account.progress(_progress(1, 3, 0, tokens=150, spent=0.015))  # attempt 1's last record, read late
     died_at = account.died[1] if account.died else 0.0
     account.progress(_progress(2, 1, 3, tokens=60, spent=0.021, first_replay_at=died_at + 0.75))
@@ -297,7 +297,7 @@ def test_a_run_account_counts_each_step_once_over_rereads_attempts_and_restarts(
         "usage": {"liveTokens": 60, "runLiveCostUSD": 0.021},
     }
     again = metrics.RunAccount(ns, "openai", "local", status)
-    again.execution(2, 1, None, queued=False)
+    again.execution(2, 1, (), queued=False)
     again.progress(_progress(2, 1, 3, tokens=60, spent=0.021))
     assert (turns("live"), turns("replayed")) == (4, 3)
     assert (
@@ -345,9 +345,9 @@ def test_histograms_are_cumulative_and_label_values_escaped() -> None:
 def test_the_failure_that_exhausts_the_retries_is_not_a_retry() -> None:
     ns = "units-exhausted"
     account = metrics.RunAccount(ns, "openai", "local", {}, retries=1)
-    account.execution(1, 0, None, queued=False)
-    account.execution(2, 1, -9, queued=False)  # seen once the next attempt runs
-    account.execution(2, 2, 1, queued=False)  # failed again: retries exhausted
+    account.execution(1, 0, (), queued=False)
+    account.execution(2, 1, (-9,), queued=False)  # seen once the next attempt runs
+    account.execution(2, 2, (-9,), queued=False)  # failed again (exit 1): retries exhausted, not a retry
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Killed") == 1
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 0
     assert account.died is not None and account.died[0] == 1
@@ -368,12 +368,13 @@ def test_every_metric_is_documented_with_its_type_and_labels() -> None:
 def test_deaths_an_adopting_executor_finds_are_not_counted_again() -> None:
     ns = "units-adopted"
     account = metrics.RunAccount(ns, "openai", "kubernetes", {"attempts": 3}, retries=5)
-    account.execution(3, 0, None, queued=True)  # submitted: the executor has not looked yet
-    account.execution(3, 2, None, queued=False)  # its pods: two earlier deaths, no exit code here
+    account.execution(3, 0, (), queued=True)  # submitted: the executor has not looked yet
+    account.execution(3, 2, (), queued=False)  # its pods: two earlier deaths, not retried here
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Unknown") == 0 and account.died is None
-    account.execution(3, 3, 137, queued=True)  # a death seen in this process
-    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Killed") == 1 and account.died is not None
+    account.execution(4, 4, (137, 1), queued=False)  # two deaths retried here, seen in one look
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Killed") == 1 and account.died == (3, account.died[1])
+    assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Error") == 1
     flyte = metrics.RunAccount(ns, "openai", "flyte", {}, exit_codes=False)  # Flyte's backend retries: no exit codes ever
-    flyte.execution(1, 0, None, queued=False)
-    flyte.execution(2, 1, None, queued=False)
+    flyte.execution(1, 0, (), queued=False)
+    flyte.execution(2, 1, (), queued=False)
     assert metrics.RETRIES.get(namespace=ns, framework="openai", reason="Unknown") == 1

@@ -20,7 +20,7 @@ import functools
 import math
 import time
 from collections import Counter as _Tally
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -275,9 +275,10 @@ class RunAccount:
     ) -> None:
         self.run = {"namespace": namespace, "framework": framework}
         self.executor, self.retries = executor, retries
-        # An executor that runs the attempts itself knows each one's exit code; failures it reports
-        # without one are deaths it found when adopting the run (its pods), counted before.
+        # An executor that runs the attempts itself lists the exit code of each attempt it ran
+        # again (not deaths it found adopting the run, counted before); Flyte counts failures only.
         self.exit_codes = exit_codes
+        self.codes = 0  # of that list, those counted
         self.created = _epoch(created)
         self.attempts = int(status.get("attempts") or 0)
         self.retried: int | None = None  # the executor's count when first seen is the baseline
@@ -314,20 +315,26 @@ class RunAccount:
         APPLY_TO_POD.zero(**self.run, executor=self.executor)
         KILL_TO_REPLAY.zero(**self.run)
 
-    def execution(self, attempts: int, failures: int, exit_code: int | None, queued: bool) -> None:
-        """The executor's counts: attempts started, failures (`queued`: the next attempt has not
-        started yet). The failure that exhausts the retries was not retried."""
+    def execution(self, attempts: int, failures: int, retried_codes: Sequence[int], queued: bool) -> None:
+        """The executor's counts: attempts started, failures and the exit codes of the attempts
+        it ran again (`queued`: the next attempt has not started yet). The failure that exhausts
+        the retries was not retried."""
         if attempts > self.attempts:
             if self.attempts == 0 and self.created is not None:
                 APPLY_TO_POD.observe(max(0.0, time.time() - self.created), **self.run, executor=self.executor)
             ATTEMPTS.inc(attempts - self.attempts, **self.run)
             self.attempts = attempts
-        retried = min(failures, self.retries)
-        if self.retried is None or (self.exit_codes and exit_code is None):
-            self.retried = max(retried, self.retried or 0)  # an earlier process counted these
-        elif retried > self.retried:
-            RETRIES.inc(retried - self.retried, **self.run, reason=retry_reason(exit_code))
-            self.retried = retried
+        if self.exit_codes:
+            fresh = len(retried_codes) - self.codes
+            for code in retried_codes[self.codes :]:
+                RETRIES.inc(1.0, **self.run, reason=retry_reason(code))
+            self.codes = len(retried_codes)
+        else:
+            retried = min(failures, self.retries)
+            fresh = 0 if self.retried is None else max(0, retried - self.retried)  # the first look: counted before
+            self.retried = max(retried, self.retried or 0)
+            RETRIES.inc(fresh, **self.run, reason=retry_reason(None))
+        if fresh > 0:
             self.died = (attempts if queued else attempts - 1, time.time())
 
     def progress(self, progress: Progress) -> None:

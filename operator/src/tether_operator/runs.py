@@ -511,7 +511,7 @@ class RunLoop:
     def _mirror(self, ex: ExecutionStatus, progress: Progress | None, requests: list[dict[str, Any]] | None) -> bool:
         """Fold the executor's state and the runtime's progress into status; True on a phase change."""
         s = self.status
-        self.account.execution(ex.attempts, ex.failures, ex.exit_code, queued=ex.state is ExecutionState.QUEUED)
+        self.account.execution(ex.attempts, ex.failures, ex.retried, queued=ex.state is ExecutionState.QUEUED)
         if progress is not None:
             self.account.progress(progress)
         if requests:

@@ -151,6 +151,9 @@ class ExecutionStatus:
     url: str | None = None
     reason: str = ""
     """The condition reason of a failure the executor can name (conditions.Reason), else empty."""
+    retried: tuple[int, ...] = ()
+    """Exit codes of the attempts this executor saw fail and ran again, in order (an executor that
+    runs the attempts itself; not deaths it found adopting the execution, nor the last failure)."""
 
 
 class Executor(ABC):
@@ -218,12 +221,23 @@ class Execution:
     message: str = ""
     reason: str = ""
     url: str | None = None
+    retried: list[int] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     """What drives the attempts (executors that run them themselves)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def status(self) -> ExecutionStatus:
-        return ExecutionStatus(self.sub.name, self.state, self.attempts, self.failures, self.exit_code, self.message, self.url, self.reason)
+        return ExecutionStatus(
+            self.sub.name,
+            self.state,
+            self.attempts,
+            self.failures,
+            self.exit_code,
+            self.message,
+            self.url,
+            self.reason,
+            tuple(self.retried),
+        )
 
     def set(self, state: ExecutionState, message: str = "", reason: str = "") -> None:
         self.state, self.message, self.reason = state, message, reason
@@ -344,6 +358,7 @@ class AttemptingExecutor(FollowingExecutor[E]):
             run.failures += 1  # the attempt was `retried`
             if run.failures > sub.retries:
                 return run.set(ExecutionState.FAILED, f"attempt {run.attempts} {happened}; retries exhausted ({sub.retries})")
+            run.retried.append(code)
             log.info("execution %s attempt %d %s; retrying", sub.name, run.attempts, happened)
             run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {happened}; retrying")
             await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))

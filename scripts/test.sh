@@ -13,7 +13,7 @@
 #   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools),
 #              the run view in headless Chromium (Debian's chromium, installed when missing);
 #              MCP against the TypeScript reference server from npm (scripts/mcp-everything.sh, cached);
-#              its metrics scraped by Debian's Prometheus (installed when missing, as root with apt-get);
+#              the operator's metrics scraped by Debian's Prometheus (installed when missing, as root);
 #   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
 #              environment, against the framework's real types; langgraph's adds benchmarks/), its
 #              own tests and the shared conformance suite;

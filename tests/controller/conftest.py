@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,17 @@ def tether_release(kube: ControlPlane) -> Release:
         "crd/agenttools.tether.dev",
         "crd/agentapprovals.tether.dev",
     )
+    wait_for_secret_access_policy(kube, "tether-secret-access")
     return Release(RELEASE_NS, SA, SERVED, UNSERVED)
+
+
+def wait_for_secret_access_policy(kube: ControlPlane, binding: str) -> None:
+    """A run naming a Secret created within 2 s of a release's Secret access policy may have been
+    admitted without it: the operator refuses such a run (AdmissionPolicyMissing, terminal). Tests
+    create their runs once the binding is 3 s old."""
+    found = json.loads(kube.kubectl("get", "validatingadmissionpolicybinding", binding, "-o", "json").stdout)
+    since = datetime.fromisoformat(found["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+    wait_for(lambda: time.time() > since + 3, timeout=10, what=f"{binding} in place for 3 s")
 
 
 def kubeconfig_with_token(kube: ControlPlane, token: str, path: Path) -> Path:

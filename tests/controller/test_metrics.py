@@ -41,7 +41,18 @@ from tether.contract import approvals_prefix
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
-from .conftest import CHART, LOOPBACK_PROVIDER, REPO, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+from .conftest import (
+    CHART,
+    LOOPBACK_PROVIDER,
+    REPO,
+    Operator,
+    Release,
+    condition,
+    get,
+    kubeconfig_with_token,
+    wait_for,
+    wait_for_secret_access_policy,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -80,13 +91,7 @@ def release(kube: ControlPlane, tether_release: Release) -> Iterator[Release]:
               "--set", "providers.allowedBaseURLs={" + LOOPBACK_PROVIDER + "}", "--wait=false")  # fmt: skip
     kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-metrics-0123456789", check=False)
     kube.kubectl("label", "secret", "openai", "-n", NS, "tether.dev/usable=true", "--overwrite")
-    # A run naming a Secret created within 2 s of the release's Secret access policy may have been
-    # admitted without it: the operator refuses it (AdmissionPolicyMissing). Runs come later.
-    binding = f"{RELEASE.service_account}-secret-access"
-    since = _epoch(
-        json.loads(kube.kubectl("get", "validatingadmissionpolicybinding", binding, "-o", "json").stdout)["metadata"]["creationTimestamp"]
-    )
-    wait_for(lambda: time.time() > since + 3, timeout=10, what=f"{binding} in place for 3 s")
+    wait_for_secret_access_policy(kube, f"{RELEASE.service_account}-secret-access")
     yield RELEASE
     kube.helm("uninstall", RELEASE.service_account, "-n", RELEASE.namespace, "--wait=false")
 

@@ -10,10 +10,13 @@
 #              background from the start;
 #   gates      ruff check, ruff format --check and mypy --strict (in the core environment: the
 #              runtime, the operator and tether.testing);
-#   core       runtime, fake providers, stores, operator on a real apiserver (waits for k8s-tools),
-#              the run view in headless Chromium (Debian's chromium, installed when missing);
-#              MCP against the TypeScript reference server from npm (scripts/mcp-everything.sh, cached);
-#              the operator's metrics scraped by Debian's Prometheus (installed when missing, as root);
+#   core       runtime, fake providers, stores (tests/core): the run view in headless Chromium
+#              (Debian's chromium, installed when missing), traces into the collector (waits for
+#              otel-collector), MCP against the TypeScript reference server from npm
+#              (scripts/mcp-everything.sh, cached); it needs no control plane, so on a cold machine
+#              it runs while k8s-tools builds;
+#   controller the operator on a real apiserver (tests/controller; waits for k8s-tools and
+#              health-tools): its metrics scraped by Debian's Prometheus (installed when missing);
 #   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
 #              environment, against the framework's real types; langgraph's adds benchmarks/), its
 #              own tests and the shared conformance suite;
@@ -62,7 +65,7 @@ phase() {
   return "$rc"
 }
 
-# The control-plane build runs from the start; the core group waits for it (k8s-tools.sh holds a
+# The control-plane build runs from the start; the controller group waits for it (k8s-tools.sh holds a
 # file lock, so a second call waits for the first and then reuses its result).
 phase k8s-tools scripts/k8s-tools.sh &
 k8s_pid=$!
@@ -71,7 +74,7 @@ k8s_pid=$!
 # them. Its outcome is the flyte group's to report (exit 3: no sources here, NOT RUN).
 scripts/flyte-backend.sh >"$out/flyte-backend.log" 2>&1 &
 flyte_build_pid=$!
-# The Argo CD/Flux health judge the core group's GitOps tests use (its lock makes core wait for it).
+# The Argo CD/Flux health judge the controller group's GitOps tests use (its lock makes the controller group wait for it).
 scripts/health-tools.sh >"$out/health-tools.log" 2>&1 &
 health_build_pid=$!
 
@@ -92,7 +95,7 @@ browser_bins() {
 }
 
 # The OpenTelemetry Collector the telemetry tests export to (scripts/otel-collector.sh, cached
-# like k8s-tools; a few minutes cold): the core group's tests wait for it on its lock.
+# like k8s-tools; a few minutes cold): the core group waits for it on its lock.
 phase otel-collector scripts/otel-collector.sh &
 otel_pid=$!
 
@@ -113,6 +116,19 @@ prometheus_bin() {
 core() {
   local venv
   browser_bins || return
+  venv=$(scripts/env.sh core) || return 2
+  echo "environment: $venv ($((SECONDS - began)) s into the run)"
+  TETHER_OTEL_BIN=$(scripts/otel-collector.sh 2>/dev/null | tail -n1) || { echo "collector build failed (see otel-collector.log)"; return 2; }
+  export TETHER_OTEL_BIN
+  # The TypeScript reference MCP server from npm (tests/core/test_mcp_everything.py; cached by version).
+  TETHER_MCP_EVERYTHING=$(scripts/mcp-everything.sh | tail -n1) || { echo "installing @modelcontextprotocol/server-everything failed"; return 2; }
+  export TETHER_MCP_EVERYTHING
+  # tests/conformance needs an adapter's kit and env: it runs once per adapter group.
+  "$venv/bin/python" -m pytest tests/core -q --durations=15 --junitxml="$out/core.xml"
+}
+
+controller() {
+  local venv
   prometheus_bin || return
   venv=$(scripts/env.sh core) || return 2
   echo "environment: $venv ($((SECONDS - began)) s into the run)"
@@ -121,13 +137,7 @@ core() {
   echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
   TETHER_HEALTH_BIN=$(scripts/health-tools.sh 2>/dev/null | tail -n1) || { echo "health tools build failed (see health-tools.log)"; return 2; }
   export TETHER_HEALTH_BIN
-  TETHER_OTEL_BIN=$(scripts/otel-collector.sh 2>/dev/null | tail -n1) || { echo "collector build failed (see otel-collector.log)"; return 2; }
-  export TETHER_OTEL_BIN
-  # The TypeScript reference MCP server from npm (tests/core/test_mcp_everything.py; cached by version).
-  TETHER_MCP_EVERYTHING=$(scripts/mcp-everything.sh | tail -n1) || { echo "installing @modelcontextprotocol/server-everything failed"; return 2; }
-  export TETHER_MCP_EVERYTHING
-  # The conformance suite needs an adapter's kit and env: it runs once per adapter group.
-  "$venv/bin/python" -m pytest tests -q --ignore=tests/conformance --ignore=tests/flyte --ignore=tests/e2e --durations=15 --junitxml="$out/core.xml"
+  "$venv/bin/python" -m pytest tests/controller tests/test_kube_control_plane.py -q --durations=15 --junitxml="$out/controller.xml"
 }
 
 adapter() {
@@ -183,11 +193,11 @@ gates() {
 
 phase gates gates &
 side=("$k8s_pid" "$flyte_build_pid" "$health_build_pid" "$otel_pid" "$!")  # not counted against the pool: builds, and gates take a minute
-# The core group first: it is the longest.
-for group in core "${ADAPTERS[@]}" flyte; do
+# The controller group first: it is the longest and waits for the control plane; core beside it.
+for group in controller core "${ADAPTERS[@]}" flyte; do
   while [ "$(jobs -rp | grep -vxFc -f <(printf '%s\n' "${side[@]}"))" -ge "$jobs" ]; do wait -n; done
   case "$group" in
-    core) phase core core & ;;
+    core | controller) phase "$group" "$group" & ;;
     flyte) phase flyte flyte_group & ;;
     *) phase "$group" adapter "$group" & ;;
   esac
@@ -208,7 +218,7 @@ else
   echo "== e2e: not run: ${ready:-tests/e2e/run.sh ready failed}"
 fi
 status=0
-for group in k8s-tools otel-collector gates core "${ADAPTERS[@]}" flyte "${e2e_groups[@]}"; do
+for group in k8s-tools otel-collector gates controller core "${ADAPTERS[@]}" flyte "${e2e_groups[@]}"; do
   rc=$(cat "$out/$group.rc" 2>/dev/null)
   [ "$rc" = 0 ] || { [ "$group" = flyte ] && [ "$rc" = 3 ]; } || status=1
 done

@@ -202,4 +202,4 @@ async def test_declarative_needs_an_openai_model(fake, store):
 
 async def test_package_surface():
     assert tether_langchain.ADAPTER.framework == "langchain"
-    assert {"ADAPTER", "tool", "run_agent", "run_agent_sync", "MessageHistory"} <= set(tether_langchain.__all__)
+    assert {"ADAPTER", "tool", "run_agent", "run_agent_sync", "MessageHistory"} <= set(dir(tether_langchain))

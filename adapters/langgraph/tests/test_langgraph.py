@@ -211,7 +211,7 @@ async def test_not_a_graph_is_a_config_error(fake, store):
 
 async def test_package_surface():
     assert tether_langgraph.ADAPTER.framework == "langgraph"
-    assert {"ADAPTER", "tool", "run_agent", "run_agent_sync", "TetherCheckpointer"} <= set(tether_langgraph.__all__)
+    assert {"ADAPTER", "tool", "run_agent", "run_agent_sync", "TetherCheckpointer"} <= set(dir(tether_langgraph))
 
 
 def _add_each(state: list, writes: list) -> list:

@@ -1,17 +1,20 @@
 """What every ``tether_<framework>`` package's ``__init__`` does, written once.
 
-    from tether.adapter_package import Tool, package, requires, tool
+    from tether.adapter_package import Tool as Tool
+    from tether.adapter_package import package, requires
+    from tether.adapter_package import tool as tool
 
     requires("tether-langchain", "LangChain and langchain-openai", "langchain.agents", "langchain_openai")
 
-    from .adapter import LangChainAdapter  # after the guard: it imports the framework
+    from .adapter import LangChainAdapter as LangChainAdapter  # after the guard: it imports the framework
 
     ADAPTER, run_agent, run_agent_sync = package(LangChainAdapter())
 
 :func:`requires` is the import guard users see when the framework is missing; :func:`package`
 binds ``run_agent``/``run_agent_sync`` to the package's one adapter (what ``load_adapter`` finds
 as ``ADAPTER``). ``Tool`` and ``tool`` are re-exported so a package's ``__init__`` imports from
-one place.
+one place. A package names each public name once, where it imports it: ``name as name`` is the
+explicit re-export type checkers honour (no ``__all__`` repeating the imports).
 """
 
 from __future__ import annotations

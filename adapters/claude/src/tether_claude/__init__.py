@@ -13,24 +13,17 @@ session transcripts and approvals.
 with Tether tools, served to the CLI as the in-process MCP server ``tether``.
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-claude", "the Claude Agent SDK (claude-agent-sdk)", "claude_agent_sdk")
 
-from .adapter import OFFLINE_ENV, SERVER, ClaudeAdapter, ClaudeAgent, mcp_tool, tool_name
+from .adapter import OFFLINE_ENV as OFFLINE_ENV
+from .adapter import SERVER as SERVER
+from .adapter import ClaudeAdapter as ClaudeAdapter
+from .adapter import ClaudeAgent as ClaudeAgent
+from .adapter import mcp_tool as mcp_tool
+from .adapter import tool_name as tool_name
 
 ADAPTER, run_agent, run_agent_sync = package(ClaudeAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "OFFLINE_ENV",
-    "SERVER",
-    "ClaudeAdapter",
-    "ClaudeAgent",
-    "Tool",
-    "mcp_tool",
-    "run_agent",
-    "run_agent_sync",
-    "tool",
-    "tool_name",
-]

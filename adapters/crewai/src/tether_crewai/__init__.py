@@ -20,16 +20,19 @@ _crewai_was_imported = "crewai" in sys.modules
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-crewai", "CrewAI (crewai)", "crewai")
 
-from .adapter import CrewAIAdapter, SeamLLMs, crewai_tool, telemetry_off
-from .memory import Transcript
+from .adapter import CrewAIAdapter as CrewAIAdapter
+from .adapter import SeamLLMs as SeamLLMs
+from .adapter import crewai_tool as crewai_tool
+from .adapter import telemetry_off
+from .memory import Transcript as Transcript
 
 if _crewai_was_imported:
     telemetry_off()
 
 ADAPTER, run_agent, run_agent_sync = package(CrewAIAdapter())
-
-__all__ = ["ADAPTER", "CrewAIAdapter", "SeamLLMs", "Tool", "Transcript", "crewai_tool", "run_agent", "run_agent_sync", "tool"]

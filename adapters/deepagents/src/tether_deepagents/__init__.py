@@ -14,26 +14,19 @@ every Tether tool call at the tool seam, and keeps ``memory_key`` as the graph's
 thread: transcript and virtual files (:class:`TetherCheckpointer`).
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-deepagents", "Deep Agents and langchain-openai", "deepagents", "langchain_openai")
 
+from tether_langgraph.family import TetherCheckpointer as TetherCheckpointer
+from tether_langgraph.family import answer_text as answer_text
+from tether_langgraph.family import chat_model as chat_model
+from tether_langgraph.family import langchain_tool as langchain_tool
+from tether_langgraph.family import openai_base_url as openai_base_url
+from tether_langgraph.family import routed_env as routed_env
 
-from .adapter import DeepAgentsAdapter, TetherCheckpointer, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
+from .adapter import DeepAgentsAdapter as DeepAgentsAdapter
 
 ADAPTER, run_agent, run_agent_sync = package(DeepAgentsAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "DeepAgentsAdapter",
-    "TetherCheckpointer",
-    "Tool",
-    "answer_text",
-    "chat_model",
-    "langchain_tool",
-    "openai_base_url",
-    "routed_env",
-    "run_agent",
-    "run_agent_sync",
-    "tool",
-]

@@ -38,11 +38,8 @@ from tether.agent import AgentSession, AgentSpec
 from tether_langgraph.family import (
     CheckpointedGraphAdapter,
     TetherCheckpointer,
-    answer_text,
     chat_model,
     langchain_tool,
-    openai_base_url,
-    routed_env,
     tool_errors,
     without_delta_channels,
 )
@@ -73,6 +70,3 @@ class DeepAgentsAdapter(CheckpointedGraphAdapter):
                 self._built.add(plain)
             agent = plain
         return await super().run(agent, prompt, session)
-
-
-__all__ = ["DeepAgentsAdapter", "TetherCheckpointer", "answer_text", "chat_model", "langchain_tool", "openai_base_url", "routed_env"]

@@ -11,13 +11,15 @@
 ``adk_tool(t)`` turns a Tether tool into an ADK ``FunctionTool`` for agents you build yourself.
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-google-adk", "Google ADK (google-adk)", "google.adk")
 
-from .adapter import GoogleADKAdapter, SeamModels, adk_tool
-from .memory import SessionEvents
+from .adapter import GoogleADKAdapter as GoogleADKAdapter
+from .adapter import SeamModels as SeamModels
+from .adapter import adk_tool as adk_tool
+from .memory import SessionEvents as SessionEvents
 
 ADAPTER, run_agent, run_agent_sync = package(GoogleADKAdapter())
-
-__all__ = ["ADAPTER", "GoogleADKAdapter", "SeamModels", "SessionEvents", "Tool", "adk_tool", "run_agent", "run_agent_sync", "tool"]

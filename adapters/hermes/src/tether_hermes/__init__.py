@@ -20,24 +20,16 @@ import tempfile
 # the host's ~/.hermes. Each attempt then gets its own fresh home (see adapter.py).
 os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="tether-hermes-"))
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-hermes", "Hermes Agent (hermes-agent)", "run_agent")
 
-from .adapter import TOOLSET, HermesAdapter, HermesAgent, parameters_schema
-from .memory import Transcript
+from .adapter import TOOLSET as TOOLSET
+from .adapter import HermesAdapter as HermesAdapter
+from .adapter import HermesAgent as HermesAgent
+from .adapter import parameters_schema as parameters_schema
+from .memory import Transcript as Transcript
 
 ADAPTER, run_agent, run_agent_sync = package(HermesAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "TOOLSET",
-    "HermesAdapter",
-    "HermesAgent",
-    "Tool",
-    "Transcript",
-    "parameters_schema",
-    "run_agent",
-    "run_agent_sync",
-    "tool",
-]

@@ -13,27 +13,20 @@ request at the wire (``ChatOpenAI`` over the seam's httpx transport) and every t
 tool seam, and keeps ``memory_key`` as the agent's message history (:class:`MessageHistory`).
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-langchain", "LangChain and langchain-openai", "langchain.agents", "langchain_openai")
 
-from .adapter import LangChainAdapter, answer_text, chat_model, langchain_tool, openai_base_url, routed_env, tool_errors
-from .memory import MessageHistory
+from tether_langgraph.family import answer_text as answer_text
+from tether_langgraph.family import chat_model as chat_model
+from tether_langgraph.family import langchain_tool as langchain_tool
+from tether_langgraph.family import openai_base_url as openai_base_url
+from tether_langgraph.family import routed_env as routed_env
+from tether_langgraph.family import tool_errors as tool_errors
+
+from .adapter import LangChainAdapter as LangChainAdapter
+from .memory import MessageHistory as MessageHistory
 
 ADAPTER, run_agent, run_agent_sync = package(LangChainAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "LangChainAdapter",
-    "MessageHistory",
-    "Tool",
-    "answer_text",
-    "chat_model",
-    "langchain_tool",
-    "openai_base_url",
-    "routed_env",
-    "run_agent",
-    "run_agent_sync",
-    "tool",
-    "tool_errors",
-]

@@ -32,7 +32,7 @@ from tether.errors import ConfigError
 
 # LangChain agents are LangGraph graphs: the model client, tool wrapping, proxy routing and the
 # runner are the family's (tether_langgraph.family), shared rather than copied.
-from tether_langgraph.family import GraphAdapter, answer_text, chat_model, invoke, langchain_tool, openai_base_url, routed_env, tool_errors
+from tether_langgraph.family import GraphAdapter, answer_text, chat_model, invoke, langchain_tool, tool_errors
 
 from .memory import MessageHistory
 
@@ -81,14 +81,3 @@ def _config(agent: Any, session: AgentSession) -> dict[str, Any]:
         # state of its own to the conversation (Tether's memory is the message history).
         config["configurable"] = {"thread_id": f"tether-{uuid.uuid4().hex}"}
     return config
-
-
-__all__ = [
-    "LangChainAdapter",
-    "answer_text",
-    "chat_model",
-    "langchain_tool",
-    "openai_base_url",
-    "routed_env",
-    "tool_errors",
-]

@@ -14,39 +14,21 @@ call at the tool seam, and keeps ``memory_key`` as a LangGraph thread in a check
 store (:class:`TetherCheckpointer`).
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-langgraph", "LangGraph and langchain-openai", "langchain_openai", "langgraph.graph")
 
-from .adapter import (
-    LangGraphAdapter,
-    agent_graph,
-    answer_text,
-    chat_model,
-    langchain_tool,
-    on_tool_error,
-    openai_base_url,
-    routed_env,
-    tool_node,
-)
-from .memory import TetherCheckpointer
+from .adapter import LangGraphAdapter as LangGraphAdapter
+from .adapter import agent_graph as agent_graph
+from .adapter import on_tool_error as on_tool_error
+from .adapter import tool_node as tool_node
+from .family import answer_text as answer_text
+from .family import chat_model as chat_model
+from .family import langchain_tool as langchain_tool
+from .family import openai_base_url as openai_base_url
+from .family import routed_env as routed_env
+from .memory import TetherCheckpointer as TetherCheckpointer
 
 ADAPTER, run_agent, run_agent_sync = package(LangGraphAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "LangGraphAdapter",
-    "TetherCheckpointer",
-    "Tool",
-    "agent_graph",
-    "answer_text",
-    "chat_model",
-    "langchain_tool",
-    "on_tool_error",
-    "openai_base_url",
-    "routed_env",
-    "run_agent",
-    "run_agent_sync",
-    "tool",
-    "tool_node",
-]

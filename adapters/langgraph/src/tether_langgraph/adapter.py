@@ -34,7 +34,7 @@ from tether.agent import AgentSession, AgentSpec, tool_error_text
 from tether.errors import ToolError
 
 # Routing, the model client, tool wrapping and running a graph with memory are the family's.
-from .family import CheckpointedGraphAdapter, TetherCheckpointer, answer_text, chat_model, langchain_tool, openai_base_url, routed_env
+from .family import CheckpointedGraphAdapter, TetherCheckpointer, chat_model, langchain_tool
 
 
 def on_tool_error(error: ToolError) -> str:
@@ -92,16 +92,3 @@ class LangGraphAdapter(CheckpointedGraphAdapter):
         )
         self._built.add(graph)
         return graph
-
-
-__all__ = [
-    "LangGraphAdapter",
-    "agent_graph",
-    "answer_text",
-    "chat_model",
-    "langchain_tool",
-    "on_tool_error",
-    "openai_base_url",
-    "routed_env",
-    "tool_node",
-]

@@ -10,13 +10,15 @@ result = await run_agent("Weather in Paris?", model="mistral-chat:mistral-small-
 result = await run_agent("Weather in Paris?", agent=MistralAgent(model="mistral-small-latest", agents=[...]))
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-mistral", "the Mistral SDK (mistralai[agents])", "mistralai.client")
 
-from .adapter import MistralAdapter, MistralAgent, tool_schema
-from .memory import Transcript
+from .adapter import MistralAdapter as MistralAdapter
+from .adapter import MistralAgent as MistralAgent
+from .adapter import tool_schema as tool_schema
+from .memory import Transcript as Transcript
 
 ADAPTER, run_agent, run_agent_sync = package(MistralAdapter())
-
-__all__ = ["ADAPTER", "MistralAdapter", "MistralAgent", "Tool", "Transcript", "run_agent", "run_agent_sync", "tool", "tool_schema"]

@@ -303,6 +303,3 @@ class MistralAdapter(Adapter):
             return await runner.run(agent, prompt, memory)
         finally:
             await runner.aclose()
-
-
-__all__ = ["MistralAdapter", "MistralAgent", "tool_schema"]

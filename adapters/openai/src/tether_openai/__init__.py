@@ -13,23 +13,15 @@ request at the wire and every tool call at the tool seam, and maps ``memory_key`
 ``Session`` protocol (:class:`TetherSession`).
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-openai", "the OpenAI Agents SDK (openai-agents)", "agents")
 
-from .adapter import OpenAIAgentsAdapter, function_tool, seam_client
-from .memory import TetherSession
+from .adapter import OpenAIAgentsAdapter as OpenAIAgentsAdapter
+from .adapter import function_tool as function_tool
+from .adapter import seam_client as seam_client
+from .memory import TetherSession as TetherSession
 
 ADAPTER, run_agent, run_agent_sync = package(OpenAIAgentsAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "OpenAIAgentsAdapter",
-    "TetherSession",
-    "Tool",
-    "function_tool",
-    "run_agent",
-    "run_agent_sync",
-    "seam_client",
-    "tool",
-]

@@ -11,25 +11,17 @@
 ``pydantic_tool(t)`` turns a Tether tool into a ``pydantic_ai.Tool`` for agents you build yourself.
 """
 
-from tether.adapter_package import Tool, package, requires, tool
+from tether.adapter_package import Tool as Tool
+from tether.adapter_package import package, requires
+from tether.adapter_package import tool as tool
 
 requires("tether-pydantic-ai", "Pydantic AI (pydantic-ai-slim[openai])", "pydantic_ai")
 
-from .adapter import PydanticAIAdapter, SeamProviders, pydantic_tool, route_model, routed
-from .memory import MessageHistory
+from .adapter import PydanticAIAdapter as PydanticAIAdapter
+from .adapter import SeamProviders as SeamProviders
+from .adapter import pydantic_tool as pydantic_tool
+from .adapter import route_model as route_model
+from .adapter import routed as routed
+from .memory import MessageHistory as MessageHistory
 
 ADAPTER, run_agent, run_agent_sync = package(PydanticAIAdapter())
-
-__all__ = [
-    "ADAPTER",
-    "MessageHistory",
-    "PydanticAIAdapter",
-    "SeamProviders",
-    "Tool",
-    "pydantic_tool",
-    "route_model",
-    "routed",
-    "run_agent",
-    "run_agent_sync",
-    "tool",
-]

@@ -220,5 +220,32 @@ def chat_messages_view(body: Mapping[str, Any]) -> RequestView:
     )
 
 
+def chat_usage(reply: Reply) -> dict[str, Any]:
+    """``usage`` as chat completions report it (Mistral's shape; OpenAI's adds detail keys)."""
+    u = reply.usage
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+class ChatCompletions(Protocol):
+    """What OpenAI's and Mistral's chat completions share: the request's ``messages``, the
+    response envelope and the finish reason. A subclass states its provider's ids, errors and
+    the rest of its body."""
+
+    def read(self, call: Call) -> RequestView:
+        return chat_messages_view(call.body)
+
+    def envelope(self, reply: Reply, obj: str) -> dict[str, Any]:
+        return {"id": reply.id, "object": obj, "created": reply.created, "model": reply.model}
+
+    @staticmethod
+    def finish_reason(reply: Reply) -> str:
+        return "tool_calls" if reply.tool_calls else "stop"
+
+
 def generated_length(text: str | None, tool_calls: Sequence[ToolCall]) -> int:
     return len(text or "") + sum(len(c.arguments_json) for c in tool_calls)

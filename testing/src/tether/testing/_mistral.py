@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, chat_messages_view, pieces, sse, text_of
+from ._common import Call, ChatCompletions, Ids, Protocol, Reply, RequestError, RequestView, chat_usage, pieces, sse, text_of
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -32,29 +32,14 @@ def mistral_error(status: int, message: str) -> dict[str, Any]:
     }
 
 
-def _usage(reply: Reply) -> dict[str, Any]:
-    u = reply.usage
-    return {
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    }
-
-
 def _tool_call(c: Any, index: int) -> dict[str, Any]:
     return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}, "index": index}
 
 
-class MistralChat(Protocol):
-    name = "mistral-chat"
+class _MistralFormat(Protocol):
+    """What both Mistral formats share: tool call ids and the error body."""
+
     provider = "mistral"
-
-    def read(self, call: Call) -> RequestView:
-        return chat_messages_view(call.body)
-
-    def response_id(self, ids: Ids) -> str:
-        return ids.hex(32)
 
     def tool_call_id(self, ids: Ids) -> str:
         return ids.alnum(9)
@@ -62,15 +47,22 @@ class MistralChat(Protocol):
     def error(self, status: int, message: str) -> dict[str, Any]:
         return mistral_error(status, message)
 
+
+class MistralChat(_MistralFormat, ChatCompletions):
+    name = "mistral-chat"
+
+    def response_id(self, ids: Ids) -> str:
+        return ids.hex(32)
+
     def render(self, reply: Reply, call: Call, ids: Ids) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or "", "prefix": False}
         if reply.tool_calls:
             message["tool_calls"] = [_tool_call(c, i) for i, c in enumerate(reply.tool_calls)]
-        choice = {"index": 0, "message": message, "finish_reason": _finish(reply)}
-        return {**self._envelope(reply, "chat.completion"), "choices": [choice], "usage": _usage(reply)}
+        choice = {"index": 0, "message": message, "finish_reason": self.finish_reason(reply)}
+        return {**self.envelope(reply, "chat.completion"), "choices": [choice], "usage": chat_usage(reply)}
 
     def frames(self, reply: Reply, call: Call, ids: Ids) -> list[bytes]:
-        base = self._envelope(reply, "chat.completion.chunk")
+        base = self.envelope(reply, "chat.completion.chunk")
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
             return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
@@ -79,17 +71,9 @@ class MistralChat(Protocol):
         out += [chunk({"content": p}) for p in pieces(reply.text or "")]
         if reply.tool_calls:  # Mistral sends each tool call whole, in one delta
             out.append(chunk({"tool_calls": [_tool_call(c, i) for i, c in enumerate(reply.tool_calls)]}))
-        out.append(chunk({"content": ""}, _finish(reply), usage=_usage(reply)))
+        out.append(chunk({"content": ""}, self.finish_reason(reply), usage=chat_usage(reply)))
         out.append(sse("[DONE]"))
         return out
-
-    @staticmethod
-    def _envelope(reply: Reply, obj: str) -> dict[str, Any]:
-        return {"id": reply.id, "object": obj, "created": reply.created, "model": reply.model}
-
-
-def _finish(reply: Reply) -> str:
-    return "tool_calls" if reply.tool_calls else "stop"
 
 
 @dataclass
@@ -107,7 +91,7 @@ class _Conversation:
     agent_turns: dict[str, int] = field(default_factory=dict)
 
 
-class MistralConversations(Protocol):
+class MistralConversations(_MistralFormat):
     """``POST /v1/conversations`` (start), ``POST /v1/conversations/{id}`` (append) and
     ``GET /v1/conversations/{id}/history`` (:meth:`history`).
 
@@ -123,7 +107,6 @@ class MistralConversations(Protocol):
     """
 
     name = "mistral-conversations"
-    provider = "mistral"
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
@@ -302,18 +285,12 @@ class MistralConversations(Protocol):
             self._save()
         return f"conv_{ids.hex(24)}{n:08x}"
 
-    def tool_call_id(self, ids: Ids) -> str:
-        return ids.alnum(9)
-
-    def error(self, status: int, message: str) -> dict[str, Any]:
-        return mistral_error(status, message)
-
     def render(self, reply: Reply, call: Call, ids: Ids) -> dict[str, Any]:
         return {
             "object": "conversation.response",
             "conversation_id": self._conversation_id(reply, call),
             "outputs": self._outputs(reply),
-            "usage": _usage(reply),
+            "usage": chat_usage(reply),
         }
 
     def frames(self, reply: Reply, call: Call, ids: Ids) -> list[bytes]:
@@ -347,7 +324,7 @@ class MistralConversations(Protocol):
                     )
                     for p in pieces(entry["arguments"]) or ["{}"]
                 ]
-        out.append(event("conversation.response.done", usage=_usage(reply)))
+        out.append(event("conversation.response.done", usage=chat_usage(reply)))
         return out
 
     @staticmethod

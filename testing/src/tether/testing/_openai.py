@@ -6,7 +6,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import Call, Ids, Protocol, Reply, RequestError, RequestView, chat_messages_view, pieces, sse, text_of
+from ._common import Call, ChatCompletions, Ids, Protocol, Reply, RequestError, RequestView, chat_usage, pieces, sse, text_of
 
 # status -> (error.type, error.code), as api.openai.com sends them
 _ERRORS = {
@@ -24,30 +24,21 @@ def openai_error(status: int, message: str) -> dict[str, Any]:
 
 
 def _chat_usage(reply: Reply) -> dict[str, Any]:
-    u = reply.usage
-    return {
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens, "audio_tokens": 0},
-        "completion_tokens_details": {
-            "reasoning_tokens": 0,
-            "audio_tokens": 0,
-            "accepted_prediction_tokens": 0,
-            "rejected_prediction_tokens": 0,
-        },
+    usage = chat_usage(reply)
+    usage["prompt_tokens_details"]["audio_tokens"] = 0
+    usage["completion_tokens_details"] = {
+        "reasoning_tokens": 0,
+        "audio_tokens": 0,
+        "accepted_prediction_tokens": 0,
+        "rejected_prediction_tokens": 0,
     }
+    return usage
 
 
-class OpenAIChat(Protocol):
-    name = "openai-chat"
+class _OpenAIFormat(Protocol):
+    """What both OpenAI formats share: tool call ids and the error body."""
+
     provider = "openai"
-
-    def read(self, call: Call) -> RequestView:
-        return chat_messages_view(call.body)
-
-    def response_id(self, ids: Ids) -> str:
-        return "chatcmpl-" + ids.alnum(29)
 
     def tool_call_id(self, ids: Ids) -> str:
         return "call_" + ids.alnum(24)
@@ -55,18 +46,25 @@ class OpenAIChat(Protocol):
     def error(self, status: int, message: str) -> dict[str, Any]:
         return openai_error(status, message)
 
+
+class OpenAIChat(_OpenAIFormat, ChatCompletions):
+    name = "openai-chat"
+
+    def response_id(self, ids: Ids) -> str:
+        return "chatcmpl-" + ids.alnum(29)
+
     def render(self, reply: Reply, call: Call, ids: Ids) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None, "annotations": []}
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}} for c in reply.tool_calls
             ]
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(reply)}
-        return {**self._envelope(reply, "chat.completion"), "choices": [choice], "usage": _chat_usage(reply)}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason(reply)}
+        return {**self.envelope(reply, "chat.completion"), "choices": [choice], "usage": _chat_usage(reply)}
 
     def frames(self, reply: Reply, call: Call, ids: Ids) -> list[bytes]:
         include_usage = bool((call.body.get("stream_options") or {}).get("include_usage"))
-        base = self._envelope(reply, "chat.completion.chunk")
+        base = self.envelope(reply, "chat.completion.chunk")
         if include_usage:
             base["usage"] = None  # every chunk carries the key; only the last one a value
 
@@ -79,33 +77,20 @@ class OpenAIChat(Protocol):
             head = {"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
             out.append(chunk({"tool_calls": [head]}))
             out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in pieces(c.arguments_json)]
-        out.append(chunk({}, _finish(reply)))
+        out.append(chunk({}, self.finish_reason(reply)))
         if include_usage:
             out.append(sse({**base, "choices": [], "usage": _chat_usage(reply)}))
         out.append(sse("[DONE]"))
         return out
 
-    @staticmethod
-    def _envelope(reply: Reply, obj: str) -> dict[str, Any]:
-        return {
-            "id": reply.id,
-            "object": obj,
-            "created": reply.created,
-            "model": reply.model,
-            "service_tier": "default",
-            "system_fingerprint": "fp_tether_fake",
-        }
+    def envelope(self, reply: Reply, obj: str) -> dict[str, Any]:
+        return {**super().envelope(reply, obj), "service_tier": "default", "system_fingerprint": "fp_tether_fake"}
 
 
-def _finish(reply: Reply) -> str:
-    return "tool_calls" if reply.tool_calls else "stop"
-
-
-class OpenAIResponses(Protocol):
+class OpenAIResponses(_OpenAIFormat):
     """``POST /v1/responses``. Remembers stored responses so ``previous_response_id`` works."""
 
     name = "openai-responses"
-    provider = "openai"
 
     def __init__(self) -> None:
         # response id -> (first user text, tool-calling turns up to and including that response)
@@ -152,12 +137,6 @@ class OpenAIResponses(Protocol):
 
     def response_id(self, ids: Ids) -> str:
         return "resp_" + ids.hex(48)
-
-    def tool_call_id(self, ids: Ids) -> str:
-        return "call_" + ids.alnum(24)
-
-    def error(self, status: int, message: str) -> dict[str, Any]:
-        return openai_error(status, message)
 
     def render(self, reply: Reply, call: Call, ids: Ids) -> dict[str, Any]:
         return self._response(reply, call, self._output(reply, ids), status="completed")

@@ -32,6 +32,7 @@ from .shared import (
     Toleration,
     _cel,
     _conditions,
+    _count,
     _observed_generation,
     _Wire,
     parse_duration,
@@ -231,14 +232,12 @@ class Steps(_Wire):
 
     model_config = ConfigDict(extra="ignore")
 
-    model_live: int = Field(default=0, ge=0, description="Model turns called live.")
-    model_replayed: int = Field(default=0, ge=0, description="Model turns replayed.")
-    tool_live: int = Field(default=0, ge=0, description="Tool calls executed.")
-    tool_replayed: int = Field(default=0, ge=0, description="Tool calls replayed.")
-    normalised_parts: int = Field(
-        default=0,
-        ge=0,
-        description="Volatile parts of model requests (a CLI's date, kernel, working directory) left out of their fingerprints.",
+    model_live: int = _count("Model turns called live.")
+    model_replayed: int = _count("Model turns replayed.")
+    tool_live: int = _count("Tool calls executed.")
+    tool_replayed: int = _count("Tool calls replayed.")
+    normalised_parts: int = _count(
+        "Volatile parts of model requests (a CLI's date, kernel, working directory) left out of their fingerprints."
     )
     first_divergence: Divergence | None = Field(
         default=None,
@@ -252,10 +251,10 @@ class Usage(_Wire):
 
     model_config = ConfigDict(extra="ignore")
 
-    input_tokens: int = Field(default=0, ge=0, description="Input tokens, all turns.")
-    output_tokens: int = Field(default=0, ge=0, description="Output tokens, all turns.")
-    cached_input_tokens: int = Field(default=0, ge=0, description="Input tokens the provider served from its cache.")
-    cache_write_tokens: int = Field(default=0, ge=0, description="Input tokens written to the provider's cache.")
+    input_tokens: int = _count("Input tokens, all turns.")
+    output_tokens: int = _count("Output tokens, all turns.")
+    cached_input_tokens: int = _count("Input tokens the provider served from its cache.")
+    cache_write_tokens: int = _count("Input tokens written to the provider's cache.")
     cost_usd: float = Field(default=0.0, alias="costUSD", description="Cost of all turns in US dollars.")
     live_cost_usd: float = Field(default=0.0, alias="liveCostUSD", description="Cost of the turns called live.")
     saved_usd: float = Field(default=0.0, alias="savedUSD", description="Cost of the turns replayed (not paid again).")
@@ -269,25 +268,16 @@ class Usage(_Wire):
         alias="runLiveCostUSD",
         description="Live spend of the whole run, every attempt so far (what limits.maxCostUSD counts); the other figures are the last attempt's.",
     )
-    run_unknown_cost_turns: int = Field(
-        default=0,
-        ge=0,
-        alias="runUnknownCostTurns",
-        description="Live turns of unknown cost over every attempt so far: runLiveCostUSD is a lower bound.",
+    run_unknown_cost_turns: int = _count(
+        "Live turns of unknown cost over every attempt so far: runLiveCostUSD is a lower bound.", alias="runUnknownCostTurns"
     )
-    live_tokens: int = Field(default=0, ge=0, description="Tokens of the turns called live.")
-    replayed_tokens: int = Field(default=0, ge=0, description="Tokens of the turns replayed from the journal.")
+    live_tokens: int = _count("Tokens of the turns called live.")
+    replayed_tokens: int = _count("Tokens of the turns replayed from the journal.")
     unpriced_models: list[str] = Field(default_factory=list, max_length=32, description="Models with no price: their cost is not counted.")
-    unknown_cost_turns: int = Field(
-        default=0,
-        ge=0,
-        description="Live turns whose cost is unknown (usage unreadable or model not priced): liveCostUSD is a lower bound.",
+    unknown_cost_turns: int = _count(
+        "Live turns whose cost is unknown (usage unreadable or model not priced): liveCostUSD is a lower bound."
     )
-    unknown_saved_turns: int = Field(
-        default=0,
-        ge=0,
-        description="Replayed turns whose cost is unknown: savedUSD is a lower bound.",
-    )
+    unknown_saved_turns: int = _count("Replayed turns whose cost is unknown: savedUSD is a lower bound.")
 
 
 class McpToolStatus(_Wire):

@@ -53,20 +53,24 @@ class RunMeta(ObjectMeta):
     name: str = Field(max_length=MAX_RUN_NAME, pattern=DNS_SUBDOMAIN)
 
 
-class AgentRunManifest(_Wire):
-    """A whole AgentRun object: a one-off run of an agent."""
+class _Object(_Wire):
+    """What every whole Tether object starts with: the API version (``kind`` is each one's)."""
 
     api_version: Literal["tether.dev/v1alpha1"] = Field(alias="apiVersion")
+
+
+class AgentRunManifest(_Object):
+    """A whole AgentRun object: a one-off run of an agent."""
+
     kind: Literal["AgentRun"]
     metadata: RunMeta
     spec: AgentRunSpec
     status: AgentRunStatus | None = None
 
 
-class AgentToolManifest(_Wire):
+class AgentToolManifest(_Object):
     """A whole AgentTool object: a tool agents in its namespace may call."""
 
-    api_version: Literal["tether.dev/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["AgentTool"]
     metadata: ObjectMeta
     spec: AgentToolSpec

@@ -428,3 +428,8 @@ def _conditions() -> Any:
         description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
+
+
+def _count(description: str, **extra: Any) -> Any:
+    """A status count: a whole number from 0, 0 until something is counted."""
+    return Field(default=0, ge=0, description=description, **extra)

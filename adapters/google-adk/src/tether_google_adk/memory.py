@@ -20,27 +20,14 @@ from typing import Any
 
 from google.adk.events import Event
 
-from tether.agent import AgentSession
+from tether.agent import MemoryItems
 
 
-class SessionEvents:
+class SessionEvents(MemoryItems[Event]):
     """The ADK session events of a ``memory_key``."""
 
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
+    def encode(self, events: Sequence[Event]) -> list[Any]:
+        return [e.model_dump(mode="json", exclude_none=True) for e in events]
 
-    def load(self) -> list[Event]:
-        """Every event committed by earlier runs, oldest first."""
-        return load(self.session.history)
-
-    def add(self, events: Sequence[Event]) -> None:
-        """Events this run adds (committed with the run, if it succeeds)."""
-        self.session.new_items.extend(dump(events))
-
-
-def dump(events: Sequence[Event]) -> list[Any]:
-    return [e.model_dump(mode="json", exclude_none=True) for e in events]
-
-
-def load(items: Sequence[Any]) -> list[Event]:
-    return [Event.model_validate(item) for item in items]
+    def decode(self, items: Sequence[Any]) -> list[Event]:
+        return [Event.model_validate(item) for item in items]

@@ -18,19 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tether.agent import AgentSession
+from tether.agent import MemoryItems
 
 
-class Transcript:
+class Transcript(MemoryItems[dict[str, Any]]):
     """The Hermes messages of a ``memory_key``."""
 
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
+    def encode(self, messages: Sequence[dict[str, Any]]) -> list[Any]:
+        return [dict(m) for m in messages]
 
-    def load(self) -> list[dict[str, Any]]:
-        """Every message committed by earlier runs, oldest first."""
-        return [dict(m) for m in self.session.history]
-
-    def add(self, messages: Sequence[dict[str, Any]]) -> None:
-        """Messages this run adds (committed with the run, if it succeeds)."""
-        self.session.new_items.extend(dict(m) for m in messages)
+    def decode(self, items: Sequence[Any]) -> list[dict[str, Any]]:
+        return [dict(m) for m in items]

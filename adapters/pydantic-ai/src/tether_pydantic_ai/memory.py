@@ -24,22 +24,17 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from tether.agent import AgentSession
+from tether.agent import MemoryItems
 
 
-class MessageHistory:
+class MessageHistory(MemoryItems[ModelMessage]):
     """The message history of a ``memory_key``, as Pydantic AI sees it."""
 
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
+    def encode(self, messages: Sequence[ModelMessage]) -> list[Any]:
+        return dump(messages)
 
-    def load(self) -> list[ModelMessage]:
-        """Every message committed by earlier runs, oldest first."""
-        return load(self.session.history)
-
-    def add(self, messages: Sequence[ModelMessage]) -> None:
-        """Messages this run adds (committed with the run, if it succeeds)."""
-        self.session.new_items.extend(dump(messages))
+    def decode(self, items: Sequence[Any]) -> list[ModelMessage]:
+        return load(items)
 
 
 def dump(messages: Sequence[ModelMessage]) -> list[Any]:

@@ -16,7 +16,8 @@ Everything else — scope, store, journal, proxy, memory commit, approvals, prog
 the Flyte report — is done once, here, by :func:`run_agent`. One module a job:
 
     tool_object   Tool, @tool: a function or Flyte task as a tool of every framework
-    adapter       Adapter (the base above), AgentSpec, AgentSession
+    adapter       Adapter (the base above), AgentSpec, AgentSession, MemoryItems (memory as the
+                  framework's own list of objects)
     runner        run_agent, run_agent_sync, bind (what each adapter package re-exports); AgentJob,
                   run_job (the same run, typed: the entrypoint's AgentRun spec)
     result        AgentResult
@@ -30,7 +31,7 @@ Adapters and users import from here (``tether.agent``) or ``tether``.
 from __future__ import annotations
 
 from ..run import current_run
-from .adapter import Adapter, AgentSession, AgentSpec
+from .adapter import Adapter, AgentSession, AgentSpec, MemoryItems
 from .loading import load_adapter
 from .result import AgentResult
 from .runner import bind, run_agent, run_agent_sync
@@ -41,6 +42,7 @@ __all__ = [
     "AgentResult",
     "AgentSession",
     "AgentSpec",
+    "MemoryItems",
     "Tool",
     "as_tools",
     "bind",

@@ -1,13 +1,15 @@
 """The adapter base: what one framework's adapter implements (:class:`Adapter`), the declarative
-agent it builds (:class:`AgentSpec`) and what it gets for one run (:class:`AgentSession`)."""
+agent it builds (:class:`AgentSpec`), what it gets for one run (:class:`AgentSession`) and the
+base of a memory kept as the framework's own list of objects (:class:`MemoryItems`)."""
 
 from __future__ import annotations
 
 import importlib
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..errors import ConfigError
 from ..memory import Memory
@@ -83,6 +85,33 @@ class AgentSession:
 
     def api_key(self, provider: str | None = None) -> str | None:
         return os.environ.get(API_KEY_ENV[provider or self.provider])
+
+
+T = TypeVar("T")
+
+
+class MemoryItems(Generic[T]):
+    """A ``memory_key`` as the framework's own list of objects (messages, events): :meth:`load`
+    what earlier runs committed, :meth:`add` what this run adds (committed as one segment only if
+    the run succeeds, so a crash never stores a turn twice). A subclass states how objects become
+    JSON items and back (:meth:`encode`, :meth:`decode`)."""
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def load(self) -> list[T]:
+        """Every object committed by earlier runs, oldest first."""
+        return self.decode(self.session.history)
+
+    def add(self, objects: Sequence[T]) -> None:
+        """Objects this run adds (committed with the run, if it succeeds)."""
+        self.session.new_items.extend(self.encode(objects))
+
+    def encode(self, objects: Sequence[T]) -> list[Any]:
+        raise NotImplementedError
+
+    def decode(self, items: Sequence[Any]) -> list[T]:
+        raise NotImplementedError
 
 
 class Adapter(ABC):

@@ -24,6 +24,7 @@ from tether.wire.providers import PROVIDERS
 
 def load_kit(path: str):
     spec = importlib.util.spec_from_file_location("tether_conformance_kit", path)
+    assert spec is not None and spec.loader is not None, f"no kit at {path}"
     kit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kit)
     return kit
@@ -37,7 +38,8 @@ async def main(args: dict) -> dict:
 
         flyte.init()
         run = flyte.run(agent_task, json.dumps({**args, "scenario": "weather"}))
-        return json.loads(run.outputs()[0])
+        outcome: dict = json.loads(run.outputs()[0])
+        return outcome
     from .agents import PARALLEL_TOOLS, TOOLS  # here, not at the top: defining a tool imports Flyte (see preload)
 
     if args["scenario"] == "parallel":

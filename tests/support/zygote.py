@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ class Zygote:
     """``Zygote("pkg.mod:function", imports=[...])``: ``run(args, ...)`` forks a child that calls
     ``function(args)``; used by one thread at a time."""
 
-    def __init__(self, call: str, *, imports: list[str] = (), prepare: str | None = None, env: dict | None = None) -> None:
+    def __init__(self, call: str, *, imports: Sequence[str] = (), prepare: str | None = None, env: dict | None = None) -> None:
         config = {"call": call, "imports": list(imports), "prepare": prepare}
         pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
@@ -110,11 +111,14 @@ class Zygote:
         assert ready == {"ready": True, "threads": 1}, f"the zygote must hold one thread to fork safely: {ready}"
 
     def _answer(self) -> dict:
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line, f"the zygote died (exit {self.proc.poll()}); its stderr is in the test's captured output"
-        return json.loads(line)
+        answer: dict = json.loads(line)
+        return answer
 
     def _send(self, job: dict) -> dict:
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         return self._answer()
@@ -145,6 +149,7 @@ class Zygote:
         return result
 
     def close(self) -> None:
+        assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait(10)
 

@@ -92,6 +92,7 @@ def test_retry_on_another_day_and_kernel_replays(fake: FakeProvider, tmp_path: P
     sent = [e for e in fake.ledger.snapshot() if e.status == 200]
     assert len(sent) == 2
     progress = read_progress(open_store(str(tmp_path / "store")), "drift")
+    assert progress is not None
     assert progress["steps"]["normalisedParts"] >= 2 * 4  # 2 turns × (date, kernel, cwd, platform, …)
 
     async def retry(user_agent: str) -> Run:
@@ -180,7 +181,9 @@ def test_sdk_cost_beside_tethers_and_no_key_stored(fake: FakeProvider, tmp_path:
     provider key appears nowhere in the store (journal, progress, memory transcript)."""
     first = ask(fake, tmp_path, "cost", memory_key="costs")
     assert first.cost_usd > 0
-    usage = read_progress(open_store(str(tmp_path / "store")), "cost")["usage"]
+    progress = read_progress(open_store(str(tmp_path / "store")), "cost")
+    assert progress is not None
+    usage = progress["usage"]
     assert usage["liveCostUSD"] == pytest.approx(first.cost_usd, abs=1e-6)
     assert usage["frameworkCostUSD"] > 0
     stored = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]

@@ -87,7 +87,8 @@ def date_block(date: str) -> str:
 
 
 def env_block(kernel: str) -> str:
-    return body(kernel=kernel)["messages"][0]["content"][0]["text"]
+    text: str = body(kernel=kernel)["messages"][0]["content"][0]["text"]
+    return text
 
 
 def claude_md(date: str) -> str:

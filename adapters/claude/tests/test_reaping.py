@@ -76,7 +76,9 @@ def test_a_killed_agent_leaves_no_cli_and_no_home(fake: FakeProvider, tmp_path: 
     mark = f"TETHER_TEST_MARK=reaping-{uuid.uuid4().hex}"
     proc = attempt(fake, tmp_path, mark.partition("=")[2], kill_after_turn=1)
     stderr: list[bytes] = []
-    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+    pipe = proc.stderr
+    assert pipe is not None
+    reader = threading.Thread(target=lambda: stderr.append(pipe.read()), daemon=True)
     reader.start()
     try:
         assert proc.wait(120) == -9, "the agent was to SIGKILL itself after its first turn"
@@ -119,6 +121,7 @@ def test_a_live_attempts_home_is_kept(tmp_path: Path) -> None:
     )
     other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert other.stdout is not None
         home = Path(other.stdout.readline().strip())
         assert home.name.startswith(f"tether-claude-home-{other.pid}-")
         assert reap_homes(tmp_path) == [] and home.is_dir(), "a live attempt's HOME was removed"

@@ -24,7 +24,7 @@ from tether_crewai import crewai_tool, run_agent, tool
 import crews
 import openai
 import pytest
-from crewai import LLM, Agent, Crew, Task
+from crewai import LLM, Agent, BaseLLM, Crew, Task
 from crewai.tools import tool as crewai_decorator
 
 from tests.support.zygote import Zygote
@@ -94,7 +94,8 @@ def test_crew_killed_after_turn_k_resumes_without_repeating(zygote, fake, tmp_pa
 
     def attempt(name: str, kill_after_turn: int) -> dict:
         job = {**args, "kill_after_turn": kill_after_turn}
-        return zygote.run(job, tmp_path, name, env={"TETHER_TOOL_LOG": str(log)}, timeout_s=180)
+        outcome: dict = zygote.run(job, tmp_path, name, env={"TETHER_TOOL_LOG": str(log)}, timeout_s=180)
+        return outcome
 
     # Turn k+1's request may leave before turn k's record is durable (the record is written
     # beside it), so its answer is held back: the kill after turn k's step comes before it.
@@ -148,10 +149,12 @@ async def test_a_rate_limit_is_retried_by_the_client_only(fake, tmp_path):
 async def test_your_crew_is_never_changed(fake, tmp_path):
     """The adapter runs a routed copy: the user's agents keep their LLMs and retry settings."""
     crew = crews.crew("sequential", [get_weather, lookup])
-    llm = crew.agents[0].llm
+    agent = crew.agents[0]
+    assert isinstance(agent, Agent) and isinstance(agent.llm, BaseLLM)
+    llm = agent.llm
     result = await run_agent(crews.PROMPTS["sequential"], agent=crew, **options(fake, tmp_path, "untouched"))
     assert result.status == "succeeded" and result.model_live == 4
-    assert crew.agents[0].llm is llm and llm.base_url is None and crew.agents[0].max_retry_limit == 2
+    assert agent.llm is llm and llm.base_url is None and agent.max_retry_limit == 2
 
 
 # -- bring your own: which tools are journaled ------------------------------------------------
@@ -225,7 +228,9 @@ async def test_a_crew_with_a_memory_key_sees_the_earlier_exchanges(fake, tmp_pat
     first = await run_agent("remember: my name is Ada", agent=crew(), memory_key="ada", **options(fake, tmp_path, "m1"))
     await run_agent("what is my name?", agent=crew(), memory_key="ada", **options(fake, tmp_path, "m2"))
     records = sorted((tmp_path / "store" / "journal" / "m2" / "model").glob("*.rec"))
-    request = json.dumps(Record.decode(records[0].read_bytes()).request)
+    record = Record.decode(records[0].read_bytes())
+    assert record is not None and first.output is not None
+    request = json.dumps(record.request)
     assert "remember: my name is Ada" in request and first.output in request and "what is my name?" in request
     items = Memory(open_store(str(tmp_path / "store")), "default", "ada").load()
     assert [(i["input"], i["steps"]) for i in items] == [("remember: my name is Ada", []), ("what is my name?", [])]

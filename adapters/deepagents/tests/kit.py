@@ -10,7 +10,7 @@ the run exists, so they point at the loopback proxy's ``/r/active/openai/v1``
 
 from __future__ import annotations
 
-from deepagents import create_deep_agent
+from deepagents import SubAgent, create_deep_agent
 
 from tests.support.langchain_family import model
 from tether_deepagents import langchain_tool
@@ -37,7 +37,7 @@ MULTI_SCRIPT = [
 
 
 def multi_agent(tools: list) -> object:
-    weather_agent = {
+    weather_agent: SubAgent = {
         "name": "weather-agent",
         "description": "Answers questions about the weather.",
         "system_prompt": "You answer questions about the weather.",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from google.adk.agents import LlmAgent, ParallelAgent, SequentialAgent
 from google.adk.models import Gemini
-from google.adk.tools import FunctionTool
+from google.adk.tools.function_tool import FunctionTool
 
 from tether.testing.fake_provider import FakeProvider, Fault
 from tether.testing.script import Script
@@ -184,9 +184,12 @@ async def test_plain_adk_tools_of_your_own_agent_are_not_journaled(fake, tmp_pat
 async def test_your_agent_object_is_never_changed(fake, tmp_path):
     """The adapter routes a clone of the tree: the user's agents keep their models."""
     tree = pipeline()
-    writer_model = tree.sub_agents[1].model
+    researcher, writer = tree.sub_agents
+    assert isinstance(researcher, LlmAgent) and isinstance(writer, LlmAgent)
+    writer_model = writer.model
+    assert isinstance(writer_model, Gemini)
     await run_agent("seq: research Paris", agent=tree, **options(fake, tmp_path, "untouched"))
-    assert tree.sub_agents[0].model == MODEL and tree.sub_agents[1].model is writer_model
+    assert researcher.model == MODEL and writer.model is writer_model
     assert writer_model.client_kwargs is None and fake.live_calls() == 3
 
 

@@ -70,7 +70,8 @@ def attempt(zygote: Zygote, fake: FakeProvider, tmp_path: Path, stream: bool, **
         assert proc["signal"] == 9, proc["stderr"][-3000:]
         return None
     assert proc["exit"] == 0, proc["stderr"][-3000:]
-    return json.loads(proc["stdout"].strip().splitlines()[-1])
+    outcome: dict = json.loads(proc["stdout"].strip().splitlines()[-1])
+    return outcome
 
 
 def refunds(tmp_path: Path) -> int:
@@ -79,7 +80,7 @@ def refunds(tmp_path: Path) -> int:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_kills_after_a_transfer_replay_every_finished_turn(zygote, fake, tmp_path, stream):
+def test_kills_after_a_transfer_replay_every_finished_turn(zygote: Zygote, fake: FakeProvider, tmp_path: Path, stream: bool) -> None:
     live = []
 
     def live_calls() -> int:
@@ -98,6 +99,7 @@ def test_kills_after_a_transfer_replay_every_finished_turn(zygote, fake, tmp_pat
     assert refunds(tmp_path) == 1
 
     result = attempt(zygote, fake, tmp_path, stream)
+    assert result is not None
     assert result["status"] == "succeeded" and result["output"] == "Billing: Order 7 refunded."
     assert (result["model_replayed"], result["model_live"], result["tool_replayed"], result["tool_live"]) == (2, 1, 1, 0)
     assert refunds(tmp_path) == 1 and live_calls() == 3
@@ -105,5 +107,6 @@ def test_kills_after_a_transfer_replay_every_finished_turn(zygote, fake, tmp_pat
     assert [e.turn for e in fake.ledger.snapshot() if e.live] == [0, 0, 1]
 
     again = attempt(zygote, fake, tmp_path, stream)
+    assert again is not None
     assert (again["model_replayed"], again["model_live"], again["tool_live"]) == (3, 0, 0) and again["output"] == result["output"]
     assert refunds(tmp_path) == 1 and live_calls() == 3

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -74,7 +75,12 @@ def common(fake: FakeProvider, tmp_path: Path, run_id: str) -> dict:
 
 def records(tmp_path: Path, run_id: str) -> list[Record]:
     root = tmp_path / "store" / "journal" / run_id / "model"
-    return sorted((Record.decode(p.read_bytes()) for p in root.glob("*.rec")), key=lambda r: r.started_at)
+    found = []
+    for p in root.glob("*.rec"):
+        record = Record.decode(p.read_bytes())
+        assert record is not None, f"{p} does not decode"
+        found.append(record)
+    return sorted(found, key=lambda r: r.started_at)
 
 
 def hermes_agent(**extra) -> HermesAgent:
@@ -90,7 +96,7 @@ async def test_model_discovery_probes_pass_through_unrecorded(fake, tmp_path):
     run's base URL reach the provider, and are neither journaled, nor model turns, nor cost."""
     from agent.model_metadata import detect_local_server_type, fetch_endpoint_model_metadata
 
-    probed: dict[str, object] = {}
+    probed: dict[str, Any] = {}
 
     def make(base_url: str, api_key: str) -> AIAgent:
         probed["models"] = fetch_endpoint_model_metadata(base_url, api_key=api_key, force_refresh=True)
@@ -98,7 +104,7 @@ async def test_model_discovery_probes_pass_through_unrecorded(fake, tmp_path):
         return hermes_agent().factory(base_url=base_url, api_key=api_key)
 
     result = await run_agent("What about Paris?", agent=HermesAgent(make, tools=[lookup]), **common(fake, tmp_path, "probes"))
-    assert result.status == "succeeded" and "two million" in result.output
+    assert result.status == "succeeded" and "two million" in (result.output or "")
     assert MODEL in probed["models"]  # the provider's model list came through the seam
     assert probed["server"] is None  # the fake provider is none of the local servers Hermes probes for
     assert result.model_live == 2 and fake.live_calls() == 2
@@ -223,7 +229,8 @@ OTHER_KERNEL = "5.4.0-1099-aws"
 
 
 def system_prompt(body: bytes) -> str:
-    return json.loads(body)["messages"][0]["content"]
+    text: str = json.loads(body)["messages"][0]["content"]
+    return text
 
 
 async def test_retry_on_another_day_kernel_and_home_slot_replays(tmp_path, monkeypatch):
@@ -274,9 +281,10 @@ async def test_retry_on_another_day_kernel_and_home_slot_replays(tmp_path, monke
         before, after = system_prompt(first[0]), system_prompt(provider.ledger.snapshot()[-1].body)
         assert OTHER_KERNEL in after and OTHER_KERNEL not in before
         assert str(node_b / "tether-hermes" / "slot-1") in after and str(node_a / "tether-hermes" / "slot-0") in before
-        date = re.compile(r"Conversation started: .+")
-        assert date.search(before).group(0) != date.search(after).group(0)
+        started_before, started_after = (re.search(r"Conversation started: .+", text) for text in (before, after))
+        assert started_before and started_after and started_before.group(0) != started_after.group(0)
         progress = read_progress(open_store(str(tmp_path / "store")), "moved")
+        assert progress is not None
         assert progress["steps"]["normalisedParts"] >= 3 * 5  # each turn: kernel, home, cwd, Hermes home, date
 
 

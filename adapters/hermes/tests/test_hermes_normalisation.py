@@ -5,6 +5,8 @@ located where Hermes' template puts it, never by its shape alone."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import tether_hermes  # noqa: F401 - as in a run: importing the adapter registers its normaliser
@@ -126,7 +128,8 @@ def host_block(kernel: str) -> str:
 
 
 def profile(slot: str) -> str:
-    return body(slot=slot)["messages"][0]["content"].split("\n\n")[3]
+    prompt: str = body(slot=slot)["messages"][0]["content"]
+    return prompt.split("\n\n")[3]
 
 
 # Lines of the user's, shaped like Hermes' own (the issue's case first), in the instructions (after
@@ -143,7 +146,7 @@ SHAPED = [
     ("instructions", "{}", profile),
     ("system_message", "{}", profile),
 ]
-VALUES = {
+VALUES: dict[Callable[[str], str], tuple[str, str]] = {
     date_line: ("Thursday, December 03, 2026", "Monday, July 14, 2031"),
     date_block: ("Thursday, December 03, 2026", "Monday, July 14, 2031"),
 }

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES
@@ -118,7 +119,8 @@ def _chat_graph(checkpointer, seen: dict[str, list[str]]):
 
     def answer(state: MessagesState) -> dict:
         last = state["messages"][-1].content
-        seen.setdefault(last.split()[0], []).extend(m.content for m in state["messages"])
+        assert isinstance(last, str)
+        seen.setdefault(last.split()[0], []).extend(str(m.content) for m in state["messages"])
         return {"messages": [AIMessage(f"re: {last}")]}
 
     builder = StateGraph(MessagesState)
@@ -127,8 +129,14 @@ def _chat_graph(checkpointer, seen: dict[str, list[str]]):
     return builder.compile(checkpointer=checkpointer)
 
 
-def _thread(thread_id: str) -> dict[str, Any]:
+def _thread(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
+
+
+def _new_items(saver: TetherCheckpointer) -> list[Any]:
+    """What the saver's run would commit."""
+    assert saver.session is not None
+    return saver.session.new_items
 
 
 async def test_one_graph_two_users_bob_never_sees_alices_messages(store_url):
@@ -157,7 +165,7 @@ async def test_one_graph_two_users_bob_never_sees_alices_messages(store_url):
     # bob's to its own key; neither key holds the other's words.
     await saver.aflush()
     store = open_store(store_url)
-    Memory(store, "default", "alice").commit(saver.session.new_items, writer="run-1")
+    Memory(store, "default", "alice").commit(_new_items(saver), writer="run-1")
     alice_items, bob_items = Memory(store, "default", "alice").load(), Memory(store, "default", "bob").load()
     assert "4242" in json.dumps(alice_items) and "bob:" not in json.dumps(alice_items)
     assert "bob: hello" in json.dumps(bob_items) and "4242" not in json.dumps(bob_items)
@@ -183,7 +191,7 @@ async def test_delete_thread_is_committed_and_a_later_run_starts_empty(store_url
     for user in ("carol", "dave"):
         graph.invoke({"messages": [HumanMessage(f"{user}: secret one")]}, _thread(user))
     first.flush()
-    Memory(store, "default", "carol").commit(first.session.new_items, writer="run-1")
+    Memory(store, "default", "carol").commit(_new_items(first), writer="run-1")
 
     second = _saver(store_url, "carol")
     graph = _chat_graph(second, seen)
@@ -193,7 +201,7 @@ async def test_delete_thread_is_committed_and_a_later_run_starts_empty(store_url
         assert graph.get_state(_thread(user)).values == {} and list(second.list(_thread(user))) == []
     graph.invoke({"messages": [HumanMessage("carol: fresh start")]}, _thread("carol"))
     second.flush()
-    Memory(store, "default", "carol").commit(second.session.new_items, writer="run-2")
+    Memory(store, "default", "carol").commit(_new_items(second), writer="run-2")
 
     seen.clear()
     third = _chat_graph(_saver(store_url, "carol"), seen)
@@ -227,7 +235,7 @@ async def test_another_threads_commit_is_made_once_across_a_retry(store_url):
     assert Memory(store, "default", "alice").load() == []
     retry, seen = await attempt()
     assert seen["bob:"] == ["bob: hello"]  # bob's thread as the first attempt found it
-    Memory(store, "default", "alice").commit(retry.session.new_items, writer="run-bob")
+    Memory(store, "default", "alice").commit(_new_items(retry), writer="run-bob")
     bob_items = Memory(store, "default", "bob").load()
     assert len(bob_items) == 1 and json.dumps(bob_items).count('"bob: hello"') == 1
     later = _chat_graph(_saver(store_url, "alice"), {})
@@ -248,7 +256,7 @@ def test_history_without_a_memory_key_is_refused():
 
 def _add_each(state: list, writes: list) -> list:
     for write in writes:
-        state = add_messages(state, write)
+        state = cast(list, add_messages(state, write))
     return state
 
 

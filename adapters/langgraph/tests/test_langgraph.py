@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, TypedDict
+from typing import Annotated, TypedDict, cast
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -217,7 +217,7 @@ async def test_package_surface():
 def _add_each(state: list, writes: list) -> list:
     """A ``DeltaChannel`` batch reducer: ``add_messages`` over each write in turn."""
     for write in writes:
-        state = add_messages(state, write)
+        state = cast(list, add_messages(state, write))
     return state
 
 

@@ -17,9 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mistralai.client import Mistral
+from mistralai.client.models import FunctionTool
 
 from tether.agent import AgentSession, AgentSpec
 from tether.errors import ConfigError
@@ -110,7 +112,7 @@ def agents(fake: FakeProvider) -> dict[str, str]:
     """The two agents, created on the (fake) server with the SDK, as user code does."""
     client = Mistral(api_key="k", server_url=fake.base_url("mistral"))
 
-    def function(name: str, *params: str) -> dict:
+    def function(name: str, *params: str) -> Any:  # the tool as JSON, as a user may write it
         properties = {p: {"type": "string"} for p in params}
         return {
             "type": "function",
@@ -126,22 +128,23 @@ def agents(fake: FakeProvider) -> dict[str, str]:
     return {"triage": triage.id, "refund": refund.id}
 
 
-def attempt(
-    fake: FakeProvider, tmp_path: Path, agent_id: str, run_id: str, *, wait: bool = True, **extra: object
-) -> subprocess.Popen | dict:
+def start(fake: FakeProvider, tmp_path: Path, agent_id: str, run_id: str, **extra: object) -> subprocess.Popen:
     args = {"origin": fake.url, "agent_id": agent_id, "run_id": run_id, "store": str(tmp_path / "store"), "stream": False, **extra}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TETHER_TOOL_LOG": str(tmp_path / "tools.jsonl"), "MISTRAL_API_KEY": "k"}
-    child = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", CHILD, json.dumps(args)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    if not wait:
-        return child
+
+
+def attempt(fake: FakeProvider, tmp_path: Path, agent_id: str, run_id: str, **extra: object) -> dict:
+    child = start(fake, tmp_path, agent_id, run_id, **extra)
     out, err = child.communicate(timeout=180)
     if extra.get("kill_after_turn"):
         assert child.returncode == -9, err
         return {}
     assert child.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
+    outcome: dict = json.loads(out.strip().splitlines()[-1])
+    return outcome
 
 
 def executed(tmp_path: Path) -> Counter:
@@ -202,7 +205,8 @@ def test_append_taken_across_a_handoff_is_read_back_not_sent_twice(fake, agents,
     way) and before the journal recorded it. The retry reads the conversation back and takes
     that answer, handoff included, from the history: nothing appended twice, the refund agent's
     call runs once, and the next append goes to the conversation, which the refund agent now holds."""
-    child = attempt(fake, tmp_path, agents["triage"], "landed", wait=False, stall_after_turn=1, stream=stream)
+    child = start(fake, tmp_path, agents["triage"], "landed", stall_after_turn=1, stream=stream)
+    assert child.stderr is not None
     deadline = time.monotonic() + 120
     while len(conversation_calls(fake)) < 2:  # the start, then the append the server has taken
         assert child.poll() is None, child.stderr.read()
@@ -278,8 +282,11 @@ def test_a_retry_or_a_new_run_makes_no_new_agent_version(fake, agents, tmp_path)
     assert versions() == [0]
     attempt(fake, tmp_path, agents["triage"], "versions", kill_after_turn=1)
     assert versions() == [0, 1]  # the functions written into the agent, once
-    tools = client.beta.agents.get(agent_id=agents["triage"]).tools
-    assert sorted(t.function.name for t in tools) == ["find_order", "refund_order"]
+    names = []
+    for t in client.beta.agents.get(agent_id=agents["triage"]).tools or ():
+        assert isinstance(t, FunctionTool)
+        names.append(t.function.name)
+    assert sorted(names) == ["find_order", "refund_order"]
 
     result = attempt(fake, tmp_path, agents["triage"], "versions")
     assert result["status"] == "succeeded" and (result["model_replayed"], result["model_live"]) == (1, 2)

@@ -85,6 +85,7 @@ def test_append_the_server_took_but_the_journal_never_recorded_is_not_sent_twice
     args = {"origin": fake.url, "model": MODEL, "run_id": "landed", "store": str(tmp_path / "store"), "stream": stream}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TETHER_TOOL_LOG": str(log)}
     child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
     deadline = time.monotonic() + 120
     while len(conversation_calls(fake)) < 2:  # the start, then the append the server has taken
         assert child.poll() is None, child.stderr.read()

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from agents import Agent
+from agents import Agent, FunctionTool, OpenAIResponsesModel
+from agents.tracing.provider import DefaultTraceProvider
 
 from tests.support.adapter_tests import records, store  # noqa: F401 (store: a fixture)
 from tether.errors import ConfigError
@@ -159,7 +160,8 @@ async def test_declarative_run_records_then_replays_without_upstream_calls(fake,
 
 async def test_parallel_tool_calls_in_one_turn_replay_each_call_once(fake, store):
     first = await run_agent("parallel: four calls", model=MODEL, tools=TOOLS, run_id="par", **common(fake, store))
-    assert first.output.startswith("All:") and first.output.count("sunny") == 2 and first.output.count("Rome has") == 2
+    output = first.output or ""
+    assert output.startswith("All:") and output.count("sunny") == 2 and output.count("Rome has") == 2
     assert (first.model_live, first.tool_live) == (2, 4)
     assert sorted(r.occurrence for r in records(store, "par", "tool") if r.request["tool"] == "lookup") == [1, 2]
     again = await run_agent("parallel: four calls", model=MODEL, tools=TOOLS, run_id="par", **common(fake, store))
@@ -173,6 +175,7 @@ async def test_tools_are_sdk_function_tools_with_their_own_schema(fake, store):
     agent = ADAPTER.build(AgentSpec(MODEL, "openai", "hi", list(TOOLS)), AgentSession(None, "openai"))
     assert isinstance(agent, Agent)
     [weather, look] = agent.tools
+    assert isinstance(weather, FunctionTool) and isinstance(look, FunctionTool)
     assert weather.name == "get_weather" and weather.description == "Get the current weather in a city."
     assert weather.params_json_schema["properties"] == {"city": {"title": "City", "type": "string"}}
     assert look.name == "lookup"
@@ -222,6 +225,7 @@ async def test_no_trace_is_started_even_with_tracing_enabled(fake, store, monkey
         def force_flush(self): ...
 
     provider = tracing.get_trace_provider()
+    assert isinstance(provider, DefaultTraceProvider)
     saved = provider._multi_processor._processors, provider._manual_disabled  # test-only peek
     tracing.set_trace_processors([Spy()])  # a spy instead of the exporter: nothing leaves
     provider.set_disabled(False)
@@ -326,10 +330,12 @@ async def test_byo_model_with_its_own_client_goes_through_the_seam_and_is_put_ba
     from byo_agents import own_client_agent
 
     agent = own_client_agent()
-    original = agent.model._client
+    model = agent.model
+    assert isinstance(model, OpenAIResponsesModel)
+    original = model._client
     first = await run_agent("own: weather", agent=agent, run_id="o", **common(fake, store))
     assert first.output == "Done: The weather in Paris is sunny." and first.model_live == 2
-    assert agent.model._client is original
+    assert model._client is original and agent.model is model
     again = await run_agent("own: weather", agent=agent, run_id="o", **common(fake, store))
     assert again.model_replayed == 2 and fake.live_calls() == 2
 
@@ -354,10 +360,12 @@ async def test_concurrent_runs_of_one_own_client_agent_each_journal_their_turns(
     from byo_agents import own_client_agent
 
     agent = own_client_agent()
-    original = agent.model._client
+    model = agent.model
+    assert isinstance(model, OpenAIResponsesModel)
+    original = model._client
     a, b = await asyncio.gather(*(run_agent("own: weather", agent=agent, run_id=f"c{i}", **common(fake, store)) for i in range(2)))
     assert (a.model_live, b.model_live) == (2, 2) and len(records(store, "c0")) == len(records(store, "c1")) == 2
-    assert agent.model._client is original
+    assert model._client is original and agent.model is model
 
 
 def test_agent_graph_finds_handoffs_and_sub_agents():
@@ -429,6 +437,7 @@ def test_kill_during_a_tool_then_resume_replays_finished_steps(tmp_path):
             "PYTHONPATH": str(ROOT),
         }
         child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stderr is not None
         deadline = time.time() + 120
         while "slow" not in tool_log.read_text() and time.time() < deadline and child.poll() is None:
             time.sleep(0.05)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pydantic_ai import Agent, BinaryContent
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
-from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models import Model
+from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.support.adapter_tests import records
@@ -115,13 +117,15 @@ def fake():
 
 @pytest.fixture
 def opts(fake, tmp_path):
-    store = str(tmp_path / "store")
+    class Options:
+        """``opts(run_id, **extra)``: run_agent's keyword arguments; ``opts.store``: the store."""
 
-    def make(run_id: str, **extra):
-        return dict(store=store, run_id=run_id, upstreams={p: f"{fake.url}/{p}" for p in PROVIDERS}, **extra)
+        store = str(tmp_path / "store")
 
-    make.store = store
-    return make
+        def __call__(self, run_id: str, **extra):
+            return dict(store=self.store, run_id=run_id, upstreams={p: f"{fake.url}/{p}" for p in PROVIDERS}, **extra)
+
+    return Options()
 
 
 # -- declarative ------------------------------------------------------------------------------
@@ -133,7 +137,7 @@ async def test_declarative_run_records_turns_and_tools_then_replays(fake, opts):
     assert (first.model_live, first.tool_live) == (3, 2)
     assert fake.live_calls("openai-responses") == 3
     assert EXECUTED == ["get_weather:Paris", "lookup:Paris"]
-    assert "two million" in first.output
+    assert "two million" in (first.output or "")
 
     again = await run_agent("multi: weather and facts", model="gpt-4o-mini", tools=TOOLS, **opts("r1"))
     assert (again.model_live, again.model_replayed, again.tool_replayed) == (0, 3, 2)
@@ -156,7 +160,7 @@ async def test_declarative_run_records_turns_and_tools_then_replays(fake, opts):
 @pytest.mark.parametrize("stream", [False, True])
 async def test_every_provider_goes_through_the_seam_and_replays(fake, opts, model, protocol, stream):
     first = await run_agent("weather please", model=model, tools=[get_weather], stream=stream, **opts("p"))
-    assert first.status == "succeeded" and first.model_live == 2 and "sunny" in first.output
+    assert first.status == "succeeded" and first.model_live == 2 and "sunny" in (first.output or "")
     assert fake.live_calls(protocol) == 2 == fake.live_calls()
     again = await run_agent("weather please", model=model, tools=[get_weather], stream=stream, **opts("p"))
     assert again.model_replayed == 2 and again.output == first.output
@@ -181,7 +185,7 @@ async def test_wire_bodies_carry_no_framework_ids_or_timestamps(fake, opts):
 
 async def test_terminal_tool_error_is_tool_failed_the_model_sees(fake, opts):
     result = await run_agent("broken: try", model="gpt-4o-mini", tools=TOOLS, **opts("b"))
-    assert result.status == "succeeded" and "backend down (x)" in result.output
+    assert result.status == "succeeded" and "backend down (x)" in (result.output or "")
     second = json.dumps(records(opts.store, "b")[1].request)
     assert "RuntimeError: backend down (x)" in second
     assert "Fix the errors and try again" not in second  # not a ModelRetry: the model is not asked to retry
@@ -196,7 +200,7 @@ async def test_approval_in_parallel_tool_calls_suspends_then_completes(fake, opt
     [request] = list_approvals(open_store(opts.store), "a")
     decide(open_store(opts.store), "a", request["id"], True, by="test")
     done = await run_agent("parallel: weather and refund", model="gpt-4o-mini", tools=TOOLS, **opts("a"))
-    assert done.status == "succeeded" and "Refunded A1." in done.output and "sunny" in done.output
+    assert done.status == "succeeded" and done.output is not None and "Refunded A1." in done.output and "sunny" in done.output
     assert EXECUTED.count("refund:A1") == 1 and EXECUTED.count("get_weather:Rome") == 1
 
 
@@ -220,22 +224,31 @@ async def test_memory_is_the_message_history(fake, opts):
     # The segments are Pydantic AI messages; a retry of the second run adds nothing twice.
     await run_agent("what is my name?", model="gpt-4o-mini", tools=[get_weather], memory_key="ada", **opts("m2"))
     store = open_store(opts.store)
-    items = [i for k in store.list("memory/default/ada/segments/") for i in json.loads(store.get(k))]
+    items = []
+    for k in store.list("memory/default/ada/segments/"):
+        segment = store.get(k)
+        assert segment is not None
+        items += json.loads(segment)
     messages = load(items)
-    prompts = [p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
+    prompts = [cast(str, p.content) for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
     assert sorted(prompts) == ["remember: my name is Ada", "what is my name?"]
     assert isinstance(messages[-1], ModelResponse)
 
 
 def test_message_items_round_trip_binary_content():
-    messages = [
+    messages: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart(content=["look", BinaryContent(data=b"\x89PNG\x00\xff", media_type="image/png")])]),
         ModelResponse(parts=[TextPart(content="a picture")]),
     ]
     items = dump(messages)
     assert json.loads(json.dumps(items)) == items
     back = load(items)
-    assert back[0].parts[0].content[1].data == b"\x89PNG\x00\xff"
+    request = back[0]
+    assert isinstance(request, ModelRequest)
+    prompt = request.parts[0]
+    assert isinstance(prompt, UserPromptPart) and not isinstance(prompt.content, str)
+    picture = prompt.content[1]
+    assert isinstance(picture, BinaryContent) and picture.data == b"\x89PNG\x00\xff"
     assert dump(back) == items
 
 
@@ -246,9 +259,11 @@ async def test_byo_agent_object_is_routed_and_left_as_it_was(fake, opts):
     import pai_byo_agents
 
     agent = pai_byo_agents.agent
-    model, base_url = agent.model, agent.model.base_url
+    model = agent.model
+    assert isinstance(model, Model)
+    base_url = model.base_url
     first = await run_agent("weather please", agent=agent, **opts("o"))
-    assert first.status == "succeeded" and "sunny" in first.output
+    assert first.status == "succeeded" and "sunny" in (first.output or "")
     assert fake.live_calls("openai-responses") == 2
     assert agent.model is model and agent.model.base_url == base_url  # override undone, model untouched
     again = await run_agent("weather please", agent=agent, **opts("o"))
@@ -274,7 +289,7 @@ async def test_byo_delegation_routes_both_agents(fake, opts):
 
     sub_model = pai_byo_agents.weather_agent.model
     first = await run_agent("delegate: ask about Paris", agent="pai_byo_agents:coordinator", **opts("d"))
-    assert first.status == "succeeded" and "sunny" in first.output
+    assert first.status == "succeeded" and "sunny" in (first.output or "")
     assert fake.live_calls("openai-responses") == 2 and fake.live_calls("anthropic") == 2
     assert pai_byo_agents.weather_agent.model is sub_model
     again = await run_agent("delegate: ask about Paris", agent="pai_byo_agents:coordinator", **opts("d"))
@@ -340,7 +355,7 @@ async def test_byo_model_keeps_its_own_credentials_and_headers(fake, opts, monke
 
 
 async def test_websocket_transport_is_refused_not_bypassed(fake, opts):
-    agent = Agent("openai:gpt-4o-mini", model_settings={"openai_transport": "websocket"})
+    agent = Agent("openai:gpt-4o-mini", model_settings=OpenAIResponsesModelSettings(openai_transport="websocket"))
     with pytest.raises(ConfigError, match="websocket"):
         await run_agent("hi", agent=agent, **opts("ws"))
     assert fake.live_calls() == 0

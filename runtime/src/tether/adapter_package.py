@@ -20,7 +20,7 @@ explicit re-export type checkers honour (no ``__all__`` repeating the imports).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from .agent import Adapter, AgentResult, Tool, bind, tool
@@ -37,7 +37,7 @@ def requires(distribution: str, what: str, *modules: str) -> None:
             raise ImportError(f"{distribution} needs {what}: pip install '{distribution}'") from e
 
 
-def package(adapter: A) -> tuple[A, Callable[..., Awaitable[AgentResult]], Callable[..., AgentResult]]:
+def package(adapter: A) -> tuple[A, Callable[..., Coroutine[Any, Any, AgentResult]], Callable[..., AgentResult]]:
     """``(ADAPTER, run_agent, run_agent_sync)`` for a package's one adapter."""
     run_agent: Callable[..., Any]
     run_agent_sync: Callable[..., Any]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict, Unpack, cast
+from typing import Any, TypedDict, Unpack, cast, overload
 
 from ..api import McpToolStatus
 from ..errors import ConfigError, ToolError
@@ -116,7 +116,11 @@ class ToolOptions(TypedDict, total=False):
     cached_without_approval: bool
 
 
-def tool(fn: Callable[..., Any] | None = None, **options: Unpack[ToolOptions]) -> Any:
+@overload
+def tool(fn: Callable[..., Any], **options: Unpack[ToolOptions]) -> Tool: ...
+@overload
+def tool(fn: None = None, **options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(fn: Callable[..., Any] | None = None, **options: Unpack[ToolOptions]) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function or a Flyte task a durable tool. Stack it over ``@env.task``::
 
         @tool(cache="auto")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 
@@ -33,6 +32,7 @@ from .shared import (
     _cel,
     _conditions,
     _count,
+    _names_once,
     _observed_generation,
     _Wire,
     parse_duration,
@@ -134,7 +134,7 @@ class AgentRunSpec(_Wire):
         description="Bring your own agent: `module:attribute` importable in the image. Without "
         "it the adapter builds the agent from instructions, model and tools.",
     )
-    tools: list[ObjectName] = Field(
+    tools: Annotated[list[ObjectName], _names_once("tool")] = Field(
         default_factory=list,
         max_length=64,
         description="Names of AgentTools in this namespace the agent may call.",
@@ -186,14 +186,6 @@ class AgentRunSpec(_Wire):
         "and progress stay in the store. 0 deletes it as soon as it finishes; unset keeps it until someone "
         "deletes it. `tether run` has no object to delete and ignores it.",
     )
-
-    @field_validator("tools")
-    @classmethod
-    def _unique_tools(cls, tools: list[str]) -> list[str]:
-        duplicates = sorted({t for t in tools if tools.count(t) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
-        return tools
 
     @model_validator(mode="after")
     def _byo_agent_brings_its_own(self) -> AgentRunSpec:

@@ -26,7 +26,9 @@ from .shared import (
     Text,
     _cel,
     _conditions,
+    _names_once,
     _observed_generation,
+    _refuse_duplicates,
     _Wire,
     parse_duration,
 )
@@ -169,7 +171,7 @@ class McpServer(_Wire):
         description="A stdio server: the program and its arguments, run in the tool's container (its image); "
         "its environment is the AgentTool's env and nothing of the runner's.",
     )
-    tools: list[Annotated[str, Field(max_length=128, pattern=MCP_TOOL_NAME)]] = Field(
+    tools: Annotated[list[Annotated[str, Field(max_length=128, pattern=MCP_TOOL_NAME)]], _names_once("tool")] = Field(
         min_length=1,
         max_length=128,
         description="The server's tools the agent may call, by name (required: a tool the server adds later is never offered). "
@@ -186,19 +188,8 @@ class McpServer(_Wire):
     @field_validator("headers")
     @classmethod
     def _unique_headers(cls, headers: list[McpHeader] | None) -> list[McpHeader] | None:
-        names = [h.name.lower() for h in headers or []]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate header names: {', '.join(duplicates)}")
+        _refuse_duplicates([h.name.lower() for h in headers or []], "header")
         return headers
-
-    @field_validator("tools")
-    @classmethod
-    def _unique_tools(cls, tools: list[str]) -> list[str]:
-        duplicates = sorted({t for t in tools if tools.count(t) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
-        return tools
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
@@ -284,10 +275,7 @@ class AgentToolSpec(_Wire):
     @field_validator("env")
     @classmethod
     def _unique_env(cls, env: list[EnvFromSecret] | None) -> list[EnvFromSecret] | None:
-        names = [e.name for e in env or []]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate env names: {', '.join(duplicates)}")
+        _refuse_duplicates([e.name for e in env or []], "env")
         return env
 
     @property

@@ -433,3 +433,21 @@ def _conditions() -> Any:
 def _count(description: str, **extra: Any) -> Any:
     """A status count: a whole number from 0, 0 until something is counted."""
     return Field(default=0, ge=0, description=description, **extra)
+
+
+def _refuse_duplicates(names: list[str], what: str) -> None:
+    """A list whose items must be named once: a ValueError naming every name given twice."""
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate {what} names: {', '.join(duplicates)}")
+
+
+def _names_once(what: str) -> AfterValidator:
+    """``Annotated[list[str], _names_once("tool")]``: a list of names (a set on the wire) that
+    refuses a name given twice."""
+
+    def check(names: list[str]) -> list[str]:
+        _refuse_duplicates(names, what)
+        return names
+
+    return AfterValidator(check)

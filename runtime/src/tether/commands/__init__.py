@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..contract import EXIT_CODES_HELP as EXIT_CODES_HELP  # for --help, without importing Flyte
@@ -20,6 +21,16 @@ def command_name() -> str:
     ``./tether`` script is put on the PATH as ``tether``: README, Install), so that every hint
     reads the same wherever it is copied from."""
     return "tether"
+
+
+def agentrun_refused(run: str, how: Callable[[str, str], str]) -> bool:
+    """A ``NAMESPACE/NAME`` run is an AgentRun, the cluster's to act on, not a run id of this
+    store: print ``how(namespace, name)`` (what does it there) on stderr and return True (the
+    command exits 2). False for a run id."""
+    namespace, slash, name = run.partition("/")
+    if slash:
+        print(how(namespace, name), file=sys.stderr)
+    return bool(slash)
 
 
 def parser(command: str, description: str, *, exit_codes: bool = False) -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from typing import Any
 from ..contract import cancel_key, manifest_key, runner_key
 from ..progress import read_progress
 from ..stores import Store, default_store_url, open_store
-from . import command_name, parser
+from . import agentrun_refused, command_name, parser
 from .run import cancelled, mark_cancelled
 
 
@@ -40,13 +40,11 @@ def main(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     cli = command_name()
-    if "/" in args.run:
-        namespace, _, name = args.run.partition("/")
-        print(
-            f"{cli} cancel: an AgentRun is stopped by deleting it (the operator deletes its runner pods first: SIGTERM, "
-            f"a clean stop; its journal stays in the store):\n  kubectl delete agentrun {name} -n {namespace}",
-            file=sys.stderr,
-        )
+    if agentrun_refused(
+        args.run,
+        lambda namespace, name: f"{cli} cancel: an AgentRun is stopped by deleting it (the operator deletes its runner pods first: "
+        f"SIGTERM, a clean stop; its journal stays in the store):\n  kubectl delete agentrun {name} -n {namespace}",
+    ):
         return 2
     store = open_store(args.store)
     progress = read_progress(store, args.run)

@@ -17,7 +17,7 @@ import time
 from ..contract import RUN_LABEL, STEP_LINES_END, attempt_of_step_lines_key, step_lines_key, step_lines_prefix
 from ..progress import read_progress
 from ..stores import Store, default_store_url, open_store
-from . import command_name, parser
+from . import agentrun_refused, command_name, parser
 
 #: Phases after which no attempt runs until someone acts (a follower stops waiting for a log).
 _AT_REST = ("Succeeded", "Failed", "AwaitingApproval", "Interrupted", "Cancelled")
@@ -31,13 +31,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
     p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="how often --follow reads the store (default 0.5)")
     args = p.parse_args(argv)
-    if "/" in args.run:
-        namespace, _, name = args.run.partition("/")
-        print(
-            f"{command_name()} logs: an AgentRun's attempts print their step lines to their runner pods' logs; the apiserver serves them:\n"
-            f"  kubectl logs -n {namespace} -l {RUN_LABEL}={name} -c runtime --prefix --tail=-1",
-            file=sys.stderr,
-        )
+    if agentrun_refused(
+        args.run,
+        lambda namespace, name: f"{command_name()} logs: an AgentRun's attempts print their step lines to their runner pods' logs; "
+        f"the apiserver serves them:\n  kubectl logs -n {namespace} -l {RUN_LABEL}={name} -c runtime --prefix --tail=-1",
+    ):
         return 2
     store = open_store(args.store)
     attempt = args.attempt or _latest(store, args.run)

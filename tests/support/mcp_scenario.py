@@ -62,8 +62,8 @@ def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport:
         if transport == "http":
             target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url}
         else:
-            command, *args = stdio_command(ledger)
-            target = {"command": command, "args": args}
+            command, *command_args = stdio_command(ledger)
+            target = {"command": command, "args": command_args}
         args = {"module": str(module), "target": target, "store": str(tmp_path / "store"), "origin": provider.url}
         child_env = {**os.environ, **KEYS, "PYTHONPATH": str(ROOT), "OPENAI_AGENTS_DISABLE_TRACING": "1", **env}
 

@@ -4,10 +4,11 @@ line per server, given to ``create_deep_agent``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from deepagents import create_deep_agent
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.sessions import Connection
 from langchain_openai import ChatOpenAI
 
 import tether
@@ -16,9 +17,9 @@ from tether_deepagents import openai_base_url, run_agent
 
 async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
     if "url" in target:
-        server: dict[str, Any] = {"transport": "streamable_http", "url": tether.mcp_url(target["url"], name="ledger")}
+        server: Connection = {"transport": "streamable_http", "url": tether.mcp_url(target["url"], name="ledger")}
     else:
-        server = {"transport": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")}
+        server = cast(Connection, {"transport": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")})
     tools = await MultiServerMCPClient({"ledger": server}).get_tools()
     model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0)
     agent = create_deep_agent(model=model, tools=tools, system_prompt="Charge customers with your tools.")

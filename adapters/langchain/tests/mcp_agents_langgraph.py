@@ -4,9 +4,10 @@ from ``MultiServerMCPClient``, run by the LangGraph adapter."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.sessions import Connection
 from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -17,9 +18,9 @@ from tether_langgraph import openai_base_url, run_agent
 
 async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
     if "url" in target:
-        server: dict[str, Any] = {"transport": "streamable_http", "url": tether.mcp_url(target["url"], name="ledger")}
+        server: Connection = {"transport": "streamable_http", "url": tether.mcp_url(target["url"], name="ledger")}
     else:
-        server = {"transport": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")}
+        server = cast(Connection, {"transport": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")})
     tools = await MultiServerMCPClient({"ledger": server}).get_tools()
     model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_base_url(), max_retries=0).bind_tools(tools)
 

@@ -4,9 +4,9 @@ tether.mcp_url(...)}`` or ``{"type": "stdio", **tether.mcp_stdio(...)}``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, McpServerConfig
 
 import tether
 from tether_claude import run_agent
@@ -14,9 +14,9 @@ from tether_claude import run_agent
 
 async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
     if "url" in target:
-        server: dict[str, Any] = {"type": "http", "url": tether.mcp_url(target["url"], name="ledger")}
+        server: McpServerConfig = {"type": "http", "url": tether.mcp_url(target["url"], name="ledger")}
     else:
-        server = {"type": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")}
+        server = cast(McpServerConfig, {"type": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")})
     options = ClaudeAgentOptions(
         model="claude-sonnet-4-5",
         system_prompt="Charge customers with your tools.",

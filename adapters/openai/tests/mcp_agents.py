@@ -3,10 +3,10 @@ MCP clients, ``MCPServerStreamableHttp`` and ``MCPServerStdio``, pointed at Teth
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from agents import Agent
-from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
+from agents.mcp import MCPServer, MCPServerStdio, MCPServerStdioParams, MCPServerStreamableHttp
 
 import tether
 from tether_openai import run_agent
@@ -17,7 +17,9 @@ async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
     if "url" in target:
         server = MCPServerStreamableHttp(params={"url": tether.mcp_url(target["url"], name="ledger")}, name="ledger")
     else:
-        server = MCPServerStdio(params=tether.mcp_stdio(target["command"], target["args"], name="ledger"), name="ledger")
+        server = MCPServerStdio(
+            params=cast(MCPServerStdioParams, tether.mcp_stdio(target["command"], target["args"], name="ledger")), name="ledger"
+        )
     async with server:
         agent = Agent(name="cashier", instructions="Charge customers with your tools.", model="gpt-4o-mini", mcp_servers=[server])
         return await run_agent(prompt, agent=agent, **run_args)

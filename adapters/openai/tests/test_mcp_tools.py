@@ -102,7 +102,7 @@ def manifest(tmp_path: Path, mcp: dict[str, Any], turns: list[dict[str, Any]], *
     return path
 
 
-BOOK = [
+BOOK: list[dict[str, Any]] = [
     {"tool_calls": [{"name": "book", "arguments": {"room": "101", "nights": 2}}]},
     {"text_from_tool_results": True, "text": "Done:"},
 ]
@@ -160,7 +160,10 @@ def test_a_destructive_mcp_tool_waits_for_approval(tmp_path: Path, http_server: 
     human first and the server hears nothing until the decision; approved, it runs once."""
     url, seen = http_server
     mcp = {"url": url, "headers": [{"name": "Authorization", "secretKeyRef": {"name": "hotel", "key": "token"}}], "tools": ["cancel"]}
-    turns = [{"tool_calls": [{"name": "cancel", "arguments": {"booking": "B7"}}]}, {"text_from_tool_results": True, "text": "Done:"}]
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "cancel", "arguments": {"booking": "B7"}}]},
+        {"text_from_tool_results": True, "text": "Done:"},
+    ]
     path, store = manifest(tmp_path, mcp, turns), tmp_path / "store"
     env = {"TETHER_SECRETS": json.dumps({"tools": {"hotel": {"Authorization": f"Bearer {TOKEN}"}}})}
     first = tether("run", str(path), store=store, env=env)
@@ -182,7 +185,10 @@ def test_destructive_without_approval_when_the_agent_tool_says_so(tmp_path: Path
         "tools": ["cancel"],
         "destructiveNeedsApproval": False,
     }
-    turns = [{"tool_calls": [{"name": "cancel", "arguments": {"booking": "B7"}}]}, {"text_from_tool_results": True, "text": "Done:"}]
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "cancel", "arguments": {"booking": "B7"}}]},
+        {"text_from_tool_results": True, "text": "Done:"},
+    ]
     env = {"TETHER_SECRETS": json.dumps({"tools": {"hotel": {"Authorization": f"Bearer {TOKEN}"}}})}
     proc = tether("run", str(manifest(tmp_path, mcp, turns)), store=tmp_path / "store", env=env)
     assert outcome(proc)["exit_code"] == 0, proc.stdout + proc.stderr
@@ -195,7 +201,10 @@ def test_an_object_parameter_reaches_the_framework_and_the_server_as_listed(tmp_
     url, seen = http_server
     mcp = {"url": url, "headers": [{"name": "Authorization", "secretKeyRef": {"name": "hotel", "key": "token"}}], "tools": ["find"]}
     arguments = {"filter": {"city": "Oslo", "stars": 4}, "sort": "price"}
-    turns = [{"tool_calls": [{"name": "find", "arguments": arguments}]}, {"text_from_tool_results": True, "text": "Found:"}]
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "find", "arguments": arguments}]},
+        {"text_from_tool_results": True, "text": "Found:"},
+    ]
     env = {"TETHER_SECRETS": json.dumps({"tools": {"hotel": {"Authorization": f"Bearer {TOKEN}"}}})}
     proc = tether("run", str(manifest(tmp_path, mcp, turns)), store=tmp_path / "store", env=env)
     assert outcome(proc)["exit_code"] == 0, proc.stdout + proc.stderr

@@ -41,6 +41,7 @@ from tests.support.otel import collector  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 from tether.run import Run  # noqa: E402
 from tether.stores import LocalStore  # noqa: E402
+from tether.telemetry import AttemptTrace  # noqa: E402
 from tether.wire.transport import transports_for  # noqa: E402
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -88,7 +89,9 @@ async def measure(provider_url: str, endpoint: str, store: LocalStore, calls: in
     await asyncio.to_thread(runs["traced"].trace.end, "succeeded")  # the attempt's span, then everything flushed
     flush = time.perf_counter() - started
     span_us = span_work(runs["traced"])
-    await asyncio.to_thread(runs["traced"].trace.flush)  # those spans too, while the collector listens
+    traced_run = runs["traced"].trace
+    assert isinstance(traced_run, AttemptTrace)  # an exporter is configured for this run
+    await asyncio.to_thread(traced_run.flush)  # those spans too, while the collector listens
     off, traced, null = (statistics.median(times[way]) for way in ("off", "traced", "null"))
     return {
         "off_ms": round(off * 1000, 3),

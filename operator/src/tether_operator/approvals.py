@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime
 from typing import Any, cast
 
 import kopf
@@ -34,6 +33,7 @@ from . import conditions as C
 from . import kube
 from .conditions import Reason
 from .settings import Settings
+from .times import epoch
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +49,6 @@ class Refused(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason, self.message = reason, message
-
-
-def _epoch(value: Any) -> float | None:
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 async def policy_problem(settings: Settings) -> str | None:
@@ -84,7 +75,7 @@ async def _decide(body: kopf.Body, spec: AgentApprovalSpec, run: dict[str, Any],
         raise Refused(
             Reason.NO_SUCH_REQUEST, f"AgentRun {name} has no approval request {spec.approval_id} (its ids are in status.approvals)"
         )
-    created, requested = _epoch(body.meta.get("creationTimestamp")), _epoch(request.get("requestedAt"))
+    created, requested = epoch(body.meta.get("creationTimestamp")), epoch(request.get("requestedAt"))
     if created is None or requested is None or created < requested - CLOCK_SKEW_SECONDS:
         raise Refused(
             Reason.DECIDED_BEFORE_REQUEST,

@@ -32,6 +32,7 @@ from tether.tools import agent_refusal, implementation_refusal
 from . import images, kube
 from .conditions import Reason
 from .settings import RESERVED_NAMESPACES, Settings
+from .times import epoch
 
 
 @dataclass
@@ -258,8 +259,8 @@ class _Guard:
 _guards: dict[str, _Guard] = {}
 
 
-def _epoch(timestamp: str | None) -> float:
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() if timestamp else 0.0
+def _when(timestamp: str | None) -> float:
+    return epoch(timestamp) or 0.0
 
 
 def _guard_of(name: str, policy: dict[str, Any] | None, binding: dict[str, Any] | None) -> _Guard:
@@ -274,7 +275,7 @@ def _guard_of(name: str, policy: dict[str, Any] | None, binding: dict[str, Any] 
         return _Guard(f"ValidatingAdmissionPolicyBinding {name} does not deny with policy {name}")
     if spec.get("matchResources"):  # the chart's binding matches everything: a narrower one leaves gaps
         return _Guard(f"ValidatingAdmissionPolicyBinding {name} is narrowed by matchResources")
-    created = [_epoch((o.get("metadata") or {}).get("creationTimestamp")) for o in (policy, binding)]
+    created = [_when((o.get("metadata") or {}).get("creationTimestamp")) for o in (policy, binding)]
     return _Guard(None, max(created))
 
 
@@ -304,7 +305,7 @@ async def check_admission_policy(settings: Settings, created: str | None = None,
                 "(chart value tenancy: single-tenant)",
             )
         ]
-    if created is not None and _epoch(created) < guard.since + _POLICY_GRACE:
+    if created is not None and _when(created) < guard.since + _POLICY_GRACE:
         since = datetime.fromtimestamp(guard.since, UTC).isoformat().replace("+00:00", "Z")
         return [
             Problem(

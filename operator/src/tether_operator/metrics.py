@@ -21,13 +21,14 @@ import math
 import time
 from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from tether.contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, Progress
 from tether.stores import Store
+
+from .times import epoch
 
 Labels = tuple[str, ...]
 
@@ -247,17 +248,6 @@ _PER_ATTEMPT: tuple[tuple[Counter, str, Callable[[Progress], float]], ...] = (
 )
 
 
-def _epoch(value: Any) -> float | None:
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
 class RunAccount:
     """What one AgentRun has added to the counters, so that reading its records again adds only
     what is new. Built from the run's status: what an earlier operator process read (and counted)
@@ -279,7 +269,7 @@ class RunAccount:
         # again (not deaths it found adopting the run, counted before); Flyte counts failures only.
         self.exit_codes = exit_codes
         self.codes = 0  # of that list, those counted
-        self.created = _epoch(created)
+        self.created = epoch(created)
         self.attempts = int(status.get("attempts") or 0)
         self.retried: int | None = None  # the executor's count when first seen is the baseline
         steps, usage = status.get("steps") or {}, status.get("usage") or {}
@@ -352,7 +342,7 @@ class RunAccount:
         if spent > self.spent:
             COST.inc(spent - self.spent, **self.run, mode="live")
             self.spent = spent
-        first = _epoch(progress.first_replay_at)
+        first = epoch(progress.first_replay_at)
         if self.died is not None and progress.attempt > self.died[0] and first is not None:
             KILL_TO_REPLAY.observe(max(0.0, first - self.died[1]), **self.run)
             self.died = None
@@ -364,7 +354,7 @@ class RunAccount:
             if not decision or r.get("id") in self.decided:
                 continue
             self.decided.add(r.get("id"))
-            asked, decided = _epoch(r.get("requestedAt")), _epoch(decision.get("decided_at") or decision.get("decidedAt"))
+            asked, decided = epoch(r.get("requestedAt")), epoch(decision.get("decided_at") or decision.get("decidedAt"))
             if asked is None or decided is None:
                 continue
             verdict = "timeout" if decision.get("by") == "timeout" else "approved" if decision.get("approved") else "declined"

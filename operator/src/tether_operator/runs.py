@@ -67,6 +67,7 @@ from .executors.base import (
 )
 from .placement import placement, propagated
 from .settings import Settings
+from .times import epoch
 
 log = logging.getLogger(__name__)
 
@@ -87,27 +88,16 @@ def _iso(value: Any) -> str | None:
     return str(value)
 
 
-def _epoch(value: Any) -> float | None:
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
 def finished_at(status: Mapping[str, Any]) -> float | None:
     """When the run finished (epoch seconds): status.completionTime, else when its Ready or
     Stalled condition last turned True; None while it has not."""
-    done = _epoch(status.get("completionTime"))
+    done = epoch(status.get("completionTime"))
     if done is None:
         conditions = list(status.get("conditions") or [])
         final = [
             c for c in (C.get_condition(conditions, C.READY), C.get_condition(conditions, C.STALLED)) if c and c.get("status") == "True"
         ]
-        done = _epoch(final[0].get("lastTransitionTime")) if final else None
+        done = epoch(final[0].get("lastTransitionTime")) if final else None
     return done
 
 
@@ -501,7 +491,7 @@ class RunLoop:
             if request.get("decision") is not None:
                 continue
             policy = approval_policy(self.tools, request.get("tool") or "")
-            requested = _epoch(request.get("requestedAt"))
+            requested = epoch(request.get("requestedAt"))
             if policy and policy.timeout and requested is not None and time.time() - requested >= parse_duration(policy.timeout):
                 # A timeout approves only where the cluster allows it (accept() refuses such a tool otherwise).
                 approve_it = policy.default_action == "approve" and self.settings.allow_auto_approve

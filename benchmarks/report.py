@@ -195,10 +195,11 @@ awaited directly and through the tool seam (`call_tool`, live, recorded). New ar
 (none replays; the benchmark checks the server ran every call), interleaved blocks, medians. The
 local store fsyncs every record, for both; `--no-fsync` (results `mcp_overhead-no-fsync`) shows what
 is left without the disk. Goal: MCP overhead ≤ 2 ms per call. The MCP call pays what the Tether
-tool pays (the record) plus the proxy's loopback HTTP hop (record_overhead.py: 1.0–1.7 ms). Not met
-as measured so far: the committed runs were made at load average 8–12 on these 2 cores (other
-sessions' suites), where the hop — a second HTTP exchange through the proxy's own thread — cost
-4–11 ms; one short run at a quieter moment (40 calls, no fsync) gave +2.17 ms, the Tether tool +0.47 ms.
+tool pays (the record) plus the proxy's loopback HTTP hop (record_overhead.py: 1.0–1.7 ms). Not met:
+at a quiet moment (load average 0.8, 200 calls per way) +3.33 ms with fsync and +2.68 ms without,
+against +1.25 / +0.99 ms for the Tether tool — the second HTTP exchange through the proxy's own
+thread is the ~1.7 ms left over the goal (at load average 8–12 it cost 4–11 ms). An in-process
+transport for Python MCP clients (the way model calls already avoid the hop) is what would close it.
 
 ## journal_load.py — cold journal load (issue 14)
 

@@ -38,7 +38,7 @@ from tether_operator import execution_name
 from tether_operator.images import refusal
 from tether_operator.settings import ExecutorSettings, Settings
 
-from .conftest import CHART, TOOLBOX, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+from .conftest import CHART, TOOLBOX, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
 from .test_e2e_openai import _agent_python
 
 pytestmark = pytest.mark.kube
@@ -79,9 +79,11 @@ def releases(kube: ControlPlane, tether_release: Release) -> Iterator[None]:
     kube.helm("upgrade", "--install", K8S.service_account, str(CHART), "-n", K8S.namespace, "--create-namespace", *common,
               "--set", f"watchNamespaces={{{K8S_NS}}}", "--set", "store.s3.bucket=runs",
               "--set", "images.allowed={" + ",".join(IMAGES) + "}", "--set", "agents.allowedModules={shop.agents}")  # fmt: skip
+    wait_for_secret_access_policy(kube, f"{K8S.service_account}-secret-access")
     kube.helm("upgrade", "--install", LOCAL.service_account, str(CHART), "-n", LOCAL.namespace, "--create-namespace", *common,
               "--set", f"watchNamespaces={{{LOCAL_NS}}}", "--set", "executor.kind=local",
               "--set", "providers.allowedBaseURLs={http://127.0.0.1}")  # fmt: skip
+    wait_for_secret_access_policy(kube, f"{LOCAL.service_account}-secret-access")
     for ns, name, value in ((K8S_NS, "weather-key", WEATHER_KEY), (LOCAL_NS, "db-creds", DB_PASSWORD), (LOCAL_NS, "shared", "shared-7")):
         kube.kubectl("create", "secret", "generic", name, "-n", ns, f"--from-literal=key={value}")
         kube.kubectl("label", "secret", name, "-n", ns, "tether.dev/usable=true")  # labelled: only the creator's rights stop it

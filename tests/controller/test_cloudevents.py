@@ -20,7 +20,7 @@ from tether.contract import approvals_prefix
 from tether.stores import open_store
 from tether_operator.settings import Settings
 
-from .conftest import CHART, Operator, Release, get, kubeconfig_with_token, wait_for
+from .conftest import CHART, Operator, Release, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
 from .test_chart import render
 from .test_kubernetes_executor import IMAGE, kubelet, wait_pod
 
@@ -70,6 +70,7 @@ def ce_operator(kube: ControlPlane, tether_release: Release, sink: Sink, tmp_pat
     kube.helm("upgrade", "--install", "tether-ce", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
               "--set", f"cloudEvents.sink={sink.url}", "--wait=false")  # fmt: skip
+    wait_for_secret_access_policy(kube, "tether-ce-secret-access")
     deployment = json.loads(kube.kubectl("get", "deployment", "tether-ce", "-n", RELEASE.namespace, "-o", "json").stdout)
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()

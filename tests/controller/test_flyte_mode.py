@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.kube import ControlPlane
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
 
 pytestmark = pytest.mark.kube
 
@@ -28,6 +28,7 @@ def flyte_release(kube: ControlPlane, tether_release: Release) -> Release:
     kube.helm("upgrade", "--install", "tether-fly", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
               "--set", "executor.kind=flyte", "--set", "executor.flyte.endpoint=flyte.flyte.svc:8090", "--wait=false")  # fmt: skip
+    wait_for_secret_access_policy(kube, "tether-fly-secret-access")
     return RELEASE
 
 

@@ -33,7 +33,18 @@ from tether.contract import approvals_prefix
 from tether.stores import open_store
 from tether_operator import kube as operator_kube
 
-from .conftest import CHART, REPO, TOOLBOX, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+from .conftest import (
+    CHART,
+    REPO,
+    TOOLBOX,
+    Operator,
+    Release,
+    condition,
+    get,
+    kubeconfig_with_token,
+    wait_for,
+    wait_for_secret_access_policy,
+)
 from .test_kubernetes_executor import IMAGE, kubelet, wait_pod
 
 pytestmark = pytest.mark.kube
@@ -52,6 +63,7 @@ def gitops_operator(kube: ControlPlane, tether_release: Release, tmp_path_factor
     kube.helm("upgrade", "--install", "tether-gitops", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
               "--set", "tools.allowedModules={shop}", "--wait=false")  # fmt: skip
+    wait_for_secret_access_policy(kube, "tether-gitops-secret-access")
     token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()
     work = tmp_path_factory.mktemp("gitops-operator")
     op = Operator(

@@ -26,7 +26,7 @@ from tests.support.kube import ControlPlane
 from tether.stores import open_store
 from tether_operator import execution_name
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
 
 pytestmark = pytest.mark.kube
 
@@ -54,6 +54,7 @@ def releases(kube: ControlPlane, tether_release: Release) -> Iterator[tuple[Rele
     common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--set", "images.allowed={registry.example/}", "--wait=false"]
     kube.helm("upgrade", "--install", "tether-k8s", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", *common)  # fmt: skip
+    wait_for_secret_access_policy(kube, "tether-k8s-secret-access")
     # For its RBAC only: no admission policies of its own (they would apply in every namespace).
     kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace",
               "--set", "clusterWide=true", *common, "--set", "secretAccessPolicy.enabled=false", "--set", "tenancy=single-tenant")  # fmt: skip

@@ -37,7 +37,7 @@ from tether.contract import ExecRequest
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for
+from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
 
 pytestmark = pytest.mark.kube
 
@@ -59,6 +59,7 @@ def release(kube: ControlPlane, tether_release: Release) -> Release:
     kube.helm("upgrade", "--install", RELEASE.service_account, str(CHART), "-n", RELEASE.namespace, "--create-namespace",
               "--set", f"watchNamespaces={{{NS},{NS_B}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
               "--wait=false")  # fmt: skip
+    wait_for_secret_access_policy(kube, f"{RELEASE.service_account}-secret-access")
     return RELEASE
 
 

@@ -30,7 +30,7 @@ import yaml
 
 from tests.support.kube import ControlPlane, free_port
 
-from .conftest import CHART, REPO, Operator, Release, get, kubeconfig_with_token, wait_for
+from .conftest import CHART, REPO, Operator, Release, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
 from .test_e2e_openai import _agent_python
 
 pytestmark = pytest.mark.kube
@@ -50,6 +50,7 @@ def release(kube: ControlPlane, tether_release: Release) -> Iterator[Release]:
               "--set", f"watchNamespaces={{{NS_A},{NS_B}}}", "--set", "executor.kind=local", "--set", "crds.enabled=false",
               "--set", "ui.enabled=true",
               "--set", "providers.allowedBaseURLs={http://127.0.0.1}", "--wait=false")  # fmt: skip
+    wait_for_secret_access_policy(kube, "tether-ui-secret-access")
     # The viewers' rights, and nothing else: get+list in ui-a for one, get on one run in ui-b for the other.
     kube.kubectl("create", "role", "run-reader", "-n", NS_A, "--verb=get,list", "--resource=agentruns.tether.dev", check=False)
     kube.kubectl("create", "rolebinding", "alice-reads", "-n", NS_A, "--role=run-reader", f"--user={ALICE}", check=False)

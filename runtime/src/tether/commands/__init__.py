@@ -44,6 +44,14 @@ def parser(command: str, description: str, *, exit_codes: bool = False) -> argpa
     )
 
 
+def store_option(p: argparse.ArgumentParser, note: str = "") -> None:
+    """``--store``, for the commands that read or write a run's records in a store (default: the
+    local store ``tether run`` uses)."""
+    from ..stores import default_store_url
+
+    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()}{note})")
+
+
 def request_is_the_executors(data: bytes, where: str, command: str) -> bool:
     """Whether the exec request ``data`` (read from ``where``) is the one the executor wrote:
     with ``$TETHER_REQUEST_SHA256`` set (the Kubernetes executor sets it in every container of a

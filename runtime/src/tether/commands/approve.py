@@ -19,8 +19,8 @@ from ..api import GROUP, VERSION
 from ..approvals import decide, list_approvals
 from ..contract import APPROVAL_PLURAL
 from ..errors import ConfigError
-from ..stores import default_store_url, open_store
-from . import command_name, parser
+from ..stores import open_store
+from . import command_name, parser, store_option
 
 
 def main(argv: list[str]) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     group.add_argument("--no", action="store_true", help="decline: the agent is told the call was declined")
     p.add_argument("--reason", help="why, recorded with the decision")
     p.add_argument("--by", default=None, help="approver's name (local store only; on Kubernetes it is who you are)")
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()}; local run ids only)")
+    store_option(p, "; local run ids only")
     p.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the operator to apply it (Kubernetes)")
     args = p.parse_args(argv)
     if "/" in args.run:

@@ -24,8 +24,8 @@ from typing import Any
 
 from ..contract import cancel_key, manifest_key, runner_key
 from ..progress import read_progress
-from ..stores import Store, default_store_url, open_store
-from . import agentrun_refused, command_name, parser
+from ..stores import Store, open_store
+from . import agentrun_refused, command_name, parser, store_option
 from .run import cancelled, mark_cancelled
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("run", help="a run id (the name `tether run` used), or NAMESPACE/NAME of an AgentRun on Kubernetes")
     p.add_argument("--reason", default=None, help="why, kept with the run (shown by status and list)")
     p.add_argument("--by", default=None, help="who cancels (default: your user name)")
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
+    store_option(p)
     p.add_argument(
         "--wait", type=float, default=60.0, metavar="SECONDS", help="how long to wait for a running tether run to stop (default 60)"
     )

@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 from ..contract import run_of_progress_key, runs_prefix
 from ..progress import read_progress
-from ..stores import default_store_url, open_store
-from . import parser
+from ..stores import open_store
+from . import parser, store_option
 
 
 def main(argv: list[str]) -> int:
     p = parser("list", __doc__.split("\n\n")[0])
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
+    store_option(p)
     p.add_argument("--json", action="store_true", help="one JSON document: a list of the runs' progress records")
     args = p.parse_args(argv)
     store = open_store(args.store)

@@ -16,8 +16,8 @@ import time
 
 from ..contract import RUN_LABEL, STEP_LINES_END, attempt_of_step_lines_key, step_lines_key, step_lines_prefix
 from ..progress import read_progress
-from ..stores import Store, default_store_url, open_store
-from . import agentrun_refused, command_name, parser
+from ..stores import Store, open_store
+from . import agentrun_refused, command_name, parser, store_option
 
 #: Phases after which no attempt runs until someone acts (a follower stops waiting for a log).
 _AT_REST = ("Succeeded", "Failed", "AwaitingApproval", "Interrupted", "Cancelled")
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("run", help="a run id (the name `tether run` used), or NAMESPACE/NAME of an AgentRun on Kubernetes")
     p.add_argument("--attempt", type=int, default=None, metavar="N", help="that attempt's lines (default: the latest attempt's)")
     p.add_argument("-f", "--follow", action="store_true", help="print new lines as they come, until the attempt ends")
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
+    store_option(p)
     p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="how often --follow reads the store (default 0.5)")
     args = p.parse_args(argv)
     if agentrun_refused(

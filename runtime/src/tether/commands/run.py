@@ -72,7 +72,7 @@ from ..progress import read_progress, run_spend_note, unknown_cost_note, write_p
 from ..stores import Store, default_store_url, open_store
 from ..tools import AGENT_MODULES_ENV, TOOL_MODULES_ENV, allowed_agent_modules, allowed_tool_modules
 from ..wire.providers import API_KEY_ENV
-from . import command_name, parser
+from . import command_name, parser, store_option
 from .exec import GO
 
 
@@ -158,7 +158,7 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="resume the run id even though the manifest's framework, model, instructions, agent, tools or input changed",
     )
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
+    store_option(p)
     p.add_argument("--kill-after", type=int, default=0, metavar="N", help="kill the first attempt after N steps, then resume")
     p.add_argument("--retries", type=int, default=None, metavar="N", help="attempts after a crash (default: spec.retries)")
     p.add_argument(

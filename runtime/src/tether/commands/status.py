@@ -9,14 +9,14 @@ import json
 
 from ..approvals import list_approvals
 from ..progress import approval_progress, read_progress, run_spend_note, unknown_cost_note
-from ..stores import default_store_url, open_store
-from . import parser
+from ..stores import open_store
+from . import parser, store_option
 
 
 def main(argv: list[str]) -> int:
     p = parser("status", __doc__.split("\n\n")[0])
     p.add_argument("run", help="a run id (the name `tether run` used; `tether list` lists them)")
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
+    store_option(p)
     p.add_argument("--json", action="store_true", help="the progress record as one JSON document, approvals included")
     args = p.parse_args(argv)
     store = open_store(args.store)

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from ..runview import HEADERS, local_rows, page, read_run, run_body, runs_table
-from ..stores import Store, default_store_url, open_store
-from . import parser
+from ..stores import Store, open_store
+from . import parser, store_option
 
 #: The content switch shared with the traces (the OpenTelemetry GenAI convention's variable).
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     p = parser("ui", __doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--store", default=None, help=f"store URL (default {default_store_url()})")
+    store_option(p)
     p.add_argument(
         "--show-content", action="store_true", default=content_default(), help=f"show message content (default: ${CONTENT_ENV}=true)"
     )

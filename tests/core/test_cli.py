@@ -12,7 +12,6 @@ Tether's fake provider (no API key), with a store of its own.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -20,21 +19,10 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.cli import tether
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "openai"
-
-
-def tether(*args: str, store: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`./tether ARGS --store STORE` from the checkout, as a user types it."""
-    clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
-    return subprocess.run(
-        ["./tether", *args, "--store", str(store)],
-        cwd=REPO,
-        env={**clean, "OPENAI_AGENTS_DISABLE_TRACING": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def example(tmp_path: Path, name: str, edit=None) -> Path:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cli import tether
 from tests.support.tool_runner_pod import MODEL_KEY, Pod, finish, free_port, memory_holds, stop, wait_file
 from tether.contract import EXIT_SUCCEEDED
 from tether.testing.fake_provider import FakeProvider
@@ -62,18 +63,6 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield url, seen
     finally:
         stop(proc)  # type: ignore[arg-type]
-
-
-def tether(*args: str, store: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
-    return subprocess.run(
-        ["./tether", *args, "--store", str(store)],
-        cwd=REPO,
-        env={**clean, "OPENAI_AGENTS_DISABLE_TRACING": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def manifest(tmp_path: Path, mcp: dict[str, Any], turns: list[dict[str, Any]], **tool: Any) -> Path:

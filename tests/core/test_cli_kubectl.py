@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +29,9 @@ from pathlib import Path
 import yaml
 
 from tether.cli import COMMANDS
+from tether.contract import Progress, runner_key
+from tether.progress import StepLines, write_progress
+from tether.stores.local import LocalStore
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "openai"
@@ -189,6 +193,42 @@ def test_step_lines_reach_a_pipe_as_they_happen_and_logs_follows_them(tmp_path: 
     assert "attempt 7 of run 'two-refunds' logged nothing (the run: Succeeded, attempt 1;" in missing.stderr
     unknown = tether(tmp_path, "logs", "no-such-run")
     assert unknown.returncode == 1 and "no run 'no-such-run'" in unknown.stderr
+
+
+def test_logs_follows_an_attempt_that_said_its_run_is_at_rest_to_its_end_line(tmp_path: Path) -> None:
+    """An attempt publishes its run at rest (its last progress) before its process writes its
+    last step lines and the end line: a follower that stopped there printed neither. The test
+    plays the attempt and its `tether run` in that order, through the store `tether logs` reads."""
+    store, run_id = LocalStore(tmp_path / "store"), "at-rest"
+    step = "  step   {}  live      turn  gpt-4o-mini"
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "tether-run-stand-in"])
+    store.put(runner_key(run_id), json.dumps({"host": socket.gethostname(), "pid": runner.pid, "startedAt": time.time()}).encode())
+    write_progress(store, run_id, Progress(phase="Running", attempt=1, updated_at=time.time()))
+    lines = StepLines(store, run_id)
+    lines.add(step.format(1), attempt=1)
+    lines.flush()
+    follow = _start(tmp_path, "logs", run_id, "--follow", "--interval", "0.05")
+    followed: list[tuple[float, str]] = []
+    try:
+        follower = _read_as_they_come(follow, followed)
+        deadline = time.monotonic() + 240
+        while not followed:
+            assert follow.poll() is None and time.monotonic() < deadline, follow.communicate()
+            time.sleep(0.05)
+        write_progress(store, run_id, Progress(phase="Succeeded", attempt=1, updated_at=time.time()))
+        time.sleep(2)  # forty reads of the follower: the run is at rest, its attempt's process not done
+        assert follow.poll() is None, f"the follower stopped before the attempt's end line: {followed}"
+        lines.add(step.format(2), attempt=1)
+        lines.end("succeeded (exit code 0)")
+        store.delete(runner_key(run_id))  # tether run leaves once its attempt exited
+        assert follow.wait(timeout=60) == 0, follow.stderr.read() if follow.stderr else ""
+        follower.join(10)
+    finally:
+        for proc in (runner, follow):
+            if proc.poll() is None:
+                proc.kill()
+        runner.wait()
+    assert [line for _, line in followed] == [step.format(1), step.format(2), "-- attempt ended: succeeded (exit code 0)"]
 
 
 def test_cancel_stops_a_running_tether_run_cleanly_and_for_good(tmp_path: Path) -> None:

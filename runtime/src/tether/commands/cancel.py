@@ -19,14 +19,12 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-from ..contract import cancel_key, manifest_key, runner_key
+from ..contract import cancel_key, manifest_key
 from ..progress import read_progress
-from ..stores import Store, open_store
+from ..stores import open_store
 from . import agentrun_refused, command_name, parser, store_option
-from .run import cancelled, mark_cancelled
+from .run import cancelled, mark_cancelled, runner
 
 
 def main(argv: list[str]) -> int:
@@ -60,48 +58,26 @@ def main(argv: list[str]) -> int:
         return 0
     cancel = {"by": args.by or getpass.getuser(), "at": time.time(), **({"reason": args.reason} if args.reason else {})}
     store.put(cancel_key(args.run), json.dumps(cancel).encode())
-    runner = _runner(store, args.run)
-    if runner is None:  # nothing runs it now: mark it here
+    running = runner(store, args.run)
+    if running is None:  # nothing runs it now: mark it here
         mark_cancelled(store, args.run, cancel)
         print(f"cancelled run {args.run} (it was not running: {phase or 'not started'}); {cli} run never resumes it")
         return 0
-    if runner["host"] != socket.gethostname():
+    if running["host"] != socket.gethostname():
         print(
-            f"cancelled run {args.run}: tether run (pid {runner['pid']}) runs it on {runner['host']}, not here; "
+            f"cancelled run {args.run}: tether run (pid {running['pid']}) runs it on {running['host']}, not here; "
             "it stops before its next attempt and says Cancelled"
         )
         return 0
-    os.kill(runner["pid"], signal.SIGTERM)  # tether run passes it on: a clean stop of the attempt
-    print(f"stopping tether run (pid {runner['pid']}): tool calls already running finish and are recorded ...", flush=True)
+    os.kill(running["pid"], signal.SIGTERM)  # tether run passes it on: a clean stop of the attempt
+    print(f"stopping tether run (pid {running['pid']}): tool calls already running finish and are recorded ...", flush=True)
     deadline = time.monotonic() + args.wait
-    while _runner(store, args.run) is not None and time.monotonic() < deadline:
+    while runner(store, args.run) is not None and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _runner(store, args.run) is not None:
+    if runner(store, args.run) is not None:
         print(
-            f"{cli} cancel: tether run (pid {runner['pid']}) has not stopped after {args.wait:g}s; it is marked cancelled", file=sys.stderr
+            f"{cli} cancel: tether run (pid {running['pid']}) has not stopped after {args.wait:g}s; it is marked cancelled", file=sys.stderr
         )
         return 1
     print(f"cancelled run {args.run}; {cli} run never resumes it")
     return 0
-
-
-def _runner(store: Store, run_id: str) -> dict[str, Any] | None:
-    """The ``tether run`` process running the run now, or None (none, or one that died without
-    saying so: its pid is gone, or is another program now)."""
-    data = store.get(runner_key(run_id))
-    if data is None:
-        return None
-    runner = dict(json.loads(data))
-    if runner.get("host") != socket.gethostname():
-        return runner
-    pid = int(runner.get("pid") or 0)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass  # it exists, as another user
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists() and b"tether" not in cmdline.read_bytes():
-        return None  # the pid was reused by another program
-    return runner

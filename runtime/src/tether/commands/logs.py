@@ -18,6 +18,7 @@ from ..contract import RUN_LABEL, STEP_LINES_END, attempt_of_step_lines_key, ste
 from ..progress import read_progress
 from ..stores import Store, open_store
 from . import agentrun_refused, command_name, parser, store_option
+from .run import runner
 
 #: Phases after which no attempt runs until someone acts (a follower stops waiting for a log).
 _AT_REST = ("Succeeded", "Failed", "AwaitingApproval", "Interrupted", "Cancelled")
@@ -55,8 +56,10 @@ def main(argv: list[str]) -> int:
         if not args.follow or STEP_LINES_END in text:
             return 0
         # An attempt that was killed never writes its last line: it is over once a later attempt
-        # logs or the run is at rest (then what it wrote last is read once more).
-        if over or (_latest(store, args.run) or 0) > attempt or _phase(store, args.run) in _AT_REST:
+        # logs, or the run is at rest and no tether run runs it (then what it wrote last is read
+        # once more). An attempt says its run is at rest before its process writes its last lines:
+        # while the tether run that ran it is there, they may still come.
+        if over or (_latest(store, args.run) or 0) > attempt or (_phase(store, args.run) in _AT_REST and runner(store, args.run) is None):
             if over:
                 return 0 if data else _none(store, args.run, attempt)
             over = True

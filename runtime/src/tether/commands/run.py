@@ -82,6 +82,28 @@ def cancelled(store: Store, run_id: str) -> dict[str, Any] | None:
     return None if data is None else dict(json.loads(data))
 
 
+def runner(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The ``tether run`` process running the run now (its record at ``runner_key``), or None
+    (none, or one that died without saying so: its pid is gone, or is another program now)."""
+    data = store.get(runner_key(run_id))
+    if data is None:
+        return None
+    record = dict(json.loads(data))
+    if record.get("host") != socket.gethostname():
+        return record
+    pid = int(record.get("pid") or 0)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # it exists, as another user
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists() and b"tether" not in cmdline.read_bytes():
+        return None  # the pid was reused by another program
+    return record
+
+
 def recorded_anything(store: Store, run_id: str) -> bool:
     """Whether the run recorded a step or asked for an approval: only then is it bound to the
     manifest it started from (an attempt that failed before its first step recorded only its

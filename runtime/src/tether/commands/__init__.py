@@ -6,7 +6,6 @@ import argparse
 import hashlib
 import os
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..contract import EXIT_CODES_HELP as EXIT_CODES_HELP  # for --help, without importing Flyte
@@ -23,13 +22,13 @@ def command_name() -> str:
     return "tether"
 
 
-def agentrun_refused(run: str, how: Callable[[str, str], str]) -> bool:
+def agentrun_refused(command: str, run: str, how: str) -> bool:
     """A ``NAMESPACE/NAME`` run is an AgentRun, the cluster's to act on, not a run id of this
-    store: print ``how(namespace, name)`` (what does it there) on stderr and return True (the
-    command exits 2). False for a run id."""
+    store: print ``tether COMMAND: HOW`` (what does it there, ``{namespace}`` and ``{name}``
+    filled in) on stderr and return True (the command exits 2). False for a run id."""
     namespace, slash, name = run.partition("/")
     if slash:
-        print(how(namespace, name), file=sys.stderr)
+        print(f"{command_name()} {command}: " + how.format(namespace=namespace, name=name), file=sys.stderr)
     return bool(slash)
 
 

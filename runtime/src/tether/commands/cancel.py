@@ -26,6 +26,12 @@ from ..stores import open_store
 from . import agentrun_refused, command_name, parser, store_option
 from .run import cancelled, mark_cancelled, runner
 
+#: What stops an AgentRun (``NAMESPACE/NAME``) instead.
+_AGENTRUN = (
+    "an AgentRun is stopped by deleting it (the operator deletes its runner pods first: SIGTERM, a clean stop; "
+    "its journal stays in the store):\n  kubectl delete agentrun {name} -n {namespace}"
+)
+
 
 def main(argv: list[str]) -> int:
     p = parser("cancel", __doc__.split("\n\n")[0])
@@ -38,11 +44,7 @@ def main(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     cli = command_name()
-    if agentrun_refused(
-        args.run,
-        lambda namespace, name: f"{cli} cancel: an AgentRun is stopped by deleting it (the operator deletes its runner pods first: "
-        f"SIGTERM, a clean stop; its journal stays in the store):\n  kubectl delete agentrun {name} -n {namespace}",
-    ):
+    if agentrun_refused("cancel", args.run, _AGENTRUN):
         return 2
     store = open_store(args.store)
     progress = read_progress(store, args.run)

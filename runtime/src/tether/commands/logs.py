@@ -23,6 +23,12 @@ from .run import runner
 #: Phases after which no attempt runs until someone acts (a follower stops waiting for a log).
 _AT_REST = ("Succeeded", "Failed", "AwaitingApproval", "Interrupted", "Cancelled")
 
+#: Where an AgentRun's (``NAMESPACE/NAME``) step lines are read instead.
+_AGENTRUN = (
+    "an AgentRun's attempts print their step lines to their runner pods' logs; the apiserver serves them:\n"
+    f"  kubectl logs -n {{namespace}} -l {RUN_LABEL}={{name}} -c runtime --prefix --tail=-1"
+)
+
 
 def main(argv: list[str]) -> int:
     p = parser("logs", __doc__.split("\n\n")[0])
@@ -32,11 +38,7 @@ def main(argv: list[str]) -> int:
     store_option(p)
     p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="how often --follow reads the store (default 0.5)")
     args = p.parse_args(argv)
-    if agentrun_refused(
-        args.run,
-        lambda namespace, name: f"{command_name()} logs: an AgentRun's attempts print their step lines to their runner pods' logs; "
-        f"the apiserver serves them:\n  kubectl logs -n {namespace} -l {RUN_LABEL}={name} -c runtime --prefix --tail=-1",
-    ):
+    if agentrun_refused("logs", args.run, _AGENTRUN):
         return 2
     store = open_store(args.store)
     attempt = args.attempt or _latest(store, args.run)

@@ -104,16 +104,23 @@ class Record:
 _HEADER_FIELDS = tuple(f for f in fields(Record) if f.name != "body")
 
 
-@dataclass
-class Counters:
+@dataclass(kw_only=True)
+class StepCounts:
+    """An attempt's steps, live and replayed, and where it left the recorded path: what the
+    journal counts (:class:`Counters`) and a run's result reports (``tether.agent.AgentResult``)."""
+
     model_live: int = 0
     model_replayed: int = 0
     tool_live: int = 0
     tool_replayed: int = 0
-    corrupt: int = 0
     #: The first step of this attempt that missed while recorded steps of its kind were still
     #: unused: where a retry stopped following the recorded path.
     first_divergence: dict[str, Any] | None = None
+
+
+@dataclass
+class Counters(StepCounts):
+    corrupt: int = 0
     #: When this attempt replayed its first step (epoch seconds): how long a retry took to
     #: resume (the operator's tether_kill_to_first_replay_seconds).
     first_replay_at: float | None = None

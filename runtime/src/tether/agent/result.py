@@ -5,21 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..journal import StepCounts
 from ..run import StepEvent
 
 
 @dataclass
-class AgentResult:
+class AgentResult(StepCounts):
     output: str | None
     #: ``succeeded``, ``suspended`` (waiting for an approval) or ``failed``.
     status: str
     run_id: str
     attempt: int = 0
-    model_live: int = 0
-    model_replayed: int = 0
-    tool_live: int = 0
-    tool_replayed: int = 0
-    first_divergence: dict[str, Any] | None = None
     usage_live: dict[str, Any] = field(default_factory=dict)
     usage_replayed: dict[str, Any] = field(default_factory=dict)
     cost_usd: float = 0.0

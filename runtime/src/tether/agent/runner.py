@@ -13,12 +13,13 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .. import mcp
 from ..api import AgentRunSpec, Limits
 from ..errors import ConfigError, Interrupted, LimitExceeded, Suspended
+from ..journal import StepCounts
 from ..memory import Memory
 from ..progress import ProgressWriter
 from ..run import Run, StepEvent
@@ -304,9 +305,8 @@ class _null:
 def _fill(result: AgentResult, run: Run) -> None:
     c, a = run.counters, run.accounting
     result.attempt = run.attempt
-    result.model_live, result.model_replayed = c.model_live, c.model_replayed
-    result.tool_live, result.tool_replayed = c.tool_live, c.tool_replayed
-    result.first_divergence = c.first_divergence
+    for count in fields(StepCounts):
+        setattr(result, count.name, getattr(c, count.name))
     result.usage_live, result.usage_replayed = a.live.to_dict(), a.replayed.to_dict()
     result.cost_usd, result.saved_usd = a.live_cost_usd, a.saved_usd
     result.events = list(run.events)

@@ -32,6 +32,7 @@ from .shared import (
     _cel,
     _conditions,
     _count,
+    _keyed,
     _names_once,
     _observed_generation,
     _Wire,
@@ -328,11 +329,7 @@ class AgentRunStatus(_Wire):
     attempts: int | None = Field(default=None, ge=0, description="Attempts started so far.")
     steps: Steps | None = Field(default=None, description="Live and replayed steps.")
     usage: Usage | None = Field(default=None, description="Tokens and cost.")
-    approvals: list[ApprovalStatus] | None = Field(
-        default=None,
-        description="Approval requests, pending and decided.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
-    )
+    approvals: list[ApprovalStatus] | None = _keyed("id", "Approval requests, pending and decided.", default=None)
     result: Result | None = Field(default=None, description="The agent's final output.")
     mcp_tools: list[McpToolStatus] | None = Field(
         default=None,

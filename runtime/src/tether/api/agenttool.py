@@ -26,6 +26,7 @@ from .shared import (
     Text,
     _cel,
     _conditions,
+    _keyed,
     _names_once,
     _observed_generation,
     _refuse_duplicates,
@@ -158,11 +159,11 @@ class McpServer(_Wire):
     )
 
     url: BaseURL | None = Field(default=None, description="Streamable HTTP endpoint of a remote server, e.g. https://mcp.example.com/mcp.")
-    headers: list[McpHeader] | None = Field(
+    headers: list[McpHeader] | None = _keyed(
+        "name",
+        "Headers sent with every request to url, each value from a Secret (held by the tool runner only); each name at most once.",
         default=None,
         max_length=16,
-        description="Headers sent with every request to url, each value from a Secret (held by the tool runner only); each name at most once.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         default=None,
@@ -265,11 +266,8 @@ class AgentToolSpec(_Wire):
         "required is refused unless approval.cachedWithoutApproval is true.",
     )
     approval: Approval | None = Field(default=None, description="Human approval of each call.")
-    env: list[EnvFromSecret] | None = Field(
-        default=None,
-        max_length=64,
-        description="Environment variables from Secrets; each name at most once.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    env: list[EnvFromSecret] | None = _keyed(
+        "name", "Environment variables from Secrets; each name at most once.", default=None, max_length=64
     )
 
     @field_validator("env")

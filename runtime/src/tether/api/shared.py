@@ -421,12 +421,14 @@ def _observed_generation() -> Any:
     return Field(default=-1, description="metadata.generation last acted on; -1 until the operator has looked.")
 
 
+def _keyed(key: str, description: str, **field: Any) -> Any:
+    """A list whose items are unique by ``key``: the apiserver checks and merges it as a map."""
+    return Field(description=description, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}, **field)
+
+
 def _conditions() -> Any:
-    return Field(
-        default_factory=list,
-        max_length=32,
-        description="Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    return _keyed(
+        "type", "Current state as conditions keyed by type (kstatus: Reconciling, Ready, Stalled).", default_factory=list, max_length=32
     )
 
 

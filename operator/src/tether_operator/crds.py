@@ -137,10 +137,11 @@ def _crd(
     short: str,
     spec: type[BaseModel],
     status: type[BaseModel],
-    doc: str,
-    columns: list[dict[str, Any]],
     max_name: int | None = None,
 ) -> dict[str, Any]:
+    # The kind's rows of _COLUMNS as printer columns, Age last.
+    columns = [dict(zip(("name", "type", "jsonPath", "description"), c, strict=False)) for c in _COLUMNS[kind]]
+    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
     spec_schema = schema_of(spec)
     spec_schema["x-kubernetes-validations"] = [
         {
@@ -185,7 +186,7 @@ def _crd(
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": doc,
+                            "description": _DOCS[kind],
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string", "description": "tether.dev/v1alpha1"},
@@ -202,65 +203,48 @@ def _crd(
     }
 
 
-def _age() -> dict[str, Any]:
-    return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+#: What each kind is: its CRD's description.
+_DOCS = {
+    "AgentRun": "AgentRun runs an agent once, durably: model turns and tool calls are journaled so a "
+    "retry replays finished work. The spec is immutable; a new run is a new object.",
+    "AgentTool": "AgentTool declares a tool (a Python function) that AgentRuns in its namespace may "
+    "call, where it runs and whether a human must approve each call.",
+    "AgentApproval": "AgentApproval decides one pending approval request of an AgentRun. Its creator is the "
+    "approver: spec.decidedBy must be their Kubernetes identity (the chart's admission policy), "
+    "and who may approve is who may create AgentApprovals. The spec is immutable; the first "
+    "decision on a request wins.",
+}
+
+#: The columns ``kubectl get`` prints for each kind, before Age: (name, type, JSON path[, description]).
+_COLUMNS: dict[str, list[tuple[str, ...]]] = {
+    "AgentRun": [
+        ("Phase", "string", ".status.phase"),
+        ("Framework", "string", ".spec.framework"),
+        ("Model", "string", ".spec.model.name"),
+        ("Turns", "string", ".status.steps.turns", "Model turns, live/replayed"),
+        ("Cost", "number", ".status.usage.costUSD", "Cost in US dollars"),
+    ],
+    "AgentTool": [
+        ("Implementation", "string", ".spec.implementation"),
+        ("Approval", "boolean", ".spec.approval.required"),
+        ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
+    ],
+    "AgentApproval": [
+        ("Run", "string", ".spec.run"),
+        ("Approval", "string", ".spec.approvalId"),
+        ("Decision", "string", ".spec.decision"),
+        ("By", "string", ".spec.decidedBy"),
+        ("Applied", "string", '.status.conditions[?(@.type=="Applied")].reason'),
+    ],
+}
 
 
 def render() -> dict[str, str]:
     """File name -> YAML text of every CRD."""
     crds = [
-        _crd(
-            "AgentRun",
-            "agentruns",
-            "ar",
-            api.AgentRunSpec,
-            api.AgentRunStatus,
-            "AgentRun runs an agent once, durably: model turns and tool calls are journaled so a "
-            "retry replays finished work. The spec is immutable; a new run is a new object.",
-            [
-                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
-                {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-                {"name": "Turns", "type": "string", "jsonPath": ".status.steps.turns", "description": "Model turns, live/replayed"},
-                {"name": "Cost", "type": "number", "jsonPath": ".status.usage.costUSD", "description": "Cost in US dollars"},
-                _age(),
-            ],
-            max_name=api.MAX_RUN_NAME,
-        ),
-        _crd(
-            "AgentTool",
-            "agenttools",
-            "at",
-            api.AgentToolSpec,
-            api.AgentToolStatus,
-            "AgentTool declares a tool (a Python function) that AgentRuns in its namespace may "
-            "call, where it runs and whether a human must approve each call.",
-            [
-                {"name": "Implementation", "type": "string", "jsonPath": ".spec.implementation"},
-                {"name": "Approval", "type": "boolean", "jsonPath": ".spec.approval.required"},
-                {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-                _age(),
-            ],
-        ),
-        _crd(
-            "AgentApproval",
-            contract.APPROVAL_PLURAL,
-            "aa",
-            api.AgentApprovalSpec,
-            api.AgentApprovalStatus,
-            "AgentApproval decides one pending approval request of an AgentRun. Its creator is the "
-            "approver: spec.decidedBy must be their Kubernetes identity (the chart's admission policy), "
-            "and who may approve is who may create AgentApprovals. The spec is immutable; the first "
-            "decision on a request wins.",
-            [
-                {"name": "Run", "type": "string", "jsonPath": ".spec.run"},
-                {"name": "Approval", "type": "string", "jsonPath": ".spec.approvalId"},
-                {"name": "Decision", "type": "string", "jsonPath": ".spec.decision"},
-                {"name": "By", "type": "string", "jsonPath": ".spec.decidedBy"},
-                {"name": "Applied", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Applied")].reason'},
-                _age(),
-            ],
-        ),
+        _crd("AgentRun", "agentruns", "ar", api.AgentRunSpec, api.AgentRunStatus, max_name=api.MAX_RUN_NAME),
+        _crd("AgentTool", "agenttools", "at", api.AgentToolSpec, api.AgentToolStatus),
+        _crd("AgentApproval", contract.APPROVAL_PLURAL, "aa", api.AgentApprovalSpec, api.AgentApprovalStatus),
     ]
     return {
         f"{api.GROUP}_{crd['spec']['names']['plural']}.yaml": HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)

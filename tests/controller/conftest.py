@@ -85,6 +85,37 @@ def tether_release(kube: ControlPlane) -> Release:
     return Release(RELEASE_NS, SA, SERVED, UNSERVED)
 
 
+def install_release(kube: ControlPlane, release: Release, *values: str) -> None:
+    """The chart installed as a release of its own beside the session's (named after its
+    ServiceAccount, the CRDs left to the session release) serving ``release.served``, with
+    ``values`` (more Helm arguments); its namespaces are made first. Returns once its runs may
+    be created (``wait_for_secret_access_policy``)."""
+    for ns in (*release.served, release.unserved):
+        if ns:
+            kube.kubectl("create", "namespace", ns, check=False)
+    kube.helm("upgrade", "--install", release.service_account, str(CHART), "-n", release.namespace, "--create-namespace",
+              "--set", "watchNamespaces={" + ",".join(release.served) + "}", "--set", "crds.enabled=false", *values,
+              "--wait=false")  # fmt: skip
+    wait_for_secret_access_policy(kube, f"{release.service_account}-secret-access")
+
+
+def uninstall_release(kube: ControlPlane, release: Release) -> None:
+    kube.helm("uninstall", release.service_account, "-n", release.namespace, "--wait=false", check=False)
+
+
+def release_operator(kube: ControlPlane, release: Release, work: Path, **env: str) -> Operator:
+    """The operator of an ``install_release`` release, started: authenticated with a token of the
+    release's ServiceAccount, and given the admission policies the chart names for the release."""
+    token = kube.kubectl("create", "token", release.service_account, "-n", release.namespace, "--duration=2h").stdout.strip()
+    chart_env = {
+        "TETHER_SECRET_ACCESS_POLICY": f"{release.service_account}-secret-access",
+        "TETHER_APPROVAL_POLICY_BINDING": f"{release.service_account}-approvals",
+    }
+    op = Operator(kubeconfig_with_token(kube, token, work / "kubeconfig"), work, release.served, **{**chart_env, **env})
+    op.start()
+    return op
+
+
 def wait_for_secret_access_policy(kube: ControlPlane, binding: str) -> None:
     """A run naming a Secret created within 2 s of a release's Secret access policy may have been
     admitted without it: the operator refuses such a run (AdmissionPolicyMissing, terminal). Tests

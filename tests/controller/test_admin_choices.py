@@ -38,7 +38,7 @@ from tether_operator import execution_name
 from tether_operator.images import refusal
 from tether_operator.settings import ExecutorSettings, Settings
 
-from .conftest import CHART, TOOLBOX, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
+from .conftest import CHART, TOOLBOX, Operator, Release, condition, get, install_release, release_operator, uninstall_release, wait_for
 from .test_e2e_openai import _agent_python
 
 pytestmark = pytest.mark.kube
@@ -73,17 +73,9 @@ def releases(kube: ControlPlane, tether_release: Release) -> Iterator[None]:
     """Both releases (CRDs come with the session release), a labelled Secret in each namespace,
     and Mallory, who may only create AgentRuns there. Uninstalled after the module: their
     cluster-wide admission policies would otherwise apply in other tests' namespaces."""
-    for ns in (K8S_NS, LOCAL_NS):
-        kube.kubectl("create", "namespace", ns, check=False)
-    common = ["--set", "crds.enabled=false", "--wait=false"]
-    kube.helm("upgrade", "--install", K8S.service_account, str(CHART), "-n", K8S.namespace, "--create-namespace", *common,
-              "--set", f"watchNamespaces={{{K8S_NS}}}", "--set", "store.s3.bucket=runs",
-              "--set", "images.allowed={" + ",".join(IMAGES) + "}", "--set", "agents.allowedModules={shop.agents}")  # fmt: skip
-    wait_for_secret_access_policy(kube, f"{K8S.service_account}-secret-access")
-    kube.helm("upgrade", "--install", LOCAL.service_account, str(CHART), "-n", LOCAL.namespace, "--create-namespace", *common,
-              "--set", f"watchNamespaces={{{LOCAL_NS}}}", "--set", "executor.kind=local",
-              "--set", "providers.allowedBaseURLs={http://127.0.0.1}")  # fmt: skip
-    wait_for_secret_access_policy(kube, f"{LOCAL.service_account}-secret-access")
+    install_release(kube, K8S, "--set", "store.s3.bucket=runs", "--set", "images.allowed={" + ",".join(IMAGES) + "}",
+                    "--set", "agents.allowedModules={shop.agents}")  # fmt: skip
+    install_release(kube, LOCAL, "--set", "executor.kind=local", "--set", "providers.allowedBaseURLs={http://127.0.0.1}")
     for ns, name, value in ((K8S_NS, "weather-key", WEATHER_KEY), (LOCAL_NS, "db-creds", DB_PASSWORD), (LOCAL_NS, "shared", "shared-7")):
         kube.kubectl("create", "secret", "generic", name, "-n", ns, f"--from-literal=key={value}")
         kube.kubectl("label", "secret", name, "-n", ns, "tether.dev/usable=true")  # labelled: only the creator's rights stop it
@@ -93,7 +85,7 @@ def releases(kube: ControlPlane, tether_release: Release) -> Iterator[None]:
     wait_for(lambda: _policy_enforced(kube), what="the releases' admission policies")
     yield
     for release in (K8S, LOCAL):
-        kube.helm("uninstall", release.service_account, "-n", release.namespace, "--wait=false", check=False)
+        uninstall_release(kube, release)
 
 
 def _policy_enforced(kube: ControlPlane) -> bool:
@@ -101,32 +93,19 @@ def _policy_enforced(kube: ControlPlane) -> bool:
     return kube.kubectl("create", "--dry-run=server", "-n", K8S_NS, "-f", "-", input=probe, check=False).returncode != 0
 
 
-def _operator(kube: ControlPlane, release: Release, work: Path, **env: str) -> Operator:
-    token = kube.kubectl("create", "token", release.service_account, "-n", release.namespace, "--duration=2h").stdout.strip()
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        release.served,
-        TETHER_SECRET_ACCESS_POLICY=f"{release.service_account}-secret-access",  # set by the chart
-        **env,
-    )
-    op.start()
-    return op
-
-
 @pytest.fixture(scope="module")
 def k8s_operator(kube: ControlPlane, releases: None, tmp_path_factory) -> Iterator[Operator]:
-    op = _operator(kube, K8S, tmp_path_factory.mktemp("trust-k"), TETHER_EXECUTOR="kubernetes", TETHER_RUNTIME_IMAGE=RUNTIME_IMAGE,
-                   TETHER_ALLOWED_IMAGES=json.dumps(IMAGES), TETHER_AGENT_MODULES="shop.agents", TETHER_RESYNC_SECONDS="1",
-                   TETHER_RUNNER_OTEL=json.dumps({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel.obs:4318"}))  # fmt: skip
+    op = release_operator(kube, K8S, tmp_path_factory.mktemp("trust-k"), TETHER_EXECUTOR="kubernetes", TETHER_RUNTIME_IMAGE=RUNTIME_IMAGE,
+                           TETHER_ALLOWED_IMAGES=json.dumps(IMAGES), TETHER_AGENT_MODULES="shop.agents", TETHER_RESYNC_SECONDS="1",
+                           TETHER_RUNNER_OTEL=json.dumps({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel.obs:4318"}))  # fmt: skip
     yield op
     op.stop()
 
 
 @pytest.fixture(scope="module")
 def local_operator(kube: ControlPlane, releases: None, tmp_path_factory) -> Iterator[Operator]:
-    op = _operator(kube, LOCAL, tmp_path_factory.mktemp("trust-l"), TETHER_EXECUTOR="local", TETHER_EXEC_PYTHON=_agent_python(),
-                   PYTHONPATH=str(TOOLBOX), TETHER_TOOL_MODULES="shop", OPENAI_AGENTS_DISABLE_TRACING="1")  # fmt: skip
+    op = release_operator(kube, LOCAL, tmp_path_factory.mktemp("trust-l"), TETHER_EXECUTOR="local", TETHER_EXEC_PYTHON=_agent_python(),
+                           PYTHONPATH=str(TOOLBOX), TETHER_TOOL_MODULES="shop", OPENAI_AGENTS_DISABLE_TRACING="1")  # fmt: skip
     yield op
     op.stop()
 

@@ -20,7 +20,7 @@ from tether.contract import approvals_prefix
 from tether.stores import open_store
 from tether_operator.settings import Settings
 
-from .conftest import CHART, Operator, Release, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
+from .conftest import Operator, Release, get, install_release, release_operator, uninstall_release, wait_for
 from .test_chart import render
 from .test_kubernetes_executor import IMAGE, kubelet, wait_pod
 
@@ -66,30 +66,21 @@ def sink() -> Iterator[Sink]:
 
 @pytest.fixture(scope="module")
 def ce_operator(kube: ControlPlane, tether_release: Release, sink: Sink, tmp_path_factory) -> Iterator[Operator]:
-    kube.kubectl("create", "namespace", NS, check=False)
-    kube.helm("upgrade", "--install", "tether-ce", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
-              "--set", f"cloudEvents.sink={sink.url}", "--wait=false")  # fmt: skip
-    wait_for_secret_access_policy(kube, "tether-ce-secret-access")
+    install_release(kube, RELEASE, "--set", "store.s3.bucket=runs", "--set", f"cloudEvents.sink={sink.url}")
     deployment = json.loads(kube.kubectl("get", "deployment", "tether-ce", "-n", RELEASE.namespace, "-o", "json").stdout)
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("ce-operator")
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        RELEASE.served,
+    op = release_operator(
+        kube,
+        RELEASE,
+        tmp_path_factory.mktemp("ce-operator"),
         TETHER_EXECUTOR="kubernetes",
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_RESYNC_SECONDS="1",
-        TETHER_APPROVAL_POLICY_BINDING="tether-ce-approvals",
-        TETHER_SECRET_ACCESS_POLICY="tether-ce-secret-access",
         TETHER_CLOUDEVENTS_SINK=env["TETHER_CLOUDEVENTS_SINK"],  # as the chart renders cloudEvents.sink
     )
-    op.start()
     yield op
     op.stop()
-    kube.helm("uninstall", "tether-ce", "-n", RELEASE.namespace, "--wait=false")
+    uninstall_release(kube, RELEASE)
 
 
 def apply_run(kube: ControlPlane, name: str) -> dict[str, Any]:

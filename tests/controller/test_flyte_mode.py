@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.kube import ControlPlane
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
+from .conftest import CHART, Operator, Release, condition, get, install_release, release_operator, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -23,12 +23,8 @@ RELEASE = Release("tether-fly-system", "tether-fly", (NS, NS_B), OTHER)
 
 @pytest.fixture(scope="module")
 def flyte_release(kube: ControlPlane, tether_release: Release) -> Release:
-    for ns in (NS, NS_B, OTHER):
-        kube.kubectl("create", "namespace", ns, check=False)
-    kube.helm("upgrade", "--install", "tether-fly", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS},{NS_B}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
-              "--set", "executor.kind=flyte", "--set", "executor.flyte.endpoint=flyte.flyte.svc:8090", "--wait=false")  # fmt: skip
-    wait_for_secret_access_policy(kube, "tether-fly-secret-access")
+    install_release(kube, RELEASE, "--set", "store.s3.bucket=runs", "--set", "executor.kind=flyte",
+                    "--set", "executor.flyte.endpoint=flyte.flyte.svc:8090")  # fmt: skip
     return RELEASE
 
 
@@ -78,13 +74,9 @@ def test_flyte_mode_deployment_points_at_the_backend(kube: ControlPlane, flyte_r
 
 @pytest.fixture(scope="module")
 def flyte_operator(kube: ControlPlane, flyte_release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    token = kube.kubectl("create", "token", flyte_release.service_account, "-n", flyte_release.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("flyte-operator")
     # No backend is reachable at this endpoint: a refused run never gets as far as submitting.
-    op = Operator(kubeconfig_with_token(kube, token, work / "kubeconfig"), work, flyte_release.served,
-                  TETHER_EXECUTOR="flyte", TETHER_FLYTE_ENDPOINT="127.0.0.1:9", TETHER_FLYTE_INSECURE="1",
-                  TETHER_SECRET_ACCESS_POLICY="tether-fly-secret-access")  # fmt: skip
-    op.start()
+    op = release_operator(kube, flyte_release, tmp_path_factory.mktemp("flyte-operator"),
+                          TETHER_EXECUTOR="flyte", TETHER_FLYTE_ENDPOINT="127.0.0.1:9", TETHER_FLYTE_INSECURE="1")  # fmt: skip
     yield op
     op.stop()
 

@@ -41,9 +41,10 @@ from .conftest import (
     Release,
     condition,
     get,
-    kubeconfig_with_token,
+    install_release,
+    release_operator,
+    uninstall_release,
     wait_for,
-    wait_for_secret_access_policy,
 )
 from .test_kubernetes_executor import IMAGE, kubelet, wait_pod
 
@@ -58,30 +59,20 @@ GUIDE = REPO / "docs" / "gitops.md"
 def gitops_operator(kube: ControlPlane, tether_release: Release, tmp_path_factory) -> Iterator[Operator]:
     """A release of the chart (kubernetes executor, CRDs from the session release) serving NS,
     and its operator authenticated as the release's ServiceAccount."""
-    for ns in (NS, UNSERVED):
-        kube.kubectl("create", "namespace", ns, check=False)
-    kube.helm("upgrade", "--install", "tether-gitops", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
-              "--set", "tools.allowedModules={shop}", "--wait=false")  # fmt: skip
-    wait_for_secret_access_policy(kube, "tether-gitops-secret-access")
-    token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("gitops-operator")
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        RELEASE.served,
+    install_release(kube, RELEASE, "--set", "store.s3.bucket=runs", "--set", "tools.allowedModules={shop}")
+    op = release_operator(
+        kube,
+        RELEASE,
+        tmp_path_factory.mktemp("gitops-operator"),
         PYTHONPATH=str(TOOLBOX),
         TETHER_EXECUTOR="kubernetes",
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_RESYNC_SECONDS="1",
         TETHER_TOOL_MODULES="shop",
-        TETHER_APPROVAL_POLICY_BINDING="tether-gitops-approvals",  # as the chart sets them for this release
-        TETHER_SECRET_ACCESS_POLICY="tether-gitops-secret-access",
     )
-    op.start()
     yield op
     op.stop()
-    kube.helm("uninstall", "tether-gitops", "-n", RELEASE.namespace, "--wait=false")
+    uninstall_release(kube, RELEASE)
 
 
 def apply(kube: ControlPlane, kind: str, name: str, spec: dict[str, Any], ns: str = NS, verb: str = "apply") -> subprocess.CompletedProcess:

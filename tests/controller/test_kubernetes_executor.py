@@ -26,7 +26,7 @@ from tests.support.kube import ControlPlane
 from tether.stores import open_store
 from tether_operator import execution_name
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
+from .conftest import CHART, Operator, Release, condition, get, install_release, release_operator, uninstall_release, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -45,41 +45,33 @@ def releases(kube: ControlPlane, tether_release: Release) -> Iterator[tuple[Rele
     """The kubernetes-executor chart in namespaced and in cluster-wide mode (CRDs come with the
     session release); uninstalled after the module: the cluster-wide release's admission bindings
     (approvals) would otherwise answer for every namespace of the later modules."""
-    for ns in (NS, NS_B, OTHER):
-        kube.kubectl("create", "namespace", ns, check=False)
+    # images.allowed: the custom images of the table below (the cluster-wide release's admission policy applies everywhere).
+    common = ["--set", "store.s3.bucket=runs", "--set", "images.allowed={registry.example/}"]
+    install_release(kube, RELEASE, *common)
     for secret in ("llm", "crm-creds"):  # labelled for Tether: the operator checks their metadata, pods mount them
         kube.kubectl("create", "secret", "generic", secret, "-n", NS, "--from-literal=x=y", check=False)
         kube.kubectl("label", "secret", secret, "-n", NS, "tether.dev/usable=true", "--overwrite")
-    # images.allowed: the custom images of the table below (the cluster-wide release's admission policy applies everywhere).
-    common = ["--set", "crds.enabled=false", "--set", "store.s3.bucket=runs", "--set", "images.allowed={registry.example/}", "--wait=false"]
-    kube.helm("upgrade", "--install", "tether-k8s", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS},{NS_B}}}", *common)  # fmt: skip
-    wait_for_secret_access_policy(kube, "tether-k8s-secret-access")
     # For its RBAC only: no admission policies of its own (they would apply in every namespace).
     kube.helm("upgrade", "--install", "tether-cw", str(CHART), "-n", CLUSTER_WIDE.namespace, "--create-namespace",
-              "--set", "clusterWide=true", *common, "--set", "secretAccessPolicy.enabled=false", "--set", "tenancy=single-tenant")  # fmt: skip
+              "--set", "clusterWide=true", "--set", "crds.enabled=false", *common, "--set", "secretAccessPolicy.enabled=false",
+              "--set", "tenancy=single-tenant", "--wait=false")  # fmt: skip
     yield RELEASE, CLUSTER_WIDE
-    for name, release in (("tether-k8s", RELEASE), ("tether-cw", CLUSTER_WIDE)):
-        kube.helm("uninstall", name, "-n", release.namespace, "--wait=false")
+    for release in (RELEASE, CLUSTER_WIDE):
+        uninstall_release(kube, release)
 
 
 @pytest.fixture(scope="module")
 def k8s_operator(kube: ControlPlane, releases: tuple[Release, Release], tmp_path_factory) -> Iterator[Operator]:
-    token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("k8s-operator")
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        RELEASE.served,
+    op = release_operator(
+        kube,
+        RELEASE,
+        tmp_path_factory.mktemp("k8s-operator"),
         TETHER_EXECUTOR="kubernetes",
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_RESYNC_SECONDS="1",
         TETHER_GPU_NODE_POOLS=json.dumps(POOLS),
-        TETHER_APPROVAL_POLICY_BINDING="tether-k8s-approvals",  # as the chart sets it for this release
         TETHER_ALLOWED_IMAGES=json.dumps(["registry.example/"]),  # chart value images.allowed
-        TETHER_SECRET_ACCESS_POLICY="tether-k8s-secret-access",  # set by the chart
     )
-    op.start()
     yield op
     op.stop()
 

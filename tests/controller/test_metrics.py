@@ -49,9 +49,10 @@ from .conftest import (
     Release,
     condition,
     get,
-    kubeconfig_with_token,
+    install_release,
+    release_operator,
+    uninstall_release,
     wait_for,
-    wait_for_secret_access_policy,
 )
 
 pytestmark = pytest.mark.kube
@@ -85,15 +86,11 @@ class Driven:
 
 @pytest.fixture(scope="module")
 def release(kube: ControlPlane, tether_release: Release) -> Iterator[Release]:
-    kube.kubectl("create", "namespace", NS, check=False)
-    kube.helm("upgrade", "--install", RELEASE.service_account, str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS}}}", "--set", "crds.enabled=false", "--set", "executor.kind=local",
-              "--set", "providers.allowedBaseURLs={" + LOOPBACK_PROVIDER + "}", "--wait=false")  # fmt: skip
+    install_release(kube, RELEASE, "--set", "executor.kind=local", "--set", "providers.allowedBaseURLs={" + LOOPBACK_PROVIDER + "}")
     kube.kubectl("create", "secret", "generic", "openai", "-n", NS, "--from-literal=api-key=fake-key-metrics-0123456789", check=False)
     kube.kubectl("label", "secret", "openai", "-n", NS, "tether.dev/usable=true", "--overwrite")
-    wait_for_secret_access_policy(kube, f"{RELEASE.service_account}-secret-access")
     yield RELEASE
-    kube.helm("uninstall", RELEASE.service_account, "-n", RELEASE.namespace, "--wait=false")
+    uninstall_release(kube, RELEASE)
 
 
 @pytest.fixture(scope="module")
@@ -108,21 +105,16 @@ def fake() -> Iterator[FakeProvider]:
 
 @pytest.fixture(scope="module")
 def metrics_operator(kube: ControlPlane, release: Release, tmp_path_factory) -> Iterator[Operator]:
-    token = kube.kubectl("create", "token", release.service_account, "-n", release.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("metrics-operator")
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        release.served,
+    op = release_operator(
+        kube,
+        release,
+        tmp_path_factory.mktemp("metrics-operator"),
         TETHER_EXEC_PYTHON=_agent_python(),
         PYTHONPATH=str(EXAMPLES),
         TETHER_TOOL_MODULES="example_tools",
         OPENAI_AGENTS_DISABLE_TRACING="1",
         TETHER_CONCURRENCY="4",
-        TETHER_APPROVAL_POLICY_BINDING=f"{release.service_account}-approvals",  # as the chart sets them
-        TETHER_SECRET_ACCESS_POLICY=f"{release.service_account}-secret-access",
     )
-    op.start()
     yield op
     op.stop()
 

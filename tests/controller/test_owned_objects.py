@@ -37,7 +37,7 @@ from tether.contract import ExecRequest
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
-from .conftest import CHART, Operator, Release, condition, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
+from .conftest import Operator, Release, condition, get, install_release, release_operator, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -51,35 +51,25 @@ GRACE = 2
 
 @pytest.fixture(scope="module")
 def release(kube: ControlPlane, tether_release: Release) -> Release:
-    for ns in (NS, NS_B, OTHER):
-        kube.kubectl("create", "namespace", ns, check=False)
+    install_release(kube, RELEASE, "--set", "store.s3.bucket=runs")
     for ns in (NS, NS_B):  # the victim's key, meant for Tether (the operator checks its label before anything is created)
         kube.kubectl("create", "secret", "generic", "victim-key", "-n", ns, "--from-literal=openai=sk-victim", check=False)
         kube.kubectl("label", "secret", "victim-key", "-n", ns, "tether.dev/usable=true", "--overwrite")
-    kube.helm("upgrade", "--install", RELEASE.service_account, str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS},{NS_B}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
-              "--wait=false")  # fmt: skip
-    wait_for_secret_access_policy(kube, f"{RELEASE.service_account}-secret-access")
     return RELEASE
 
 
 @pytest.fixture(scope="module")
 def k8s_operator(kube: ControlPlane, release: Release, tmp_path_factory) -> Iterator[Operator]:
-    token = kube.kubectl("create", "token", release.service_account, "-n", release.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("own-operator")
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        release.served,
+    op = release_operator(
+        kube,
+        release,
+        tmp_path_factory.mktemp("own-operator"),
         TETHER_EXECUTOR="kubernetes",
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_RESYNC_SECONDS="1",
         TETHER_POD_START_GRACE_SECONDS=str(GRACE),
-        TETHER_SECRET_ACCESS_POLICY=f"{release.service_account}-secret-access",  # as the chart sets them for this release
-        TETHER_APPROVAL_POLICY_BINDING=f"{release.service_account}-approvals",
         TETHER_GPU_NODE_POOLS=json.dumps({"A100": {"nodeSelector": {"gpu": "a100"}}}),
     )
-    op.start()
     yield op
     op.stop()
 

@@ -30,7 +30,16 @@ import yaml
 
 from tests.support.kube import ControlPlane, free_port
 
-from .conftest import CHART, REPO, Operator, Release, get, kubeconfig_with_token, wait_for, wait_for_secret_access_policy
+from .conftest import (
+    REPO,
+    Operator,
+    Release,
+    get,
+    install_release,
+    release_operator,
+    uninstall_release,
+    wait_for,
+)
 from .test_e2e_openai import _agent_python
 
 pytestmark = pytest.mark.kube
@@ -44,13 +53,8 @@ KEY = "fake-key-ui-view-0451"
 
 @pytest.fixture(scope="module")
 def release(kube: ControlPlane, tether_release: Release) -> Iterator[Release]:
-    for ns in (*RELEASE.served, RELEASE.unserved):
-        kube.kubectl("create", "namespace", ns, check=False)
-    kube.helm("upgrade", "--install", "tether-ui", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS_A},{NS_B}}}", "--set", "executor.kind=local", "--set", "crds.enabled=false",
-              "--set", "ui.enabled=true",
-              "--set", "providers.allowedBaseURLs={http://127.0.0.1}", "--wait=false")  # fmt: skip
-    wait_for_secret_access_policy(kube, "tether-ui-secret-access")
+    install_release(kube, RELEASE, "--set", "executor.kind=local", "--set", "ui.enabled=true",
+                    "--set", "providers.allowedBaseURLs={http://127.0.0.1}")  # fmt: skip
     # The viewers' rights, and nothing else: get+list in ui-a for one, get on one run in ui-b for the other.
     kube.kubectl("create", "role", "run-reader", "-n", NS_A, "--verb=get,list", "--resource=agentruns.tether.dev", check=False)
     kube.kubectl("create", "rolebinding", "alice-reads", "-n", NS_A, "--role=run-reader", f"--user={ALICE}", check=False)
@@ -58,31 +62,26 @@ def release(kube: ControlPlane, tether_release: Release) -> Iterator[Release]:
                  "--resource-name=weather", check=False)  # fmt: skip
     kube.kubectl("create", "rolebinding", "bob-reads", "-n", NS_B, "--role=weather-reader", f"--user={BOB}", check=False)
     yield RELEASE
-    kube.helm("uninstall", "tether-ui", "-n", RELEASE.namespace, "--wait=false")
+    uninstall_release(kube, RELEASE)
 
 
 @pytest.fixture(scope="module")
 def ui_operator(kube: ControlPlane, release: Release, tmp_path_factory) -> Iterator[Operator]:
     from tether.testing.fake_provider import FakeProvider
 
-    token = kube.kubectl("create", "token", release.service_account, "-n", release.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("ui-operator")
     script = yaml.safe_load((EXAMPLES / "weather.script.yaml").read_text())
     with FakeProvider(script, latency=0.05) as fake:
-        op = Operator(
-            kubeconfig_with_token(kube, token, work / "kubeconfig"),
-            work,
-            release.served,
+        op = release_operator(
+            kube,
+            release,
+            tmp_path_factory.mktemp("ui-operator"),
             TETHER_EXEC_PYTHON=_agent_python(),
             PYTHONPATH=str(EXAMPLES),
             TETHER_TOOL_MODULES="example_tools",
             OPENAI_AGENTS_DISABLE_TRACING="1",
             TETHER_EXECUTOR="local",
             TETHER_UI_PORT=str(free_port()),
-            TETHER_APPROVAL_POLICY_BINDING="tether-ui-approvals",  # as the chart sets it for this release
-            TETHER_SECRET_ACCESS_POLICY="tether-ui-secret-access",
         )
-        op.start()
         try:
             for ns in release.served:
                 kube.kubectl("create", "secret", "generic", "openai", "-n", ns, f"--from-literal=api-key={KEY}", check=False)

@@ -385,8 +385,8 @@ def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tm
     second = Journal(store, "p").load()
     assert len(second.records) == PACK_EVERY + 2 and (CountingStore.gets, CountingStore.lists) == (2, 0)  # pack + tail
     assert second.attempt == 2
-    rival = Journal(store, "p").load()  # started meanwhile: attempt 2 is taken, so it lists
-    assert rival.attempt == 3 and CountingStore.lists == 1 and len(rival.records) == PACK_EVERY + 2
+    rival = Journal(store, "p").load()  # started meanwhile: the tail second took over names it, so no listing
+    assert rival.attempt == 3 and CountingStore.lists == 0 and len(rival.records) == PACK_EVERY + 2
     data = bytearray(store.get(second.pack_key))
     data[20] ^= 0xFF  # break the first packed record's checksum
     store.put(second.pack_key, bytes(data))
@@ -402,21 +402,45 @@ def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tm
     assert len(store.list("journal/p/attempts/")) == 5
 
 
-def test_the_closing_pack_holds_what_other_processes_recorded(tmp_path):
-    """An attempt's closing pack lists the journal first: a record another process wrote after
-    this attempt loaded (an older attempt still running) is in it, so the listing-free next
-    load still sees it."""
+def test_a_newer_attempt_fences_the_older_one(tmp_path, capfd):
+    """Two attempts never write one journal: a load takes the tail over, merging a step the older
+    attempt wrote meanwhile (nothing it recorded is lost); from then on the older attempt's writes
+    are refused (Superseded, said on stderr), its close writes nothing, and the next load sees each
+    step once. (On main the older attempt's late step was recorded beside the newer one's.)"""
+    from tether.errors import Superseded
     from tether.journal import Journal, Record
     from tether.stores import LocalStore
 
     store = LocalStore(tmp_path)
-    older, newer = Journal(store, "z").load(), Journal(store, "z").load()
-    newer.append(Record("tool", "mine", 1, "ok", {}, body=b"1"))
-    older.append(Record("tool", "late", 1, "ok", {}, body=b"2"))  # after newer loaded
+    older = Journal(store, "z").load()
+    older.append(Record("tool", "before", 1, "ok", {}, body=b"0"))
+
+    class Racing(LocalStore):
+        """The older attempt records a step between the newer one's read of the tail and its takeover."""
+
+        raced = False
+
+        def write_if(self, key, data, version):
+            if key.endswith("/tail") and not Racing.raced:
+                Racing.raced = True
+                older.append(Record("tool", "raced", 1, "ok", {}, body=b"1"))
+            return super().write_if(key, data, version)
+
+    newer = Journal(Racing(tmp_path), "z").load()
+    assert Racing.raced and sorted(fp for _, fp, _ in newer.records) == ["before", "raced"]
+    newer.append(Record("tool", "mine", 1, "ok", {}, body=b"2"))
+    with pytest.raises(Superseded, match="attempt 2 of run z has started"):
+        older.append(Record("tool", "late", 1, "ok", {}, body=b"3"))
+    assert "tether: attempt 2 of run z has started: attempt 1's journal writes and tool calls are refused" in capfd.readouterr().err
+    assert older.superseded() and newer.superseded() is None
     newer.close()
+    packed = store.get(newer.pack_key)
+    older.close()  # superseded: writes nothing
+    assert store.get(newer.pack_key) == packed
     after = Journal(store, "z").load()
-    assert after.attempt == newer.attempt + 1  # the fast path: pack + claim, no listing
-    assert sorted(fp for _, fp, _ in after.records) == ["late", "mine"]
+    assert after.attempt == 3
+    assert sorted(fp for _, fp, _ in after.records) == ["before", "mine", "raced"]
+    assert not [k for k in store.list("journal/z/") if "late" in k]
 
 
 def test_a_crash_between_pack_writes_loses_and_duplicates_no_record(tmp_path):

@@ -49,6 +49,10 @@ class Hooked(Store):
         self.hook("replace", key)
         return self.inner.replace(key, data, version)
 
+    def write_if(self, key, data, version):
+        self.hook("write_if", key)
+        return self.inner.write_if(key, data, version)
+
     def list(self, prefix):
         self.hook("list", prefix)
         return self.inner.list(prefix)

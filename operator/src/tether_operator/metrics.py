@@ -397,6 +397,9 @@ class CountedStore(Store):
     def replace(self, key: str, data: bytes, version: str) -> bool:
         return self._call("replace", self.inner.replace, key, data, version)  # type: ignore[no-any-return]
 
+    def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        return self._call("replace", self.inner.write_if, key, data, version)  # type: ignore[no-any-return]
+
     def list(self, prefix: str) -> list[str]:
         return self._call("list", self.inner.list, prefix)  # type: ignore[no-any-return]
 

@@ -4,7 +4,7 @@ A seam needs four things of the attempt it serves, and only these:
 
     replay   a step recorded by an earlier attempt (``replay``; a tool call ``claim``s its key first)
     record   a live step's outcome, durably (``record``, ``record_next``, ``answers_recorded``)
-    refuse   a step the attempt may not start (``stopping``, ``cost_refusal``, ``refused``)
+    refuse   a step the attempt may not start (``stopping``, ``superseded``, ``cost_refusal``, ``refused``)
     account  every step, replayed or live: counters, cost, step events (``account_*``)
 
 ``tether.run.Run`` implements it (the run builds the seams, so nothing below it imports it). The
@@ -66,6 +66,11 @@ class Attempt(Protocol):
         ...
 
     # -- refuse ------------------------------------------------------------------------------
+    def superseded(self) -> str | None:
+        """Why this attempt may start no live tool call because a newer attempt of the run has
+        started (blocking: a store read; then it stops like ``stopping``), or ``None``."""
+        ...
+
     @property
     def cost_limited(self) -> bool:
         """Whether a cost limit holds (every earlier live turn's cost must count before the next)."""

@@ -47,6 +47,11 @@ class StoreUnavailable(StoreError):
     """The store did not answer (network, 5xx, throttling) after bounded retries."""
 
 
+class Superseded(StoreError):
+    """A newer attempt of the run has claimed its journal: this attempt's writes are refused and it
+    starts no new step (``tether.journal``: two attempts never write one journal)."""
+
+
 class RecoverableStepError(TetherError):
     """A step failed without being recorded; the next attempt runs it again."""
 

@@ -26,6 +26,14 @@ a tail that continues a pack other than the one read, a claim that fails (an att
 that never wrote a tail, or a rival process) — falls back to listing the journal and reading the
 loose records the copies lack. Copies are only copies: a record in several counts once.
 
+Two attempts never write one journal (the fence): the tail is written only by a conditional write
+on the version its attempt last wrote or read, and a load takes the tail over (writes it as the new
+attempt's, conditionally on the version it read; a changed tail is read again and merged first).
+From then on the older attempt's writes are refused (:class:`~tether.errors.Superseded`: its step
+counts as not done), a live tool call it would start is refused (``superseded``: the next attempt's
+number is claimed), and it says so on stderr. Packs are written conditionally too: a pack the
+newer attempt wrote is never overwritten by the older one.
+
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.
 """
@@ -33,6 +41,7 @@ corrupt record fails the checksum and counts as a miss.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +50,7 @@ from typing import Any, Literal
 
 from .canonical import sha256_hex
 from .contract import journal_prefix
-from .errors import StoreError
+from .errors import StoreError, Superseded
 from .stores import Store
 
 Kind = Literal["model", "tool"]
@@ -252,6 +261,11 @@ class Journal:
         #: (the tail is what a load reads; ``close`` waits for these writes).
         self.loose_later = False
         self._loose_writer: ThreadPoolExecutor | None = None
+        #: The versions of the tail and the pack this attempt last read or wrote: its writes of
+        #: them are conditional on these (the fence); why it may no longer write, once it knows.
+        self._tail_token: str | None = None
+        self._pack_token: str | None = None
+        self.superseded_by: str | None = None
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -259,14 +273,17 @@ class Journal:
         the pack and the tail in parallel, the claim as soon as the tail names the latest attempt;
         a listing only when something is not as the writers leave it."""
         with ThreadPoolExecutor(2, thread_name_prefix="tether-journal-load") as pool:
-            pack_read = pool.submit(self.store.get, self.pack_key)
-            tail_data = self.store.get(self.tail_key)
+            pack_read = pool.submit(self.store.get_versioned, self.pack_key)
+            tail_found = self.store.get_versioned(self.tail_key)
+            tail_data = tail_found[0] if tail_found is not None else None
             tail, tail_entries, tail_whole = _split_blob(tail_data, TAIL_MAGIC)
             named = tail.get("attempt") if tail is not None else 0
             latest = named if isinstance(named, int) else None
             # The claim's round trip overlaps the pack's transfer and decoding.
             claim = pool.submit(self.store.create, self._attempt_key(latest + 1), self._stamp()) if latest is not None else None
-            pack, pack_entries, pack_whole = _split_blob(pack_read.result(), PACK_MAGIC)
+            pack_found = pack_read.result()
+            self._pack_token = pack_found[1] if pack_found is not None else None
+            pack, pack_entries, pack_whole = _split_blob(pack_found[0] if pack_found is not None else None, PACK_MAGIC)
             for entry in pack_entries:
                 self._add_entry(entry)
             if pack is not None and pack_whole:
@@ -276,15 +293,82 @@ class Journal:
             if claim is not None and latest is not None and claim.result():
                 self.attempt = latest + 1
         complete = tail_whole and _continues(tail or {}, pack if pack_whole else None)
-        new_journal = tail_data is None and pack_read.result() is None
+        new_journal = tail_data is None and pack_found is None
         if not (self.attempt and (complete or new_journal)):
             self._load_listing()
+        tail_only += self._take_over(tail_found[1] if tail_found is not None else None)
         if len(self._entries) - self._pack_count >= PACK_EVERY:
             self._pack_soon()
         if tail_only:
             self._repairer = threading.Thread(target=self._write_loose, args=(tail_only,), name="tether-journal-loose", daemon=True)
             self._repairer.start()
         return self
+
+    def _take_over(self, version: str | None) -> list[bytes]:
+        """Write the tail as this attempt's, conditionally on the ``version`` read: from then on
+        an older attempt still running has its writes refused. A tail changed since (that attempt
+        wrote a step, or a pack and a tail continuing it) is read again and its records merged
+        first, so nothing it wrote is lost. The entries it added (their loose records may be
+        missing)."""
+        added: list[bytes] = []
+        while True:
+            with self._lock:
+                blob = _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": self._pack_id}, self._entries[self._pack_count :])
+            if self._write_tail(blob, version):
+                return added
+            found = self.store.get_versioned(self.tail_key)
+            version = found[1] if found is not None else None
+            tail, entries, _ = _split_blob(found[0] if found is not None else None, TAIL_MAGIC)
+            if tail is not None and tail.get("base") not in (None, self._pack_id):  # packed since: read that pack too
+                pack = self.store.get_versioned(self.pack_key)
+                if pack is not None:
+                    self._pack_token = pack[1]
+                    entries = _split_blob(pack[0], PACK_MAGIC)[1] + entries
+            added += [entry for entry in entries if self._add_entry(entry)]
+
+    def _write_tail(self, blob: bytes, version: str | None) -> bool:
+        """A conditional write of the tail; ``False`` if it changed since ``version`` (unless what is
+        there is this very blob: a write whose answer was lost and retried). Raises
+        :class:`Superseded` once a newer attempt has claimed the run."""
+        token = self.store.write_if(self.tail_key, blob, version)
+        if token is None:
+            found = self.store.get_versioned(self.tail_key)
+            if found is not None and found[0] == blob:
+                token = found[1]
+            else:
+                if why := self.superseded():
+                    raise Superseded(why)
+                return False
+        self._tail_token = token
+        return True
+
+    def superseded(self) -> str | None:
+        """Why this attempt may no longer write its journal or start a tool call (a newer attempt
+        has claimed the run: one store read), or ``None``. Said once on stderr."""
+        if self.superseded_by is None and self.attempt and self.store.get(self._attempt_key(self.attempt + 1)) is not None:
+            self.superseded_by = (
+                f"attempt {self.attempt + 1} of run {self.scope} has started: attempt {self.attempt}'s journal writes "
+                "and tool calls are refused (two attempts never write one journal)"
+            )
+            print(f"tether: {self.superseded_by}", file=sys.stderr, flush=True)
+        return self.superseded_by
+
+    def _write_pack(self, blob: bytes) -> bool:
+        """A conditional write of the pack (on the version this attempt last read or wrote). A pack
+        an older attempt wrote since is overwritten (it holds only records this attempt loaded);
+        a newer attempt's never: ``False`` then."""
+        for _ in range(2):
+            if self.superseded_by is not None:
+                return False
+            token = self.store.write_if(self.pack_key, blob, self._pack_token)
+            if token is not None:
+                self._pack_token = token
+                return True
+            if self.superseded():
+                return False
+            found = self.store.get_versioned(self.pack_key)
+            self._pack_token = found[1] if found is not None else None
+        return False
 
     def _write_loose(self, entries: list[bytes]) -> None:
         """Write the loose records of steps found in the tail only (their writer was killed between
@@ -402,8 +486,8 @@ class Journal:
                 entries = list(self._entries)
                 self._pack_again = False
             try:
-                self.store.put(self.pack_key, self._pack_blob(pack_id, entries, closed=False))  # atomic: old or new
-                self._packed(pack_id, len(entries))
+                if self._write_pack(self._pack_blob(pack_id, entries, closed=False)):  # atomic: old or new
+                    self._packed(pack_id, len(entries))
             except StoreError:
                 pass  # a pack is only a copy: failing to write one changes nothing
             with self._lock:
@@ -425,9 +509,11 @@ class Journal:
                 upto = self._tail_version
                 entries = self._entries[self._pack_count :] + list(self._in_flight.values())
                 header = {"attempt": self.attempt, "base": self._pack_id}
+                token = self._tail_token
             written = False
             try:
-                self.store.put(self.tail_key, _blob(TAIL_MAGIC, header, entries))
+                if self.superseded_by is not None or not self._write_tail(_blob(TAIL_MAGIC, header, entries), token):
+                    raise Superseded(self.superseded() or f"the journal tail of run {self.scope} was written by another process")
                 written = True
             finally:
                 with self._tail_changed:
@@ -448,6 +534,8 @@ class Journal:
         for thread in (self._repairer, self._packer):
             if thread is not None:
                 thread.join(timeout)
+        if self.superseded_by is not None:
+            return  # a newer attempt owns the journal now
         try:
             keys = self.store.list(self.prefix)
             unknown = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
@@ -455,12 +543,20 @@ class Journal:
                 self._add(name, data)
             pack_id = self._next_pack_id()
             with self._lock:
-                entries = list(self._entries) + list(self._in_flight.values())
+                in_flight = list(self._in_flight.values())
+                entries = list(self._entries) + in_flight
+                version = self._tail_token
+            tail = _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, [])
+            pack = self._pack_blob(pack_id, entries, closed=True)
+            if in_flight:  # steps not yet durable: only once the tail says this attempt still owns the journal
+                if self._write_tail(tail, version):
+                    self._write_pack(pack)
+                return
             # Both at once: a tail whose pack failed continues a pack no reader finds, so it lists.
             with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-close") as pool:
-                pack = pool.submit(self.store.put, self.pack_key, self._pack_blob(pack_id, entries, closed=True))
-                self.store.put(self.tail_key, _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, []))
-                pack.result()
+                packed = pool.submit(self._write_pack, pack)
+                self._write_tail(tail, version)
+                packed.result()
         except StoreError:
             pass
 

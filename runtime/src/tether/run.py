@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .api import McpToolStatus
 from .attempt import Decided, active
 from .cost import PriceTable
+from .errors import Superseded
 from .journal import Counters, Journal, Record, StepKey
 from .stores import Store, open_store
 from .telemetry import attempt_trace
@@ -208,10 +209,27 @@ class Run:
         self.journal.release(key)
 
     def record(self, record: Record, *, replayed: bool = False) -> None:
-        self.journal.append(record, replayed=replayed)
+        with self._fenced():
+            self.journal.append(record, replayed=replayed)
 
     def record_next(self, record: Record) -> None:
-        self.journal.append_next(record)
+        with self._fenced():
+            self.journal.append_next(record)
+
+    @contextmanager
+    def _fenced(self) -> Iterator[None]:
+        """A write refused because a newer attempt started: this one starts nothing more."""
+        try:
+            yield
+        except Superseded as e:
+            self.stopping = self.stopping or str(e)
+            raise
+
+    def superseded(self) -> str | None:
+        why = self.journal.superseded()
+        if why:
+            self.stopping = self.stopping or why
+        return why
 
     async def answers_recorded(self) -> None:
         await self.seam.written()

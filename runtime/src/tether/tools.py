@@ -175,6 +175,8 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
             raise
         if not decision.approved:
             return decision.refusal(spec.name)
+    if why := await asyncio.to_thread(run.superseded):
+        raise Interrupted(why)  # a newer attempt has started: it runs the call (the fence: tether.journal)
 
     done = asyncio.get_running_loop().create_future()
     run.tools_running.add(done)

@@ -5,10 +5,10 @@ from collections.abc import Iterable
 
 
 class Store(ABC):
-    """A flat key → bytes store with atomic writes and two conditional writes.
+    """A flat key → bytes store with atomic writes and conditional writes.
 
     ``version`` tokens are opaque (an ETag on S3, a content hash locally) and only used for
-    compare-and-swap through :meth:`replace`.
+    compare-and-swap through :meth:`replace` and :meth:`write_if`.
     """
 
     url: str
@@ -32,6 +32,12 @@ class Store(ABC):
     @abstractmethod
     def replace(self, key: str, data: bytes, version: str) -> bool:
         """Overwrite only if the current version is ``version``; ``False`` if it changed."""
+
+    def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """Write only if the current version is ``version`` (``None``: only if absent); the new
+        version, or ``None`` (nothing written) if the object changed. What fences an attempt
+        (``tether.journal``): a writer that lost the object learns it on its next write."""
+        raise NotImplementedError(f"{type(self).__name__} has no conditional write (write_if)")
 
     @abstractmethod
     def list(self, prefix: str) -> list[str]:

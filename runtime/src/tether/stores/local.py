@@ -54,6 +54,9 @@ class LocalStore(Store):
         return Path(path)
 
     def get(self, key: str) -> bytes | None:
+        return self._read(key)
+
+    def _read(self, key: str) -> bytes | None:
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
@@ -128,15 +131,18 @@ class LocalStore(Store):
             tmp.unlink(missing_ok=True)
 
     def replace(self, key: str, data: bytes, version: str) -> bool:
+        return self.write_if(key, data, version) is not None
+
+    def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
         path = self._path(key)
         self._folder(path)
-        with open(path.parent / f".lock-{path.name}", "a") as lock:
+        with open(path.parent / f".lock-{path.name}", "a") as lock:  # every conditional writer of the key takes it
             fcntl.flock(lock, fcntl.LOCK_EX)
-            current = self.get_versioned(key)
-            if current is None or current[1] != version:
-                return False
+            current = self._read(key)  # part of this write, not a read of the caller's
+            if (hashlib.sha256(current).hexdigest() if current is not None else None) != version:
+                return None
             self.put(key, data)
-            return True
+            return hashlib.sha256(data).hexdigest()
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root

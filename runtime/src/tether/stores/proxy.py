@@ -16,7 +16,7 @@ it, else answers "access denied" (:class:`~tether.errors.StoreAccessDenied`, ter
 Protocol: one connection per operation; each way one frame, a 4-byte big-endian length and a JSON
 document (object bytes base64)::
 
-    {"op": "get"|"get_versioned"|"put"|"create"|"replace"|"list"|"delete"|"get_many",
+    {"op": "get"|"get_versioned"|"put"|"create"|"replace"|"write_if"|"list"|"delete"|"get_many",
      "key": K, "prefix": P, "keys": [K...], "data": B64, "version": V}
     {"ok": RESULT}  or  {"error": {"kind": "denied"|"unavailable"|"error", "message": TEXT}}
 """
@@ -45,7 +45,7 @@ from .base import Store
 SCHEME = "tether+unix"
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
-_WRITES = ("put", "create", "replace", "delete")
+_WRITES = ("put", "create", "replace", "write_if", "delete")
 
 
 def _b64(data: bytes) -> str:
@@ -135,6 +135,10 @@ class ProxyStore(Store):
     def replace(self, key: str, data: bytes, version: str) -> bool:
         return bool(self._call({"op": "replace", "key": key, "data": _b64(data), "version": version}))
 
+    def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        written = self._call({"op": "write_if", "key": key, "data": _b64(data), "version": version})
+        return None if written is None else str(written)
+
     def list(self, prefix: str) -> list[str]:
         return list(self._call({"op": "list", "prefix": prefix}))
 
@@ -176,6 +180,9 @@ def _apply(store: Store, req: dict[str, Any]) -> Any:
         return store.create(req["key"], _bytes(req["data"]))
     if op == "replace":
         return store.replace(req["key"], _bytes(req["data"]), str(req["version"]))
+    if op == "write_if":
+        version = req.get("version")
+        return store.write_if(req["key"], _bytes(req["data"]), None if version is None else str(version))
     if op == "list":
         return store.list(req["prefix"])
     if op == "delete":

@@ -101,13 +101,13 @@ class S3Store(Store):
         found = self.get_versioned(key)
         return None if found is None else found[0]
 
-    def _put(self, key: str, data: bytes, **condition: str) -> bool:
+    def _put(self, key: str, data: bytes, **condition: str) -> str | None:
+        """The new ETag, or ``None`` if the condition did not hold."""
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **condition)
-            return True
+            return str(self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **condition)["ETag"])
         except ClientError as e:
             if self._code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                return False
+                return None
             raise self._fail("put", key, e) from e
         except BotoCoreError as e:
             raise self._fail("put", key, e) from e
@@ -116,10 +116,13 @@ class S3Store(Store):
         self._put(key, data)
 
     def create(self, key: str, data: bytes) -> bool:
-        return self._put(key, data, IfNoneMatch="*")
+        return self._put(key, data, IfNoneMatch="*") is not None
 
     def replace(self, key: str, data: bytes, version: str) -> bool:
-        return self._put(key, data, IfMatch=version)
+        return self._put(key, data, IfMatch=version) is not None
+
+    def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        return self._put(key, data, IfMatch=version) if version is not None else self._put(key, data, IfNoneMatch="*")
 
     def list(self, prefix: str) -> list[str]:
         keys: list[str] = []

@@ -55,17 +55,18 @@ QUESTION = "what is the weather in Paris?"
 
 
 class GatedStore(LocalStore):
-    """The real local store; journal writes (records, tail, pack; not the attempt claim) wait
-    until ``gate`` is set, then fail if ``fail``."""
+    """The real local store; journal writes (records, tail, pack; not the attempt's load: its claim
+    and takeover of the tail) wait until ``gate`` is set, then fail if ``fail``."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
+        self.loading = True  # until a Run over it has loaded
         self.gate = threading.Event()
         self.fail = False
         self.written_at: list[float] = []
 
     def _gated(self, key: str) -> bool:
-        if not key.startswith("journal/") or "/attempts/" in key:
+        if self.loading or not key.startswith("journal/") or "/attempts/" in key:
             return False
         assert self.gate.wait(30)
         if self.fail:
@@ -113,6 +114,7 @@ def test_a_tool_waits_for_the_answer_that_asked_for_it(provider, tmp_path):
 
     async def scenario() -> None:
         run = Run("gated", store, upstreams={"openai": provider.url + "/openai"}, overlap_writes=True)
+        store.loading = False
         client = client_for(run)
         with run.activate():
             answer = await ask(client)  # handed back while its record waits at the gate
@@ -143,6 +145,7 @@ def test_a_failed_write_stops_the_attempt(provider, tmp_path):
 
     async def scenario() -> None:
         run = Run("failing", store, upstreams={"openai": provider.url + "/openai"}, overlap_writes=True)
+        store.loading = False
         client = client_for(run)
         with run.activate():
             await ask(client)
@@ -171,6 +174,7 @@ def test_an_answer_nothing_follows_is_written_soon(provider, tmp_path):
 
     async def scenario() -> None:
         run = Run("quiet", store, upstreams={"openai": provider.url + "/openai"}, overlap_writes=True)
+        store.loading = False
         client = client_for(run)
         with run.activate():
             await ask(client)
@@ -198,6 +202,7 @@ def test_the_next_request_starts_the_earlier_write(tmp_path, monkeypatch):
 
     async def scenario(provider: FakeProvider) -> None:
         run = Run("next", store, upstreams={"openai": provider.url + "/openai"}, overlap_writes=True)
+        store.loading = False
         client = client_for(run)
         with run.activate():
             await ask(client)

@@ -4,7 +4,7 @@ A seam needs four things of the attempt it serves, and only these:
 
     replay   a step recorded by an earlier attempt (``replay``; a tool call ``claim``s its key first)
     record   a live step's outcome, durably (``record``, ``record_next``, ``answers_recorded``)
-    refuse   a step the attempt may not start (``stopping``, ``superseded``, ``cost_refusal``, ``refused``)
+    refuse   a step the attempt may not start (``stopping``, ``announce``, ``cost_refusal``, ``refused``)
     account  every step, replayed or live: counters, cost, step events (``account_*``)
 
 ``tether.run.Run`` implements it (the run builds the seams, so nothing below it imports it). The
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 from typing import Protocol
 
 from .journal import Record, StepKey
@@ -50,6 +51,12 @@ class Attempt(Protocol):
         """Give back a claimed key whose step ended without a record."""
         ...
 
+    def older_call(self, key: StepKey) -> Record | None:
+        """The record of this call by an older attempt that was running it when this one started,
+        once written (blocking: waits while it runs; ``tether.fence``), counted as replayed; or
+        ``None``: this attempt runs it."""
+        ...
+
     # -- record ------------------------------------------------------------------------------
     def record(self, record: Record, *, replayed: bool = False) -> None:
         """Durably write a step at the key it claimed (blocking: call it in a thread). Raises
@@ -66,9 +73,10 @@ class Attempt(Protocol):
         ...
 
     # -- refuse ------------------------------------------------------------------------------
-    def superseded(self) -> str | None:
-        """Why this attempt may start no live tool call because a newer attempt of the run has
-        started (blocking: a store read; then it stops like ``stopping``), or ``None``."""
+    def announce(self, key: StepKey) -> Callable[[], None]:
+        """Announce a live tool call before it runs (blocking; ``tether.fence``); call what it returns
+        when the call has ended. Raises ``Superseded`` if a newer attempt of the run has started:
+        the call must not run (and this attempt then stops like ``stopping``)."""
         ...
 
     @property

@@ -44,10 +44,12 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from . import fence
 from .canonical import sha256_hex
 from .contract import journal_prefix
 from .errors import StoreError, Superseded
@@ -266,6 +268,8 @@ class Journal:
         self._tail_token: str | None = None
         self._pack_token: str | None = None
         self.superseded_by: str | None = None
+        #: Live tool calls this attempt announced (``tether.fence``): recorded even once superseded.
+        self._announced: set[StepKey] = set()
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -352,6 +356,37 @@ class Journal:
             )
             print(f"tether: {self.superseded_by}", file=sys.stderr, flush=True)
         return self.superseded_by
+
+    def announce(self, key: StepKey) -> Callable[[], None]:
+        """Announce a live tool call of step ``key`` before it runs (``tether.fence``); the function
+        returned ends the announcement. Raises :class:`Superseded` (the call must not run) if a newer
+        attempt has claimed the run: checked after the announcement, so one of the two sees the other."""
+        end = fence.announce(self.store, self.prefix, key, self.attempt)
+        if why := self.superseded():
+            end()
+            raise Superseded(why)
+        with self._lock:
+            self._announced.add(key)
+        return end
+
+    def older_call(self, key: StepKey) -> Record | None:
+        """The record of a live call of step ``key`` an older attempt was running when this one
+        started, once it is written (waiting while that attempt runs it: ``tether.fence``), taken
+        as replayed; ``None`` if no older attempt runs it (this attempt runs it)."""
+        if self.attempt <= 1:
+            return None  # nothing older
+        data = fence.older_call(self.store, self.prefix, key, self.attempt, self._object_key(key))
+        record = Record.decode(data) if data is not None else None
+        if record is None or record.key != key:
+            return None
+        with self._lock:
+            if record.key not in self.records:
+                self._index(record, data)  # type: ignore[arg-type]
+            self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
+            self._writing.get((record.kind, record.fingerprint), set()).discard(record.occurrence)
+            self.counters.count(record.kind, replayed=True)
+            self._unused[record.kind] -= 1
+        return record
 
     def _write_pack(self, blob: bytes) -> bool:
         """A conditional write of the pack (on the version this attempt last read or wrote). A pack
@@ -678,7 +713,18 @@ class Journal:
             version = self._tail_version
             self._in_flight[version] = data
         try:
-            self._tail_through(version)
+            try:
+                self._tail_through(version)
+            except Superseded:
+                if record.key not in self._announced:
+                    raise
+                # A call this attempt was running when the newer one started: that one waits for
+                # this record (tether.fence); loose only, the copies are the newer attempt's now.
+                self._write_one_loose(name, data, False, quiet=False)
+                with self._lock:
+                    self.records[record.key] = record
+                    self.counters.count(record.kind, replayed=replayed)
+                return
             overwrite = record.key in self._corrupt_keys  # a checksum failure is overwritten, never trusted
             if self.loose_later:
                 with self._lock:

@@ -224,12 +224,15 @@ class Run:
         except Superseded as e:
             self.stopping = self.stopping or str(e)
             raise
+        if self._journal.superseded_by:  # a call it was running, recorded for the newer attempt
+            self.stopping = self.stopping or self._journal.superseded_by
 
-    def superseded(self) -> str | None:
-        why = self.journal.superseded()
-        if why:
-            self.stopping = self.stopping or why
-        return why
+    def older_call(self, key: StepKey) -> Record | None:
+        return self.journal.older_call(key)
+
+    def announce(self, key: StepKey) -> Callable[[], None]:
+        with self._fenced():
+            return self.journal.announce(key)
 
     async def answers_recorded(self) -> None:
         await self.seam.written()

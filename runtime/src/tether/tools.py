@@ -39,7 +39,7 @@ from .canonical import canonical_json, fingerprint, sha256_hex
 from .contract import AGENT_MODULES_ENV as AGENT_MODULES_ENV  # the operator sets them (tether.contract)
 from .contract import LOCAL_RUN_ENV, tool_cache_prefix
 from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
-from .errors import ConfigError, Interrupted, StoreError, Suspended, ToolError, ToolRunnerUnavailable
+from .errors import ConfigError, Interrupted, StoreError, Superseded, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .secrets import tool_scope
 
@@ -167,6 +167,9 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
         return _from_record(spec, cached)
     if run.stopping:
         raise Interrupted(run.stopping)  # a stopping attempt starts no new live call
+    if (older := await asyncio.to_thread(run.older_call, key)) is not None:  # an older attempt ran it meanwhile
+        run.account_tool(spec.name, replayed=True, outcome=older.outcome, key=key, record=older)
+        return _from_record(spec, older)
     if spec.approval is not None:
         try:
             decision = await asyncio.to_thread(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
@@ -175,8 +178,11 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
             raise
         if not decision.approved:
             return decision.refusal(spec.name)
-    if why := await asyncio.to_thread(run.superseded):
-        raise Interrupted(why)  # a newer attempt has started: it runs the call (the fence: tether.journal)
+    try:
+        announced = await asyncio.to_thread(run.announce, key)
+    except Superseded as e:
+        run.release(key)
+        raise Interrupted(str(e)) from None  # a newer attempt has started: it runs the call (tether.fence)
 
     done = asyncio.get_running_loop().create_future()
     run.tools_running.add(done)
@@ -184,6 +190,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     try:
         return await _call_live(run, spec, args, canonical, key)
     finally:
+        announced()
         run.release(key)  # a call that ended unrecorded (retryable error, cancelled): its number is free again
         _enclosing_calls.reset(enclosing)
         run.tools_running.discard(done)

@@ -12,6 +12,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from tether_operator.executors.flyte import RUNTIME_TASK, FlyteExecutor, flyte_s
 pytestmark = pytest.mark.kube
 
 IMAGE = "registry.example/tether-runtime:flyte-test"
+REPO = Path(__file__).resolve().parents[2]
 
 
 NS = "team-a"
@@ -417,3 +419,78 @@ def test_each_namespace_gets_its_own_flyte_secrets_and_never_anothers(backend: B
         )
         assert any(f'key:"{name}"' in status.message for name in asked), status.message
         assert not pod_of(subs["sec-c"])()
+
+
+RESUME_TOOLS = """
+import os
+
+
+def lookup(order: str) -> str:
+    \"\"\"Look an order up.\"\"\"
+    with open(os.environ["EFFECTS"], "a") as f:
+        f.write(order + "\\n")
+    return f"{order}: shipped"
+"""
+
+RESUME_SCRIPT = {
+    "conversations": [
+        {
+            "match": "",
+            "turns": [
+                {"tool_calls": [{"name": "lookup", "arguments": {"order": "A1"}}]},
+                {"text_from_tool_results": True, "text": "Found:"},
+            ],
+        }
+    ]
+}
+
+
+def test_a_flyte_retry_of_a_killed_task_pod_resumes_from_the_journal(backend: Backend, loop: Any, tmp_path: Any) -> None:
+    """The task pod SIGKILLed once its first turn and its tool call are recorded (as the OOM killer
+    or a lost node would): the backend makes the pod again, and that start replays the journal —
+    the turn is not asked again, the tool not run again — and only the last turn is live."""
+    from tests.support.tool_runner_pod import ADAPTER
+    from tether.api import AgentToolSpec
+    from tether.journal import read_records
+    from tether.stores import open_store
+    from tether.testing import FakeProvider
+
+    (tmp_path / "resume_tools.py").write_text(RESUME_TOOLS)
+    (tmp_path / "tether_openai.py").write_text(ADAPTER)  # the runtime's test adapter: the raw openai SDK in a tool loop
+    effects = tmp_path / "effects"
+    with FakeProvider(RESUME_SCRIPT) as fake:
+        sub = submission(tools=["lookup"], model={"name": "gpt-4o-mini", "baseURL": f"{fake.url}/openai/v1"})
+        sub.request.tools = {"lookup": AgentToolSpec.model_validate({"description": "Look up", "implementation": "resume_tools:lookup"})}
+        sub.store_url = f"s3://{backend.bucket}/tether/{NS}?endpoint_url={backend.s3}"
+        ex = executor(backend)
+        ex.tool_modules = ("resume_tools",)
+        run(ex.submit(sub))
+        seen: list[str] = []
+
+        def new_pod() -> list[dict[str, Any]]:
+            return [
+                p
+                for p in pods(backend)
+                if p["metadata"].get("labels", {}).get("flyte.org/run") == sub.name and p["metadata"]["uid"] not in seen
+            ]
+
+        env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "EFFECTS": str(effects), "TETHER_PROGRESS": "1"}
+        codes = []
+        for kill in ("2", ""):  # killed after two steps (the turn, the tool call), then left alone
+            pod = wait_for(new_pod, timeout=90, what="the run's pod")[0]
+            seen.append(pod["metadata"]["uid"])
+            codes.append(backend.play_kubelet(pod, {**env, "TETHER_KILL_AFTER_STEP": kill}))
+        assert codes == [137, 0], codes
+
+        def finished() -> Any:
+            status = run(ex.status(sub.name))
+            return status if status is not None and status.state.finished else None
+
+        status = wait_for(finished, timeout=90, what="the run's outcome")
+        live_turns = fake.live_calls()
+    assert status.state is ExecutionState.SUCCEEDED, status
+    assert status.attempts == 2, status
+    assert effects.read_text() == "A1\n"  # the tool ran once
+    assert live_turns == 2  # the first turn replayed, not asked again
+    records = read_records(open_store(sub.store_url), sub.request.run_id)
+    assert [(r.kind, r.attempt) for r in records] == [("model", 1), ("tool", 1), ("model", 2)], records

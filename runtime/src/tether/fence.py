@@ -16,13 +16,14 @@ call failed unrecorded) lets the newer attempt run the call itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
 from collections.abc import Callable
 
 from .errors import StoreError
-from .stores import Store
+from .stores import LocalStore, Store
 
 #: How often an announcement is rewritten while its call runs (the older attempt is alive).
 BEAT_SECONDS = 1.0
@@ -38,10 +39,17 @@ def running_key(prefix: str, key: StepKey) -> str:
     return f"{prefix}running/{kind}/{fp}-{occ}"
 
 
+@functools.lru_cache(maxsize=16)
+def _unsynced(root: str) -> LocalStore:
+    return LocalStore(root, fsync=False)
+
+
 def announce(store: Store, prefix: str, key: StepKey, attempt: int) -> Callable[[], None]:
     """Write the announcement of a live call of step ``key`` by ``attempt`` and keep it beating
     in a thread of its own; the function returned ends it (the beats stop, the announcement is
     removed in the background)."""
+    if type(store) is LocalStore:  # no fsync: an announcement matters only while its writer's machine is up (2 ms less per call)
+        store = _unsynced(str(store.root))
     name = running_key(prefix, key)
     store.put(name, json.dumps({"attempt": attempt, "beat": 0}).encode())
     done = threading.Event()

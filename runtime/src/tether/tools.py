@@ -167,22 +167,24 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
         return _from_record(spec, cached)
     if run.stopping:
         raise Interrupted(run.stopping)  # a stopping attempt starts no new live call
-    if (older := await asyncio.to_thread(run.older_call, key)) is not None:  # an older attempt ran it meanwhile
-        run.account_tool(spec.name, replayed=True, outcome=older.outcome, key=key, record=older)
-        return _from_record(spec, older)
-    if spec.approval is not None:
-        try:
-            decision = await asyncio.to_thread(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
-        except Suspended:
-            await _running_calls_done(run)  # parallel calls already running finish and are recorded first
-            raise
-        if not decision.approved:
-            return decision.refusal(spec.name)
     try:
-        announced = await asyncio.to_thread(run.announce, key)
+        older, announced = await asyncio.to_thread(_begin_live, run, key, spec.approval is None)
+        if older is not None:  # an older attempt was running this call when this one started: its record
+            run.account_tool(spec.name, replayed=True, outcome=older.outcome, key=key, record=older)
+            return _from_record(spec, older)
+        if spec.approval is not None:
+            try:
+                decision = await asyncio.to_thread(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
+            except Suspended:
+                await _running_calls_done(run)  # parallel calls already running finish and are recorded first
+                raise
+            if not decision.approved:
+                return decision.refusal(spec.name)
+            announced = await asyncio.to_thread(run.announce, key)
     except Superseded as e:
         run.release(key)
         raise Interrupted(str(e)) from None  # a newer attempt has started: it runs the call (tether.fence)
+    assert announced is not None
 
     done = asyncio.get_running_loop().create_future()
     run.tools_running.add(done)
@@ -195,6 +197,16 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
         _enclosing_calls.reset(enclosing)
         run.tools_running.discard(done)
         done.set_result(None)
+
+
+def _begin_live(run: Attempt, key: StepKey, announce: bool) -> tuple[Record | None, Callable[[], None] | None]:
+    """Before a live call (in a thread: store round trips, and a wait): the record of an older
+    attempt that was running this very call, once written; else the call announced, if
+    ``announce`` (``tether.fence``). Raises ``Superseded`` if a newer attempt has started."""
+    older = run.older_call(key)
+    if older is not None or not announce:
+        return older, None
+    return None, run.announce(key)
 
 
 #: The live tool calls this code runs inside (a sub-agent called as a tool calls tools too).

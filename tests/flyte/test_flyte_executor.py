@@ -494,3 +494,66 @@ def test_a_flyte_retry_of_a_killed_task_pod_resumes_from_the_journal(backend: Ba
     assert live_turns == 2  # the first turn replayed, not asked again
     records = read_records(open_store(sub.store_url), sub.request.run_id)
     assert [(r.kind, r.attempt) for r in records] == [("model", 1), ("tool", 1), ("model", 2)], records
+
+
+def test_the_resume_after_an_approval_is_a_new_segment_that_replays(backend: Backend, loop: Any, tmp_path: Any) -> None:
+    """A tool that needs approval suspends the run: the task ends (nothing held while a human
+    decides) and the run is Suspended. The decision's resume is a new Flyte run, the execution's
+    second segment (`<name>-2`), whose pod replays the first turn from the journal, finds the
+    decision, runs the tool once and finishes; the first segment's pod is not made again."""
+    from tests.support.tool_runner_pod import ADAPTER
+    from tether.api import AgentToolSpec
+    from tether.approvals import decide, list_approvals
+    from tether.journal import read_records
+    from tether.stores import open_store
+    from tether.testing import FakeProvider
+    from tether_operator.executors.flyte import segment_name
+
+    (tmp_path / "resume_tools.py").write_text(RESUME_TOOLS)
+    (tmp_path / "tether_openai.py").write_text(ADAPTER)
+    effects = tmp_path / "effects"
+    with FakeProvider(RESUME_SCRIPT) as fake:
+        sub = submission(tools=["lookup"], model={"name": "gpt-4o-mini", "baseURL": f"{fake.url}/openai/v1"})
+        tool = {"description": "Look up", "implementation": "resume_tools:lookup", "approval": {"required": True}}
+        sub.request.tools = {"lookup": AgentToolSpec.model_validate(tool)}
+        sub.store_url = f"s3://{backend.bucket}/tether/{NS}?endpoint_url={backend.s3}"
+        store = open_store(sub.store_url)
+        ex = executor(backend)
+        ex.tool_modules = ("resume_tools",)
+        run(ex.submit(sub))
+        env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "EFFECTS": str(effects)}
+        seen: list[str] = []
+
+        def pod_of(flyte_run: str) -> Callable[[], list[dict[str, Any]]]:
+            return lambda: [
+                p
+                for p in pods(backend)
+                if p["metadata"].get("labels", {}).get("flyte.org/run") == flyte_run and p["metadata"]["uid"] not in seen
+            ]
+
+        def state(wanted: ExecutionState) -> Callable[[], Any]:
+            def check() -> Any:
+                status = run(ex.status(sub.name))
+                return status if status is not None and status.state is wanted else None
+
+            return check
+
+        first = wait_for(pod_of(sub.name), timeout=90, what="the first segment's pod")[0]
+        seen.append(first["metadata"]["uid"])
+        assert backend.play_kubelet(first, env) == 0  # the task ended: suspended is an outcome, not a failure
+        wait_for(state(ExecutionState.SUSPENDED), timeout=90, what="the run suspended")
+        assert not effects.exists()
+        [request] = list_approvals(store, sub.request.run_id)
+        decide(store, sub.request.run_id, request["id"], True, by="cfo")
+        run(ex.resume(sub.name))
+        second = wait_for(pod_of(segment_name(sub.name, 2)), timeout=90, what="the second segment's pod")[0]
+        seen.append(second["metadata"]["uid"])
+        assert backend.play_kubelet(second, env) == 0
+        status = wait_for(state(ExecutionState.SUCCEEDED), timeout=90, what="the run's outcome")
+        live_turns = fake.live_calls()
+        assert not pod_of(sub.name)(), "the first segment's pod was made again"
+    assert effects.read_text() == "A1\n"  # approved, run once
+    assert live_turns == 2  # the first turn replayed in the second segment
+    records = read_records(store, sub.request.run_id)
+    assert [(r.kind, r.attempt) for r in records] == [("model", 1), ("tool", 2), ("model", 2)], records
+    assert (status.url or "").endswith(f"/runs/{segment_name(sub.name, 2)}"), status  # the run now is its second segment

@@ -44,31 +44,63 @@ def _unsynced(root: str) -> LocalStore:
     return LocalStore(root, fsync=False)
 
 
-def announce(store: Store, prefix: str, key: StepKey, attempt: int) -> Callable[[], None]:
-    """Write the announcement of a live call of step ``key`` by ``attempt`` and keep it beating
-    in a thread of its own; the function returned ends it (the beats stop, the announcement is
-    removed in the background)."""
-    if type(store) is LocalStore:  # no fsync: an announcement matters only while its writer's machine is up (2 ms less per call)
-        store = _unsynced(str(store.root))
-    name = running_key(prefix, key)
-    store.put(name, json.dumps({"attempt": attempt, "beat": 0}).encode())
-    done = threading.Event()
+class Announcer:
+    """The announcements of one attempt's live tool calls: each written before its call runs, all
+    rewritten by one thread every ``BEAT_SECONDS`` while their calls run, each removed by that
+    thread once its call has ended (nothing of this on the call's path but the first write)."""
 
-    def beat() -> None:
-        n = 0
-        while not done.wait(BEAT_SECONDS):
-            n += 1
+    def __init__(self, store: Store, prefix: str, attempt: int) -> None:
+        if type(store) is LocalStore:  # no fsync: an announcement matters only while its writer's machine is up
+            store = _unsynced(str(store.root))
+        self.store, self.prefix, self.attempt = store, prefix, attempt
+        self._beats: dict[str, int] = {}  # running calls' announcements, and their beat counts
+        self._ended: set[str] = set()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def _body(self, beat: int) -> bytes:
+        return json.dumps({"attempt": self.attempt, "beat": beat}).encode()
+
+    def announce(self, key: StepKey) -> Callable[[], None]:
+        """Announce a live call of step ``key``; the function returned ends the announcement."""
+        name = running_key(self.prefix, key)
+        with self._changed:
+            self._ended.discard(name)  # the same call again (its first run ended unrecorded)
+        self.store.put(name, self._body(0))
+        with self._changed:
+            self._beats[name] = 0
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._beat, name="tether-tool-announce", daemon=True)
+                self._thread.start()
+
+        def end() -> None:
+            with self._changed:
+                self._beats.pop(name, None)
+                self._ended.add(name)
+                self._changed.notify()
+
+        return end
+
+    def _beat(self) -> None:
+        due = time.monotonic() + BEAT_SECONDS
+        while True:
+            with self._changed:
+                while not self._ended and time.monotonic() < due:
+                    self._changed.wait(max(due - time.monotonic(), 0.0))
+                ended, self._ended = self._ended, set()
+                beats: dict[str, int] = {}
+                if time.monotonic() >= due:
+                    due = time.monotonic() + BEAT_SECONDS
+                    for name in self._beats:
+                        self._beats[name] += 1
+                    beats = dict(self._beats)
             try:
-                store.put(name, json.dumps({"attempt": attempt, "beat": n}).encode())
+                for name in ended:
+                    self.store.delete(name)
+                for name, n in beats.items():
+                    self.store.put(name, self._body(n))
             except StoreError:
-                pass  # a missed beat: the waiter allows STALE_SECONDS
-        try:
-            store.delete(name)
-        except StoreError:
-            pass  # left behind: a waiter finds it stale
-
-    threading.Thread(target=beat, name="tether-tool-announce", daemon=True).start()
-    return done.set
+                pass  # a missed beat: a waiter allows STALE_SECONDS; a leftover is found stale
 
 
 def older_call(store: Store, prefix: str, key: StepKey, attempt: int, record_key: str) -> bytes | None:

@@ -270,6 +270,7 @@ class Journal:
         self.superseded_by: str | None = None
         #: Live tool calls this attempt announced (``tether.fence``): recorded even once superseded.
         self._announced: set[StepKey] = set()
+        self._announcer: fence.Announcer | None = None
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -361,7 +362,10 @@ class Journal:
         """Announce a live tool call of step ``key`` before it runs (``tether.fence``); the function
         returned ends the announcement. Raises :class:`Superseded` (the call must not run) if a newer
         attempt has claimed the run: checked after the announcement, so one of the two sees the other."""
-        end = fence.announce(self.store, self.prefix, key, self.attempt)
+        with self._lock:
+            if self._announcer is None:
+                self._announcer = fence.Announcer(self.store, self.prefix, self.attempt)
+        end = self._announcer.announce(key)
         if why := self.superseded():
             end()
             raise Superseded(why)

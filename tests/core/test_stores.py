@@ -40,6 +40,19 @@ def test_replace_is_compare_and_swap(store_url):
     assert store.get("head") == b"v2"
 
 
+def test_write_if_is_compare_and_swap_that_returns_the_new_version(store_url):
+    """What fences an attempt (tether.journal): absent-only with no version, then each write on
+    the version the previous one returned; a writer holding an older version is refused."""
+    store = open_store(store_url)
+    first = store.write_if("tail", b"attempt 1", None)
+    assert first is not None and store.write_if("tail", b"again", None) is None  # exists: refused
+    newer = store.write_if("tail", b"attempt 2", first)
+    assert newer is not None and newer == store.get_versioned("tail")[1]
+    assert store.write_if("tail", b"attempt 1, late", first) is None  # the older writer loses, nothing written
+    assert store.get("tail") == b"attempt 2"
+    assert store.write_if("tail", b"attempt 2, step", newer) is not None
+
+
 def test_local_full_disk_leaves_nothing_visible(tmp_path, monkeypatch):
     store = LocalStore(tmp_path)
     store.put("rec", b"old")

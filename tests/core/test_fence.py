@@ -29,6 +29,7 @@ import pytest
 from tests.support.s3 import new_bucket, s3_server
 from tether.contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, journal_prefix
 from tether.journal import read_records
+from tether.progress import read_progress
 from tether.stores import open_store
 from tether.testing import FakeProvider, Fault
 
@@ -242,3 +243,5 @@ def test_a_second_attempt_while_the_first_still_runs(tmp_path: Path, s3: str, mo
     else:
         assert code1 == -signal.SIGKILL
     assert "Traceback" not in err1 + err2, err1 + err2
+    progress = read_progress(run.store, RUN) or {}
+    assert (progress.get("phase"), progress.get("attempt")) == ("Succeeded", 2), progress  # attempt 1's end said nothing

@@ -206,6 +206,8 @@ class ProgressWriter:
                 self._later = None
 
     def _put(self, document: Callable[[], Progress]) -> None:
+        if self.run.superseded_by:
+            return  # a newer attempt of the run has started: the run's progress is its now
         try:
             write_progress(self._store, self.run.scope, document())
         except StoreError:
@@ -219,6 +221,11 @@ class ProgressWriter:
         return self._writer.submit(self._put_final, phase, fields)
 
     def _put_final(self, phase: str, fields: dict[str, Any]) -> None:
+        try:
+            if self.run.journal.superseded():  # one read, once per attempt: a zombie's end says nothing
+                return
+        except Exception:
+            pass  # not loaded, the store down: the snapshot says so or fails quietly below
         document = snapshot(self.run, phase, **fields)
         self._put(lambda: document)
         try:

@@ -186,6 +186,11 @@ class Run:
         return self._journal.attempt  # 0 until the journal is loaded
 
     @property
+    def superseded_by(self) -> str | None:
+        """Why a newer attempt of the run owns its journal now, once this attempt knows (tether.journal)."""
+        return self._journal.superseded_by
+
+    @property
     def counters(self) -> Counters:
         return self._journal.counters
 

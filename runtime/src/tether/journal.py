@@ -30,9 +30,10 @@ Two attempts never write one journal (the fence): the tail is written only by a 
 on the version its attempt last wrote or read, and a load takes the tail over (writes it as the new
 attempt's, conditionally on the version it read; a changed tail is read again and merged first).
 From then on the older attempt's writes are refused (:class:`~tether.errors.Superseded`: its step
-counts as not done), a live tool call it would start is refused (``superseded``: the next attempt's
-number is claimed), and it says so on stderr. Packs are written conditionally too: a pack the
-newer attempt wrote is never overwritten by the older one.
+counts as not done), a live tool call it would start is refused (``announce``: the next attempt's
+number is claimed), and it says so on stderr; a call it was running then is still recorded (loose)
+and the newer attempt waits for it (``older_call``; ``tether.fence``). Packs are written
+conditionally too: a pack the newer attempt wrote is never overwritten by the older one.
 
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.

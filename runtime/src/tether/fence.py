@@ -1,7 +1,7 @@
 """Tool calls across two attempts of one run (the fence's handshake; ``tether.journal`` refuses the
 older attempt's journal writes once a newer attempt has taken the journal over).
 
-An attempt about to run a live tool call first *announces* it (``running/<kind>/<fp>-<occ>`` under
+An attempt about to run a live tool call first *announces* it (``running/<kind>/<fp>-<occ>.<attempt>.<n>`` under
 the run's journal, rewritten every ``BEAT_SECONDS`` while the call runs, removed after), then checks
 that no newer attempt has claimed the run. A newer attempt about to run the same call (same step
 key) first looks for such an announcement by an older attempt and, while one is there and beating,
@@ -34,9 +34,17 @@ _POLL_SECONDS = 0.1
 StepKey = tuple[str, str, int]
 
 
-def running_key(prefix: str, key: StepKey) -> str:
+def running_prefix(prefix: str, key: StepKey) -> str:
+    """Where the announcements of live calls of step ``key`` are: ``<name>.<attempt>.<n>``, one
+    name per announcement (one never removes another)."""
     kind, fp, occ = key
-    return f"{prefix}running/{kind}/{fp}-{occ}"
+    return f"{prefix}running/{kind}/{fp}-{occ}."
+
+
+def _owner(name: str) -> int:
+    """The attempt that made an announcement, from its name (0 if not one)."""
+    attempt = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else ""
+    return int(attempt) if attempt.isdigit() else 0
 
 
 @functools.lru_cache(maxsize=16)
@@ -55,6 +63,7 @@ class Announcer:
         self.store, self.prefix, self.attempt = store, prefix, attempt
         self._beats: dict[str, int] = {}  # running calls' announcements, and their beat counts
         self._ended: set[str] = set()
+        self._count = 0
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -63,9 +72,9 @@ class Announcer:
 
     def announce(self, key: StepKey) -> Callable[[], None]:
         """Announce a live call of step ``key``; the function returned ends the announcement."""
-        name = running_key(self.prefix, key)
         with self._changed:
-            self._ended.discard(name)  # the same call again (its first run ended unrecorded)
+            self._count += 1
+            name = f"{running_prefix(self.prefix, key)}{self.attempt}.{self._count}"
         self.store.put(name, self._body(0))
         with self._changed:
             self._beats[name] = 0
@@ -106,25 +115,21 @@ class Announcer:
 def older_call(store: Store, prefix: str, key: StepKey, attempt: int, record_key: str) -> bytes | None:
     """If an older attempt than ``attempt`` announced a live call of step ``key`` and is still
     running it, wait for its record (at ``record_key``) and return its bytes; ``None`` at once if
-    no older attempt runs it, or once its announcement is removed or stops beating."""
-    name = running_key(prefix, key)
-    seen: bytes | None = None
+    no older attempt runs it, or once its announcements are removed or stop beating."""
+    names = [name for name in store.list(running_prefix(prefix, key)) if 0 < _owner(name) < attempt]
+    if not names:
+        return None  # none, or only this attempt's own (or a newer one's, which fences this one)
+    seen: dict[str, bytes] = {}
     changed = time.monotonic()
     while True:
-        current = store.get(name)
-        if current is None:
-            return store.get(record_key)  # ended: recorded (adopt it) or not (run it)
-        try:
-            owner = int(json.loads(current)["attempt"])
-        except (ValueError, KeyError, TypeError):
-            return None
-        if owner >= attempt:
-            return None  # this attempt's own, or a newer one's (which fences this one)
-        if current != seen:
-            seen, changed = current, time.monotonic()
         recorded = store.get(record_key)
         if recorded is not None:
             return recorded
+        current = store.get_many(names)
+        if not current:
+            return store.get(record_key)  # ended: recorded (adopt it) or not (run it)
+        if current != seen:
+            seen, changed = current, time.monotonic()
         if time.monotonic() - changed >= STALE_SECONDS:
             return None
         time.sleep(_POLL_SECONDS)

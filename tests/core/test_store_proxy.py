@@ -88,6 +88,8 @@ def test_a_run_reaches_only_its_own_keys_through_the_proxy(tmp_path: Path, s3: s
                 lambda: agent_store.create("approvals/run-1/x.decision.json", b'{"approved": true, "by": "cfo"}'),
                 lambda: agent_store.get("journal/run-1/../other-run/tail.bin"),
                 lambda: agent_store.delete("runs/other-run/progress.json"),
+                lambda: agent_store.write_if("journal/other-run/tail", b"taken over", None),
+                lambda: agent_store.write_if("approvals/run-1/x.decision.json", b'{"approved": true}', None),
             ]
             for attempt in attempts:
                 with pytest.raises(StoreAccessDenied, match="access denied"):

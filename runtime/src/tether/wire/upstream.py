@@ -14,6 +14,7 @@ import importlib
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -50,6 +51,12 @@ def transport_errors() -> tuple[type[Exception], ...]:
 def _tls_context() -> ssl.SSLContext:
     """The CA bundle, loaded once per process (~0.1-0.2 s a load) for every run's upstream client."""
     return httpx.create_ssl_context()
+
+
+def shown_url(url: str) -> str:
+    """A URL fit for an error message: no user:password@, no query (where keys travel)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def _caller_timeout(timeout: dict[str, float | None] | None) -> httpx.Timeout | None:
@@ -124,7 +131,7 @@ class Upstream:
             built = client.build_request(request.method, url, headers=headers, content=request.body, timeout=timeout or client.timeout)
             return await client.send(built, stream=True)
         except transport_errors() as e:
-            raise RecoverableStepError(f"{request.provider} upstream unreachable: {type(e).__name__}") from e
+            raise RecoverableStepError(f"{request.provider} upstream unreachable at {shown_url(request.url)}: {type(e).__name__}") from e
 
     async def forward(self, request: WireRequest) -> WireResponse:
         """Not a model turn (or one no protocol understands): sent and handed back unrecorded."""

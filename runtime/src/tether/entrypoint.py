@@ -55,7 +55,7 @@ from .contract import (
 from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
 from .mcptool import McpClient, McpTool, without_unset
 from .mcptool import parameters as mcp_parameters
-from .progress import StepLines
+from .progress import StepLines, step_text
 from .run import StepEvent
 from .secrets import tool_secrets
 from .toolrunner import RunnerClient, _in_own_loop, describe_remote, stand_in, tool_runners
@@ -305,12 +305,7 @@ def step_printer(stream: TextIO | None = sys.stdout, log: StepLines | None = Non
 
 
 def step_line(e: StepEvent) -> str:
-    mode = f"{e.mode:<8}"
-    what = f"turn  {e.name}" if e.kind == "model" else f"tool  {e.name}"
-    tokens = f"{e.usage.total:>6} tok" if e.kind == "model" else " " * 10
-    cost = f"${e.cost_usd:.5f}" if e.kind == "model" else ""
-    err = "  (error)" if e.outcome == "error" else ""
-    return f"  step {e.index:>3}  {mode}  {what:<32} {tokens}  {cost}{err}"
+    return step_text(e.index, e.kind, e.name, e.mode, e.usage.total, e.cost_usd, e.outcome)
 
 
 def _publish_failed_start(store: str, run_id: str, error: str) -> None:

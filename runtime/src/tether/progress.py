@@ -122,6 +122,15 @@ def attempt_log(run: Run, progress: Progress) -> dict[str, Any]:
     }
 
 
+def step_text(index: int, kind: str, name: str, mode: str, tokens: int, cost_usd: float, outcome: str) -> str:
+    """One step's line, as ``tether exec`` prints it and ``tether logs`` shows it."""
+    what = f"turn  {name}" if kind == "model" else f"tool  {name}"
+    tokens_ = f"{tokens:>6} tok" if kind == "model" else " " * 10
+    cost = f"${cost_usd:.5f}" if kind == "model" else ""
+    err = "  (error)" if outcome == "error" else ""
+    return f"  step {index:>3}  {mode:<8}  {what:<32} {tokens_}  {cost}{err}"
+
+
 def unknown_cost_note(usage: dict[str, Any]) -> str:
     """What the summary adds when some turns' cost is unknown: the figures are lower bounds."""
     live, saved = usage.get("unknownCostTurns", 0), usage.get("unknownSavedTurns", 0)

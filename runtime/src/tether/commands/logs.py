@@ -7,15 +7,19 @@ latest attempt's, or attempt N's. ``--follow`` prints lines as they come until t
 
 On Kubernetes (RUN is ``NAMESPACE/NAME``) an attempt's step lines are its runner pod's log (the
 runtime container prints each step), which the apiserver serves: ``kubectl logs``, as printed.
-(The store keeps them too, under the AgentRun's uid, for whoever may read the operator's store.)"""
+(The store keeps them too, under the AgentRun's uid, for whoever may read the operator's store.)
+
+A run made in your own process (``run_agent``) prints no step lines; each of its attempts leaves
+its record when it ends (``tether.contract.attempt_log_key``), which is shown in the same form."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
-from ..contract import RUN_LABEL, STEP_LINES_END, attempt_of_step_lines_key, step_lines_key, step_lines_prefix
-from ..progress import read_progress
+from ..contract import RUN_LABEL, STEP_LINES_END, attempt_log_key, attempt_of_step_lines_key, step_lines_key, step_lines_prefix
+from ..progress import read_progress, step_text
 from ..stores import Store, open_store
 from . import agentrun_refused, command_name, parser, store_option
 from .run import runner
@@ -46,6 +50,10 @@ def main(argv: list[str]) -> int:
         time.sleep(args.interval)  # the run's first attempt has not logged a step yet
         attempt = _latest(store, args.run)
     if attempt is None or (not args.follow and store.get(step_lines_key(args.run, attempt)) is None):
+        recorded = _recorded(store, args.run, args.attempt or (read_progress(store, args.run) or {}).get("attempt"))
+        if recorded is not None:
+            sys.stdout.write(recorded)
+            return 0
         return _none(store, args.run, args.attempt)
     printed, over = 0, False
     while True:
@@ -67,6 +75,25 @@ def main(argv: list[str]) -> int:
             over = True
             continue
         time.sleep(args.interval)
+
+
+def _recorded(store: Store, run_id: str, attempt: int | None) -> str | None:
+    """An attempt's step lines rebuilt from its record (a run made by ``run_agent``), or None."""
+    data = store.get(attempt_log_key(run_id, attempt)) if attempt else None
+    try:
+        log = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    if not isinstance(log, dict):
+        return None
+    lines = [
+        step_text(
+            i, e.get("kind", ""), e.get("name", ""), e.get("mode", ""), e.get("tokens") or 0, e.get("costUSD") or 0.0, e.get("outcome", "")
+        )
+        for i, e in enumerate(log.get("events") or [], 1)
+    ]
+    phase = (log.get("progress") or {}).get("phase") or "unknown"
+    return "".join(line + "\n" for line in [*lines, STEP_LINES_END + phase])
 
 
 def _latest(store: Store, run_id: str) -> int | None:

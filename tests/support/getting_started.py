@@ -1,0 +1,87 @@
+"""Run a getting-started page (docs/getting-started/<framework>.md) as its reader would.
+
+The page's fenced blocks are tagged after their language (the tag is what the page calls the file):
+
+    yaml script.yaml    the fake provider's script (`tether fake-provider --script script.yaml`)
+    sh env              the variables the reader exports (the fake provider's port replaced by ours)
+    python agent.py     the agent, run with `python agent.py` in the adapter's environment
+    text first run      what that prints
+    text second run     what running it again prints: everything replayed
+
+The fake provider is started from the page's script on a free port (a real HTTP server, the real
+SDK at the other end); the second run must make no live call. `tether status` and `tether logs`
+are run on the page's run id, as the page says.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tether.testing import FakeProvider
+
+REPO = Path(__file__).resolve().parents[2]
+FENCE = re.compile(r"^```(\w+) ([^\n`]+)\n(.*?)^```", re.M | re.S)
+#: The port the pages use for the fake provider.
+PAGE_PORT = "127.0.0.1:8080"
+
+
+def blocks(page: Path) -> dict[str, str]:
+    """The page's tagged blocks, by tag."""
+    found: dict[str, str] = {}
+    for m in FENCE.finditer(page.read_text()):
+        tag = m.group(2).strip()
+        assert tag not in found, f"{page}: two blocks tagged {tag!r}"
+        found[tag] = m.group(3)
+    return found
+
+
+def exported(text: str) -> dict[str, str]:
+    """``export A=1 B=2`` lines as a mapping."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if words and words[0] == "export":
+            out.update(w.split("=", 1) for w in words[1:])  # type: ignore[misc]
+    return out
+
+
+def run_page(framework: str, tmp_path: Path) -> None:
+    page = REPO / "docs" / "getting-started" / f"{framework}.md"
+    found = blocks(page)
+    missing = {"script.yaml", "env", "agent.py", "first run", "second run"} - set(found)
+    assert not missing, f"{page.name} lacks blocks tagged {sorted(missing)}"
+    code = found["agent.py"]
+    lines = [line for line in code.splitlines() if line.strip()]
+    assert len(lines) <= 15, f"{page.name}: the agent takes {len(lines)} lines, the page promises at most 15"
+    run_id = re.search(r'run_id="([^"]+)"', code)
+    assert run_id, f"{page.name}: agent.py names no run_id"
+
+    (tmp_path / "agent.py").write_text(code)
+    with FakeProvider(yaml.safe_load(found["script.yaml"])) as fake:
+        variables = {k: v.replace(PAGE_PORT, f"{fake.host}:{fake.port}") for k, v in exported(found["env"]).items()}
+        keys = {k for k in os.environ if k.endswith(("_API_KEY", "_BASE_URL", "_API_BASE")) or k.startswith("TETHER_UPSTREAM_")}
+        env = {k: v for k, v in os.environ.items() if k not in keys and k != "PYTHONPATH"}
+        env.update(variables, TETHER_STORE=str(tmp_path / "store"), PYTHONUNBUFFERED="1")
+
+        def python(*args: str) -> str:
+            done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, f"python {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+            return done.stdout
+
+        assert python("agent.py") == found["first run"], "the first run printed something else than the page shows"
+        live = fake.live_calls()
+        assert live >= 2, f"the fake provider heard {live} calls: the agent did not reach it"
+        assert python("agent.py") == found["second run"], "the second run printed something else than the page shows"
+        assert fake.live_calls() == live, "the second run called the model again instead of replaying"
+
+    status = python("-m", "tether", "status", run_id.group(1))
+    assert "Succeeded" in status, status
+    logs = python("-m", "tether", "logs", run_id.group(1))
+    assert "replayed" in logs, logs

@@ -4,7 +4,7 @@ The page's fenced blocks are tagged after their language (the tag is what the pa
 
     yaml script.yaml    the fake provider's script (`tether fake-provider --script script.yaml`)
     sh env              the variables the reader exports (the fake provider's port replaced by ours)
-    python agent.py     the agent, run with `python agent.py` in the adapter's environment
+    python weather.py     the agent, run with `python weather.py` in the adapter's environment
     text first run      what that prints
     text second run     what running it again prints: everything replayed
 
@@ -55,15 +55,15 @@ def exported(text: str) -> dict[str, str]:
 def run_page(framework: str, tmp_path: Path) -> None:
     page = REPO / "docs" / "getting-started" / f"{framework}.md"
     found = blocks(page)
-    missing = {"script.yaml", "env", "agent.py", "first run", "second run"} - set(found)
+    missing = {"script.yaml", "env", "weather.py", "first run", "second run"} - set(found)
     assert not missing, f"{page.name} lacks blocks tagged {sorted(missing)}"
-    code = found["agent.py"]
+    code = found["weather.py"]
     lines = [line for line in code.splitlines() if line.strip()]
     assert len(lines) <= 15, f"{page.name}: the agent takes {len(lines)} lines, the page promises at most 15"
     run_id = re.search(r'run_id="([^"]+)"', code)
-    assert run_id, f"{page.name}: agent.py names no run_id"
+    assert run_id, f"{page.name}: weather.py names no run_id"
 
-    (tmp_path / "agent.py").write_text(code)
+    (tmp_path / "weather.py").write_text(code)
     with FakeProvider(yaml.safe_load(found["script.yaml"])) as fake:
         variables = {k: v.replace(PAGE_PORT, f"{fake.host}:{fake.port}") for k, v in exported(found["env"]).items()}
         keys = {k for k in os.environ if k.endswith(("_API_KEY", "_BASE_URL", "_API_BASE")) or k.startswith("TETHER_UPSTREAM_")}
@@ -75,10 +75,10 @@ def run_page(framework: str, tmp_path: Path) -> None:
             assert done.returncode == 0, f"python {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
             return done.stdout
 
-        assert python("agent.py") == found["first run"], "the first run printed something else than the page shows"
+        assert python("weather.py") == found["first run"], "the first run printed something else than the page shows"
         live = fake.live_calls()
         assert live >= 2, f"the fake provider heard {live} calls: the agent did not reach it"
-        assert python("agent.py") == found["second run"], "the second run printed something else than the page shows"
+        assert python("weather.py") == found["second run"], "the second run printed something else than the page shows"
         assert fake.live_calls() == live, "the second run called the model again instead of replaying"
 
     status = python("-m", "tether", "status", run_id.group(1))

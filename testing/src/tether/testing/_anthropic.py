@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,5 +125,11 @@ def _texts(message: Mapping[str, Any]) -> Any:
     return content if isinstance(content, str) else _blocks(message, "text")
 
 
+#: What the Claude CLI appends to a tool result for the model (token budget notes...): not the
+#: tool's output, so an answer quoting the results leaves it out, as a real model's would.
+_REMINDER = re.compile(r"\s*<system-reminder>.*?</system-reminder>\s*", re.DOTALL)
+
+
 def _result_text(content: Any) -> str:
-    return text_of(content) if isinstance(content, (str, list)) else json.dumps(content)
+    text = text_of(content) if isinstance(content, (str, list)) else json.dumps(content)
+    return _REMINDER.sub("", text)

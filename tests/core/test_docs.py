@@ -9,7 +9,7 @@ from tether.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
-    {*REPO.glob("*.md"), *REPO.glob("*/README.md"), *REPO.glob("*/*/README.md"), *REPO.glob("docs/*.md")} - set(REPO.glob(".*/**/*.md"))
+    {*REPO.glob("*.md"), *REPO.glob("*/README.md"), *REPO.glob("*/*/README.md"), *REPO.glob("docs/**/*.md")} - set(REPO.glob(".*/**/*.md"))
 )
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 CODE = re.compile(r"`([^`\s]+)`")

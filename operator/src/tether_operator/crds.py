@@ -1,5 +1,8 @@
 """Generate the AgentRun, AgentTool and AgentApproval CRDs from `tether.api` (`tether crds [--check] [--out DIR]`).
 
+In a checkout it also writes the field reference, docs/reference/manifests.md, from the same
+schemas (every field: type, default, bounds, description); `--check` covers it too.
+
 The pydantic models are the only source. Their JSON Schema is rewritten into a Kubernetes
 structural schema: `$ref`s inlined, `Optional` unwrapped, titles dropped, `const` turned into
 `enum`; descriptions, bounds, patterns, defaults and `x-kubernetes-*` keys are kept. The files
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -252,6 +256,99 @@ def render() -> dict[str, str]:
     }
 
 
+REFERENCE = Path("docs") / "reference" / "manifests.md"
+
+#: Each kind with the names of its spec and status models in tether.api (looked up when rendered).
+_KINDS = (
+    ("AgentRun", "AgentRunSpec", "AgentRunStatus"),
+    ("AgentTool", "AgentToolSpec", "AgentToolStatus"),
+    ("AgentApproval", "AgentApprovalSpec", "AgentApprovalStatus"),
+)
+
+
+def _type(node: dict[str, Any]) -> str:
+    """A schema's type as the reference shows it: ``string``, ``array of object``, ``map of string``."""
+    kind = node.get("type", "any")
+    if kind == "array":
+        return f"array of {_type(node.get('items', {}))}"
+    if kind == "object" and "additionalProperties" in node and "properties" not in node:
+        return f"map of {_type(node['additionalProperties'])}"
+    return kind + (f" ({node['format']})" if "format" in node else "")
+
+
+def _bounds(node: dict[str, Any]) -> str:
+    """What the apiserver enforces on a value besides its type."""
+    out = []
+    if "enum" in node:
+        out.append("one of " + ", ".join(f"`{v}`" if v != "" else '`""` (empty)' for v in node["enum"]))
+    for key, word in (("minimum", ">"), ("maximum", "<")):
+        if key in node:
+            exclusive = node.get("exclusiveM" + key[1:])
+            out.append(f"{word}{'' if exclusive else '='} {node[key]}")
+    for low, high, what in (
+        ("minLength", "maxLength", "characters"),
+        ("minItems", "maxItems", "items"),
+        ("minProperties", "maxProperties", "keys"),
+    ):
+        if low in node or high in node:
+            lo, hi = node.get(low), node.get(high)
+            out.append(
+                f"{lo}–{hi} {what}"
+                if lo is not None and hi is not None
+                else f"at least {lo} {what}"
+                if lo is not None
+                else f"at most {hi} {what}"
+            )
+    if "pattern" in node:
+        out.append(f"matches `{node['pattern']}`")
+    for rule in node.get("x-kubernetes-validations", []):
+        if rule.get("message") and "immutable" not in rule["message"]:
+            out.append(rule["message"].rstrip("."))
+    return "; ".join(out)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def _rows(node: dict[str, Any], path: str) -> list[str]:
+    rows = []
+    required = set(node.get("required", []))
+    for name, child in node.get("properties", {}).items():
+        field = f"{path}.{name}"
+        default = f"`{json.dumps(child['default'])}`" if "default" in child else ("required" if name in required else "")
+        rows.append(f"| `{field}` | {_type(child)} | {default} | {_cell(_bounds(child))} | {_cell(child.get('description', ''))} |")
+        items = child.get("items", {})
+        rows += _rows(child, field) + (_rows(items, field + "[]") if items.get("properties") else [])
+        if "properties" in child.get("additionalProperties", {}):
+            rows += _rows(child["additionalProperties"], field + ".<key>")
+    return rows
+
+
+def render_reference() -> str:
+    """docs/reference/manifests.md: every field of every kind, from the CRDs' own schemas."""
+    out = [
+        "# Manifest field reference",
+        "",
+        "<!-- generated from tether.api by `tether crds`; do not edit (a test runs `tether crds --check`). -->",
+        "",
+        f"Every field of the `{api.GROUP}/{api.VERSION}` kinds, as the CRDs (crds/) declare them and",
+        "`tether run` checks them offline: type, default, what the apiserver enforces (bounds), and what it",
+        "does. `kubectl explain agentrun.spec.model` shows the same text. A field not listed is refused.",
+        "The descriptions are the pydantic field descriptions in runtime/src/tether/api/.",
+        "",
+    ]
+    out += [f"- [{kind}](#{kind.lower()})" for kind, _, _ in _KINDS]
+    out.append("")
+    header = ["| field | type | default | bounds | description |", "|---|---|---|---|---|"]
+    for kind, spec_name, status_name in _KINDS:
+        spec, status = schema_of(getattr(api, spec_name)), schema_of(getattr(api, status_name))
+        out += [f"## {kind}", "", _cell(spec.get("description", "")), "", "### spec", "", *header, *_rows(spec, "spec"), ""]
+        out += ["### status", "", "Written by the operator; read it with `kubectl get -o yaml` or `tether status`.", "", *header]
+        out += [*_rows(status, "status"), ""]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether crds", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the files are out of date")
@@ -268,17 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     if chart is not None and chart.is_dir():
         dirs.append(chart / "files" / "crds")
 
-    files = render()
+    outputs = {d / name: text for d in dirs for name, text in render().items()}
+    if not args.out and (_REPO / "docs").is_dir():  # a checkout: the field reference beside them
+        outputs[_REPO / REFERENCE] = render_reference()
     stale = []
-    for d in dirs:
-        for name, text in files.items():
-            path = d / name
-            if args.check:
-                if not path.is_file() or path.read_text() != text:
-                    stale.append(path)
-            else:
-                d.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+    for path, text in outputs.items():
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
     if stale:
         for path in stale:
             print(f"{path} is out of date with tether.api", file=sys.stderr)
@@ -286,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run `{fix}` to regenerate", file=sys.stderr)
         return 1
     if not args.check:
-        print("wrote " + ", ".join(str(d / n) for d in dirs for n in files))
+        print("wrote " + ", ".join(str(path) for path in outputs))
     return 0
 
 

@@ -268,7 +268,7 @@ _KINDS = (
 
 def _type(node: dict[str, Any]) -> str:
     """A schema's type as the reference shows it: ``string``, ``array of object``, ``map of string``."""
-    kind = node.get("type", "any")
+    kind = str(node.get("type", "any"))
     if kind == "array":
         return f"array of {_type(node.get('items', {}))}"
     if kind == "object" and "additionalProperties" in node and "properties" not in node:

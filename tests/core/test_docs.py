@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+import tether
 from tether.cli import COMMANDS
+from tether_operator import crds, python_reference
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
@@ -19,7 +23,8 @@ PATHLIKE = re.compile(r"^[\w.-]+(/[\w.-]+)*/?$")
 
 def _mentioned_paths(doc: Path) -> set[str]:
     text = doc.read_text()
-    found = {m.group(1) for m in LINK.finditer(text) if not m.group(1).startswith(("http:", "https:", "mailto:"))}
+    prose = re.sub(r"`[^`\n]*`", "", text)  # a link inside code (a regex such as `[a-z]([-a-z]*)`) is none
+    found = {m.group(1) for m in LINK.finditer(prose) if not m.group(1).startswith(("http:", "https:", "mailto:"))}
     for m in CODE.finditer(text):
         ref = m.group(1)
         # a repository path: has a folder part and a file suffix or a trailing slash, no placeholder
@@ -48,3 +53,27 @@ def test_tether_subcommands_in_docs_exist() -> None:
             if word not in COMMANDS and word not in ("and", "charts", "operator"):
                 unknown.append(f"{doc.relative_to(REPO)}: tether {word}")
     assert not unknown, "docs mention tether subcommands that do not exist:\n" + "\n".join(unknown)
+
+
+def test_python_reference_is_current() -> None:
+    # docs/reference/python.md is generated from the docstrings by `tether crds` (`--check` in CI).
+    assert (REPO / "docs" / "reference" / "python.md").read_text() == python_reference.render(REPO), "run `tether crds` to regenerate"
+
+
+def test_python_reference_documents_every_public_name() -> None:
+    text = (REPO / "docs" / "reference" / "python.md").read_text()
+    missing = [name for name in tether.__all__ if f"### `tether.{name}`" not in text]
+    for init in sorted(REPO.glob("adapters/*/src/tether_*/__init__.py")):
+        section = text.split(f"### `{init.parent.name}`", 1)[-1].split("\n### ", 1)[0]
+        exported = re.findall(r"^from \S+ import (\w+) as \1$", init.read_text(), re.M)
+        missing += [
+            f"{init.parent.name}.{n}" for n in exported if n not in ("Tool", "tool") and not re.search(rf"`(class |async )?{n}\b", section)
+        ]
+    assert not missing, f"public names missing from docs/reference/python.md: {missing}"
+
+
+def test_python_reference_follows_a_docstring(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(tether.idempotency_key, "__doc__", "A key that changed its story.")
+    assert "A key that changed its story." in python_reference.render(REPO)
+    assert crds.main(["--check"]) == 1
+    assert "docs/reference/python.md is out of date" in capsys.readouterr().err

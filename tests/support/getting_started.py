@@ -85,3 +85,32 @@ def run_page(framework: str, tmp_path: Path) -> None:
     assert "Succeeded" in status, status
     logs = python("-m", "tether", "logs", run_id.group(1))
     assert "replayed" in logs, logs
+
+
+def run_flyte_example(tmp_path: Path) -> None:
+    """docs/reference/python.md's "Under Flyte" program, run as `python ask.py` against the fake
+    provider: a local Flyte execution whose task runs the agent through Tether."""
+    section = (REPO / "docs" / "reference" / "python.md").read_text().split("## Under Flyte", 1)[1]
+    code = re.search(r"^```python\n(.*?)^```", section, re.M | re.S)
+    assert code, "python.md's Under Flyte section has no program"
+    (tmp_path / "ask.py").write_text(code.group(1))
+    script = {
+        "conversations": [
+            {
+                "match": "",
+                "turns": [
+                    {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+                    {"text_from_tool_results": True, "text": "Weather in Paris:"},
+                ],
+            }
+        ]
+    }
+    with FakeProvider(script) as fake:
+        env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL", "_API_BASE")) and k != "PYTHONPATH"}
+        env.update(
+            OPENAI_BASE_URL=fake.base_url("openai"), OPENAI_API_KEY="fake-key", TETHER_STORE=str(tmp_path / "store"), HOME=str(tmp_path)
+        )
+        done = subprocess.run([sys.executable, "ask.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        assert done.stdout.strip().endswith("Weather in Paris: sunny in Paris"), done.stdout
+        assert fake.live_calls() == 2

@@ -1,7 +1,8 @@
 """Generate the AgentRun, AgentTool and AgentApproval CRDs from `tether.api` (`tether crds [--check] [--out DIR]`).
 
 In a checkout it also writes the field reference, docs/reference/manifests.md, from the same
-schemas (every field: type, default, bounds, description); `--check` covers it too.
+schemas (every field: type, default, bounds, description), and the Python API reference,
+docs/reference/python.md, from the docstrings (`python_reference`); `--check` covers both.
 
 The pydantic models are the only source. Their JSON Schema is rewritten into a Kubernetes
 structural schema: `$ref`s inlined, `Optional` unwrapped, titles dropped, `const` turned into
@@ -28,6 +29,8 @@ import yaml
 from pydantic import BaseModel
 
 from tether import api, contract
+
+from . import python_reference
 
 HEADER = (
     "# generated from tether.api by `tether crds`; do not edit.\n# Regenerate with `tether crds` (a test runs `tether crds --check`).\n"
@@ -257,6 +260,7 @@ def render() -> dict[str, str]:
 
 
 REFERENCE = Path("docs") / "reference" / "manifests.md"
+PYTHON_REFERENCE = Path("docs") / "reference" / "python.md"
 
 #: Each kind with the names of its spec and status models in tether.api (looked up when rendered).
 _KINDS = (
@@ -366,8 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         dirs.append(chart / "files" / "crds")
 
     outputs = {d / name: text for d in dirs for name, text in render().items()}
-    if not args.out and (_REPO / "docs").is_dir():  # a checkout: the field reference beside them
+    if not args.out and (_REPO / "docs").is_dir():  # a checkout: the references beside them
         outputs[_REPO / REFERENCE] = render_reference()
+        outputs[_REPO / PYTHON_REFERENCE] = python_reference.render(_REPO)
     stale = []
     for path, text in outputs.items():
         if args.check:

@@ -11,6 +11,14 @@ from ..run import StepEvent
 
 @dataclass
 class AgentResult(StepCounts):
+    """What one ``run_agent`` call did: the answer, how it ended, and what was live or replayed.
+
+    ``model_live``/``model_replayed`` and ``tool_live``/``tool_replayed`` count this attempt's
+    steps; ``cost_usd`` is its live spend and ``saved_usd`` what replay saved; ``events`` are its
+    steps in order; ``first_divergence`` is where a replay first left the journal (None: it did
+    not); ``pending_approval`` the approval a suspended run waits for; ``error`` a failure's cause.
+    """
+
     output: str | None
     #: ``succeeded``, ``suspended`` (waiting for an approval) or ``failed``.
     status: str

@@ -169,9 +169,22 @@ async def run_agent(
 
     Give ``model`` (+ ``instructions``, ``tools``) for a declarative agent, or ``agent`` (an
     object of the framework, or an import path ``"pkg.mod:name"``) to bring your own.
-    ``run_id`` names the run scope: the same id after a crash replays the finished steps.
+    ``run_id`` names the run scope: the same id after a crash replays the finished steps
+    (default: inside a Flyte task, the Flyte run and action; outside, a fresh id).
+    ``store`` is where the journal lives: a directory or ``s3://bucket/prefix`` (default: the
+    Flyte run's storage inside a task, else ``$TETHER_STORE`` or ``~/.tether/store``).
+    ``memory_key`` names a memory shared by the runs of ``namespace`` that use it: it is loaded
+    before the run and the run's turns are committed to it when it succeeds.
+    ``provider`` (``openai``, ``anthropic``, ``gemini``, ``mistral``) is otherwise inferred from
+    the model name. ``upstreams`` maps a provider to the base URL its calls go to, without the
+    API version (``{"openai": "http://vllm:8000"}``); without it the provider SDK's own variable
+    (``OPENAI_BASE_URL``...) or ``TETHER_UPSTREAM_<PROVIDER>`` decide (docs/endpoints.md).
+    ``durable=False`` runs without a journal. ``max_turns`` bounds the model turns.
     ``max_cost_usd`` refuses live turns once reached; ``unknown_cost`` says what a live turn whose
     cost cannot be read does under it: ``"stop"`` (default, fail closed) or ``"ignore"`` ($0).
+    ``stream`` has the framework stream its model answers. Inside a Flyte task the run's timeline
+    goes to the task's report (published when the task is declared ``report=True``);
+    ``report=False`` skips it.
     A tool waiting for approval ends the call with ``status="suspended"``; call again (same
     ``run_id``) after ``tether approve`` to continue.
     ``on_step`` is called with each step once it is durable: a live model turn's answer is handed

@@ -77,3 +77,13 @@ def test_python_reference_follows_a_docstring(monkeypatch: pytest.MonkeyPatch, c
     assert "A key that changed its story." in python_reference.render(REPO)
     assert crds.main(["--check"]) == 1
     assert "docs/reference/python.md is out of date" in capsys.readouterr().err
+
+
+def test_the_readme_python_snippet_is_the_tested_one() -> None:
+    # The README's Python API example is docs/getting-started/openai.md's agent, which the openai
+    # adapter's tests run (tests/support/getting_started.py).
+    readme = (REPO / "README.md").read_text().split("## Python API\n", 1)[1]
+    page = (REPO / "docs" / "getting-started" / "openai.md").read_text()
+    shown = re.search(r"^```python\n(.*?)^```", readme, re.M | re.S)
+    tested = re.search(r"^```python weather\.py\n(.*?)^```", page, re.M | re.S)
+    assert shown and tested and shown.group(1) == tested.group(1)

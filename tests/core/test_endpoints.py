@@ -15,7 +15,7 @@ import pytest
 
 from tests.core import sdk_exchange
 from tests.core.sdk_exchange import EXCHANGES, KEY, connect
-from tether.errors import ConfigError
+from tether.errors import ConfigError, describe
 from tether.run import Run
 from tether.testing import FakeProvider
 
@@ -49,9 +49,9 @@ def dead_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def exchange(tmp_path: Path, protocol: str) -> str:
+async def exchange(tmp_path: Path, protocol: str, via: str = "proxy") -> str:
     run = Run("endpoints", str(tmp_path / "store"))  # no upstreams=: the environment decides
-    http, base = connect(run, protocol, "proxy")
+    http, base = connect(run, protocol, via)
     try:
         with run.activate():
             return str(await EXCHANGES[protocol](http, base, False))
@@ -83,6 +83,20 @@ async def test_an_unreachable_upstream_is_named(
     shown = url.replace("user:pw@", "")
     assert "upstream unreachable at " + shown.removesuffix("/v1") + ("/v1/" if protocol.startswith("openai") else "/") in message, message
     assert "pw" not in message.replace(shown, "") and KEY not in message
+
+
+async def test_an_sdk_error_that_hides_the_cause_is_described_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # In-process the SDK wraps the seam's error in its own ("APIConnectionError: Connection
+    # error."); the run's failure (status, tether run's summary) adds Tether's cause.
+    port = dead_port()
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/openai/v1")
+    monkeypatch.setitem(sdk_exchange.SDK, "retries", 0)
+    with pytest.raises(Exception) as caught:
+        await exchange(tmp_path, "openai-chat", via="transport")
+    assert f"upstream unreachable at http://127.0.0.1:{port}" not in str(caught.value)  # what the SDK says
+    assert describe(caught.value) == (
+        f"APIConnectionError: Connection error. (openai upstream unreachable at http://127.0.0.1:{port}/openai/v1/chat/completions: ConnectError)"
+    )
 
 
 def test_a_base_url_without_the_api_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,7 +52,7 @@ from .contract import (
     Progress,
     flyte_starts_prefix,
 )
-from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable
+from .errors import ConfigError, Interrupted, LimitExceeded, RecoverableStepError, StoreAccessDenied, StoreUnavailable, describe
 from .mcptool import McpClient, McpTool, without_unset
 from .mcptool import parameters as mcp_parameters
 from .progress import StepLines, step_text
@@ -256,7 +256,7 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
             raise ConfigError(f"two tools of spec.tools have the same name: {', '.join(clashes)} (an MCP server's tools included)")
         adapter = load_adapter(spec.framework)
     except Exception as e:  # the run could not start: say why where status is read, not only in a log
-        failed = Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}")
+        failed = Outcome(request.run_id, "failed", classify_exception(e), error=describe(e))
         _publish_failed_start(store, request.run_id, failed.error or "")
         return _ended(failed, store)
     try:
@@ -265,7 +265,7 @@ async def attempt(request: ExecRequest, store: str, on_step: Callable[[StepEvent
     except Interrupted as e:  # a clean stop: what finished is recorded; the next attempt replays it
         return Outcome(request.run_id, "interrupted", EXIT_INTERRUPTED, error=str(e))
     except Exception as e:
-        return _ended(Outcome(request.run_id, "failed", classify_exception(e), error=f"{type(e).__name__}: {e}"), store)
+        return _ended(Outcome(request.run_id, "failed", classify_exception(e), error=describe(e)), store)
     # The figures are the AgentResult's fields of the same names (replay time rounded).
     figures = Figures(**{f.name: getattr(result, f.name) for f in dataclasses.fields(Figures)} | {"replay_ms": round(result.replay_ms, 2)})
     return Outcome(request.run_id, result.status, EXIT_SUSPENDED if result.suspended else EXIT_SUCCEEDED, figures=figures)

@@ -84,3 +84,18 @@ class Suspended(BaseException):
         super().__init__(f"waiting for approval {approval_id} of tool {tool!r}")
         self.approval_id = approval_id
         self.tool = tool
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of an exception that ended a run, with the cause Tether gave where an
+    SDK's own error hides it (``APIConnectionError: Connection error.`` around "openai upstream
+    unreachable at URL"): the first of Tether's own errors in the chain."""
+    text = f"{type(error).__name__}: {error}"
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, TetherError) and str(link) and str(link) not in text:
+            return f"{text} ({link})"
+        link = link.__cause__ or link.__context__
+    return text

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import mcp
 from ..api import AgentRunSpec, Limits
-from ..errors import ConfigError, Interrupted, LimitExceeded, Suspended
+from ..errors import ConfigError, Interrupted, LimitExceeded, Suspended, describe
 from ..journal import StepCounts
 from ..memory import Memory
 from ..progress import ProgressWriter
@@ -279,7 +279,7 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
         raise
     except Exception as e:
         limit = run.limit_exceeded if run is not None else None
-        result.error = limit or f"{type(e).__name__}: {e}"
+        result.error = limit or describe(e)
         if progress:
             await progress.apublish("Failed", error=result.error)
             progress.close()

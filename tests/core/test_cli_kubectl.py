@@ -351,3 +351,36 @@ def test_help_piped_into_head_ends_quietly(tmp_path: Path) -> None:
         piped = subprocess.run(f"./tether {args} | head -n 1", shell=True, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert piped.stdout.startswith("usage: tether"), piped.stdout
         assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr
+
+
+def test_logs_shows_a_run_agent_runs_attempts_from_their_records(tmp_path: Path) -> None:
+    # A run made in your own process (run_agent) prints no step lines; `tether logs` shows each
+    # attempt from the record it leaves when it ends, in the same form (docs/getting-started).
+    import asyncio
+
+    from tests.core.chat_adapter import ADAPTER
+    from tether.agent import run_agent
+    from tether.testing import FakeProvider
+
+    script = {"conversations": [{"match": "", "turns": [{"text": "Hello."}]}]}
+    with FakeProvider(script) as fake:
+        for _ in range(2):
+            result = asyncio.run(
+                run_agent(
+                    ADAPTER,
+                    "Hi",
+                    model="gpt-4o-mini",
+                    run_id="own",
+                    store=str(tmp_path / "store"),
+                    upstreams={"openai": fake.url + "/openai"},
+                )
+            )
+            assert result.output == "Hello."
+    latest, first = tether(tmp_path, "logs", "own"), tether(tmp_path, "logs", "own", "--attempt", "1")
+    assert latest.returncode == 0 and first.returncode == 0, latest.stderr + first.stderr
+    assert re.fullmatch(r"  step +1  replayed  turn  gpt-4o-mini +\d+ tok  \$0\.00000\n-- attempt ended: succeeded\n", latest.stdout), (
+        latest.stdout
+    )
+    assert re.fullmatch(r"  step +1  live      turn  gpt-4o-mini +\d+ tok  \$0\.\d{5}\n-- attempt ended: succeeded\n", first.stdout), (
+        first.stdout
+    )

@@ -93,7 +93,7 @@ def _recorded(store: Store, run_id: str, attempt: int | None) -> str | None:
         for i, e in enumerate(log.get("events") or [], 1)
     ]
     phase = (log.get("progress") or {}).get("phase") or "unknown"
-    return "".join(line + "\n" for line in [*lines, STEP_LINES_END + phase])
+    return "".join(line + "\n" for line in [*lines, STEP_LINES_END + phase.lower()])
 
 
 def _latest(store: Store, run_id: str) -> int | None:

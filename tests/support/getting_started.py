@@ -10,7 +10,8 @@ The page's fenced blocks are tagged after their language (the tag is what the pa
 
 The fake provider is started from the page's script on a free port (a real HTTP server, the real
 SDK at the other end); the second run must make no live call. `tether status` and `tether logs`
-are run on the page's run id, as the page says.
+are run on the page's run id, as the page says. Then, as the page's "kill it halfway": the agent
+under a new run id is SIGKILLed once its tool has run, and run again: one turn live, one replayed.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
+from tether.progress import read_progress
+from tether.stores import open_store
 from tether.testing import FakeProvider
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +90,25 @@ def run_page(framework: str, tmp_path: Path) -> None:
     assert "Succeeded" in status, status
     logs = python("-m", "tether", "logs", run_id.group(1))
     assert "replayed" in logs, logs
+
+    # "Kill it halfway": SIGKILLed once the tool has run (the second answer is slow), under a new
+    # run id; run again, the first turn and the tool replay and only the second turn is live.
+    killed = run_id.group(1) + "-killed"
+    (tmp_path / "killed.py").write_text(code.replace(run_id.group(0), f'run_id="{killed}"'))
+    with FakeProvider(yaml.safe_load(found["script.yaml"]), latency=1.0) as slow:
+        env.update({k: v.replace(PAGE_PORT, f"{slow.host}:{slow.port}") for k, v in exported(found["env"]).items()})
+        agent = subprocess.Popen([sys.executable, "killed.py"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while ((read_progress(open_store(str(tmp_path / "store")), killed) or {}).get("steps") or {}).get("toolLive", 0) < 1:
+                assert agent.poll() is None, f"killed.py exited ({agent.returncode}) before its tool ran"
+                assert time.monotonic() < deadline, "the tool never ran"
+                time.sleep(0.05)
+        finally:
+            os.killpg(agent.pid, signal.SIGKILL)  # the agent and any process it started (the Claude CLI)
+            agent.wait()
+        resumed = python("killed.py")
+    assert resumed == found["first run"].replace("turns live 2, replayed 0", "turns live 1, replayed 1"), resumed
 
 
 def run_flyte_example(tmp_path: Path) -> None:

@@ -157,6 +157,19 @@ async def test_your_crew_is_never_changed(fake, tmp_path):
     assert agent.llm is llm and llm.base_url is None and agent.max_retry_limit == 2
 
 
+async def test_an_llm_with_its_own_base_url_keeps_it(fake, tmp_path):
+    """An LLM given its own ``base_url`` is called there, as CrewAI would (the run's upstream is for
+    LLMs that name none): journaled and replayed all the same."""
+    own = LLM(model="gpt-4o-mini", base_url=fake.base_url("openai"))
+    researcher = Agent(role="researcher", goal="Find facts.", backstory="You research.", llm=own, tools=[crewai_tool(get_weather)])
+    crew = Crew(agents=[researcher], tasks=[Task(description="{input}", expected_output="Notes.", agent=researcher)])
+    where = {"run_id": "own-url", "store": str(tmp_path / "store"), "upstreams": {"openai": "http://127.0.0.1:9"}}  # nothing listens
+    first = await run_agent("crew: Paris", agent=crew, **where)
+    assert first.status == "succeeded" and first.model_live == fake.live_calls() > 0
+    again = await run_agent("crew: Paris", agent=crew, **where)
+    assert again.output == first.output and again.model_live == 0 and again.model_replayed == first.model_live
+
+
 # -- bring your own: which tools are journaled ------------------------------------------------
 
 

@@ -106,7 +106,10 @@ class SeamLLMs:
             )
         if llm.api != "completions":
             raise ConfigError(f"tether-crewai routes Chat Completions; LLM(api={llm.api!r}) is not supported")
-        routed = llm.model_copy(update={"base_url": self.session.upstream("openai") + "/v1", "api_base": None})
+        # The LLM's own base URL (given, or CrewAI's from OPENAI_BASE_URL/OPENAI_API_BASE) is kept,
+        # as CrewAI would call it; without one, the run's upstream (docs/endpoints.md).
+        own = llm.base_url or llm.api_base
+        routed = llm.model_copy(update={"base_url": own or self.session.upstream("openai") + "/v1", "api_base": None})
         if self.session.stream:
             routed.stream = True
         params = routed._get_client_params()

@@ -19,10 +19,10 @@ version=$(version_of runtime)
 drift=()
 for p in "${projects[@]}"; do
   [ "$(version_of "$p")" = "$version" ] || drift+=("$p/pyproject.toml: version $(version_of "$p"), not $version")
-  # Every dependency on a Tether distribution is pinned to exactly this version.
+  # Every dependency on a Tether distribution (extras or not: tether[cli]) is pinned to exactly this version.
   while IFS= read -r pin; do
     [ "$pin" = "==$version" ] || drift+=("$p/pyproject.toml: depends on a Tether distribution at '${pin:-any version}', not ==$version")
-  done < <(sed -n 's/^ *"tether\(-[a-z-]*\)\{0,1\}\([^"]*\)",.*/\2/p' "$root/$p/pyproject.toml")
+  done < <(sed -n 's/^ *"tether\(-[a-z-]*\)\{0,1\}\(\[[a-z0-9,]*\]\)\{0,1\}\([^"]*\)",.*/\3/p' "$root/$p/pyproject.toml")
 done
 if [ ${#drift[@]} -gt 0 ]; then
   printf 'build-dist: the distributions are not in step:\n' >&2

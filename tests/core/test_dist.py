@@ -6,6 +6,7 @@ that drifts stops the build."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tomllib
@@ -48,7 +49,7 @@ def test_every_distribution_is_at_the_runtimes_version_and_pins_the_others_at_it
     for project in PROJECTS:
         meta = _pyproject(project)
         assert meta["version"] == version, f"{project.name}: {meta['version']} != {version}"
-        ours = [d for d in meta.get("dependencies", []) if d.split("=")[0].split(">")[0].split("<")[0].strip() in names]
+        ours = [d for d in meta.get("dependencies", []) if re.split(r"[\[=<>~! ]", d)[0] in names]  # tether[cli]==V too
         assert all(d.endswith(f"=={version}") for d in ours), (project.name, ours)
 
 

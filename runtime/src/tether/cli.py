@@ -25,6 +25,9 @@ COMMANDS = {
 
 #: Commands whose module is another distribution's (not in the runtime's wheel): the package to install.
 _ELSEWHERE = {"tether.testing": "tether-testing", "tether_operator": "tether-operator"}
+#: Commands that need an extra the default install leaves out (runtime/pyproject.toml): the module
+#: looked for (not imported) and the extra that brings it.
+_EXTRA = {"run": ("flyte", "cli"), "exec": ("flyte", "cli"), "ui": ("aiohttp", "cli")}
 
 
 def _usage() -> str:
@@ -64,6 +67,10 @@ def _main(argv: list[str]) -> int:
 
         print(f"{command_name()}: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    missing = _missing_extra(argv[0])
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
     except ModuleNotFoundError as e:
@@ -80,6 +87,16 @@ def _main(argv: list[str]) -> int:
     except StoreError as e:  # the cause in one line (e.g. access denied to that prefix), not a traceback
         print(f"tether {argv[0]}: {e}", file=sys.stderr)
         return EXIT_RECOVERABLE if isinstance(e, StoreUnavailable) else EXIT_TERMINAL
+
+
+def _missing_extra(command: str) -> str | None:
+    """What to install for ``command`` when its extra is missing; ``None`` when it is there."""
+    import importlib.util
+
+    module, extra = _EXTRA.get(command, (None, None))
+    if module is None or importlib.util.find_spec(module) is not None:
+        return None
+    return f"tether {command} needs {module}, which a plain install of tether leaves out: pip install 'tether[{extra}]'"
 
 
 if __name__ == "__main__":

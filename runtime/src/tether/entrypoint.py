@@ -26,7 +26,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TextIO
 
-import flyte
+try:
+    import flyte
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError(f"tether's Flyte entrypoint needs Flyte: pip install 'tether[cli]' ({e})") from e
 
 from . import secrets as tether_secrets
 from . import telemetry

@@ -22,9 +22,12 @@ import asyncio
 import contextlib
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import parser
+
+if TYPE_CHECKING:
+    from ..wire.httpserver import Request, Response
 
 
 def main(argv: list[str]) -> int:
@@ -50,22 +53,17 @@ class Relay:
         self.out.flush()
 
     async def run(self) -> int:
-        from aiohttp import ClientSession, ClientTimeout, web
+        import httpx
 
+        from ..wire.httpserver import port_of, serve
         from ..wire.proxy import encode_upstream
 
         self.server = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024
         )
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/", self._serve)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        self.url = f"{self.via}/{encode_upstream(f'http://127.0.0.1:{port}/')}"
-        self.http = ClientSession(timeout=ClientTimeout(total=None), trust_env=False)
+        endpoint = await serve(self._serve)
+        self.url = f"{self.via}/{encode_upstream(f'http://127.0.0.1:{port_of(endpoint)}/')}"
+        self.http = httpx.AsyncClient(timeout=None, trust_env=False)
         reading = asyncio.ensure_future(self._from_server())
         try:
             await self._from_client()
@@ -78,8 +76,8 @@ class Relay:
                 self.server.terminate()
                 await self.server.wait()
             reading.cancel()
-            await self.http.close()
-            await runner.cleanup()
+            await self.http.aclose()
+            endpoint.close()
         return 0
 
     # -- client → server -------------------------------------------------------------------------
@@ -120,13 +118,13 @@ class Relay:
 
         headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
         try:
-            async with self.http.post(self.url, data=line, headers=headers) as response:
-                body = await response.read()
-                ok, content_type = 200 <= response.status < 300, response.headers.get("content-type", "")
+            response = await self.http.post(self.url, content=line, headers=headers)
+            body = response.content
+            ok, content_type = 200 <= response.status_code < 300, response.headers.get("content-type", "")
         except Exception as e:  # the run's process is gone or broke the connection: not recorded
             ok, body, content_type, failure = False, b"", "", f"{type(e).__name__}"
         else:
-            failure = f"HTTP {response.status}: {body[:300].decode(errors='replace')}"
+            failure = f"HTTP {response.status_code}: {body[:300].decode(errors='replace')}"
         answer = answer_of(body, content_type, message["id"]) if ok else None
         if answer is None:
             answer = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32603, "message": f"tether mcp-relay: {failure}"}}
@@ -138,17 +136,17 @@ class Relay:
         await self.server.stdin.drain()
 
     # -- the relay's own endpoint: what the proxy sends on ------------------------------------------
-    async def _serve(self, request: Any) -> Any:
-        from aiohttp import web
+    async def _serve(self, request: Request) -> Response:
+        from ..wire.httpserver import json_response
 
-        body = await request.read()
+        body = request.body
         message = json.loads(body)
         key = json.dumps(message.get("id"))
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[key] = answer
         try:
             await self._to_server(body)
-            return web.json_response(await answer)
+            return json_response(await answer, 200)
         finally:
             self.pending.pop(key, None)
 

@@ -13,14 +13,14 @@ mounts the handler that decides (:attr:`WireProxy.mcp`).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 import threading
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
-
 from ..errors import RecoverableStepError
+from .httpserver import Request, Response, json_response, port_of, serve
 from .loop import run_on_wire_loop
 from .messages import WireResponse
 from .seam import Wired, WireRequest, WireSeam
@@ -44,31 +44,28 @@ class WireProxy:
         self._seams: dict[str, WireSeam] = {}
         #: Mounted by ``tether.mcp`` on first use; until then MCP requests are refused (404).
         self.mcp: McpHandler | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
         self.port = 0
 
     # -- lifecycle (on the wire loop) ----------------------------------------------------------
     async def _start(self, host: str, port: int) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/r/{token}/mcp/{server}/{upstream}", self._handle_mcp)
-        app.router.add_route("*", "/r/{token}/{provider}/{tail:.*}", self._handle)
-        # handler_cancellation: a client that hangs up (an SDK timing out before its retry) cancels
-        # its request here too, so an answer nobody reads is not recorded; a stream already
-        # being recorded finishes on its own (see WriteScheduler.tee).
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]  # the port the OS picked
+        # A caller that hangs up cancels its request here too (tether.wire.httpserver).
+        self._server = await serve(self._route, host, port)
+        self.port = port_of(self._server)  # the port the OS picked
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> WireProxy:
         run_on_wire_loop(self._start(host, port))
         return self
 
     def stop(self) -> None:
-        if self._runner is not None:
-            run_on_wire_loop(self._runner.cleanup())
-            self._runner = None
+        if self._server is not None:
+            run_on_wire_loop(self._stop())
+            self._server = None
 
     # -- runs ----------------------------------------------------------------------------------
     def register(self, run: Wired) -> str:
@@ -105,84 +102,84 @@ class WireProxy:
     def _active(self) -> list[WireSeam]:
         return list({id(s): s for s in self._seams.values()}.values())
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        token = request.match_info["token"]
-        provider = request.match_info["provider"]
+    async def _route(self, request: Request) -> Response:
+        """``/r/<token>/mcp/<server>/<upstream>`` or ``/r/<token>/<provider>/<path>``."""
+        parts = request.path.split("/", 4)  # "", "r", token, provider, rest
+        if len(parts) < 4 or parts[:2] != ["", "r"]:
+            return _error(404, "tether proxy: not a run's URL (/r/<token>/<provider>/...)")
+        token, provider, rest = parts[2], parts[3], parts[4] if len(parts) == 5 else ""
+        if provider == "mcp" and rest.count("/") == 1:
+            server, encoded = rest.split("/")
+            return await self._handle_mcp(request, token, server, encoded)
+        return await self._handle(request, token, provider, rest)
+
+    async def _handle(self, request: Request, token: str, provider: str, tail: str) -> Response:
         if token == "active":
             active = self._active()
             if len(active) != 1:
-                msg = f"tether proxy: /r/active/ needs exactly one active run in this process, found {len(active)}"
-                return web.json_response({"error": {"message": msg, "type": "tether_proxy"}}, status=409)
+                return _error(409, f"tether proxy: /r/active/ needs exactly one active run in this process, found {len(active)}")
             token = next(k for k, s in self._seams.items() if s is active[0])
         seam = self._seams.get(token)
         if seam is None or provider not in seam.upstreams:
-            return web.json_response({"error": {"message": "tether proxy: unknown run or provider", "type": "tether_proxy"}}, status=404)
-        path = "/" + request.match_info["tail"]
+            return _error(404, "tether proxy: unknown run or provider")
+        path = "/" + tail
         wire = WireRequest(
             method=request.method,
             provider=provider,
             path=path,
             url=seam.upstreams[provider] + path,
-            query=request.query_string,
-            headers=list(request.headers.items()),
-            body=await request.read(),
+            query=request.query,
+            headers=request.headers,
+            body=request.body,
         )
-        return await self._answer(request, seam.handle(wire))
+        return await self._answer(seam.handle(wire))
 
-    async def _handle_mcp(self, request: web.Request) -> web.StreamResponse:
+    async def _handle_mcp(self, request: Request, token: str, server: str, encoded: str) -> Response:
         """An MCP server's request. With no run active (an MCP client that connects before its run
         starts) the handler forwards it unjournaled, as a tool called outside a run just runs."""
-        token = request.match_info["token"]
         seam: WireSeam | None
         if token == "active":
             active = self._active()
             if len(active) > 1:
-                msg = f"tether proxy: /r/active/ needs at most one active run in this process, found {len(active)}"
-                return web.json_response({"error": {"message": msg, "type": "tether_proxy"}}, status=409)
+                return _error(409, f"tether proxy: /r/active/ needs at most one active run in this process, found {len(active)}")
             seam = active[0] if active else None
         else:
             seam = self._seams.get(token)
             if seam is None:
-                return web.json_response({"error": {"message": "tether proxy: unknown run", "type": "tether_proxy"}}, status=404)
+                return _error(404, "tether proxy: unknown run")
         try:
-            upstream = decode_upstream(request.match_info["upstream"])
+            upstream = decode_upstream(encoded)
         except ValueError:
-            return web.json_response({"error": {"message": "tether proxy: malformed MCP server URL", "type": "tether_proxy"}}, status=404)
+            return _error(404, "tether proxy: malformed MCP server URL")
         if self.mcp is None:
-            return web.json_response({"error": {"message": "tether proxy: MCP is not mounted", "type": "tether_proxy"}}, status=404)
+            return _error(404, "tether proxy: MCP is not mounted")
         url, _, query = upstream.partition("?")
         wire = WireRequest(
             method=request.method,
             provider="mcp",
             path="",
             url=url,
-            query="&".join(q for q in (query, request.query_string) if q),
-            headers=list(request.headers.items()),
-            body=await request.read(),
+            query="&".join(q for q in (query, request.query) if q),
+            headers=request.headers,
+            body=request.body,
         )
-        return await self._answer(request, self.mcp(seam, request.match_info["server"], wire))
+        return await self._answer(self.mcp(seam, server, wire))
 
-    async def _answer(self, request: web.Request, answering: Awaitable[WireResponse]) -> web.StreamResponse:
+    async def _answer(self, answering: Awaitable[WireResponse]) -> Response:
         try:
             response = await answering
         except RecoverableStepError as e:
             # 502 is recoverable for every SDK: it retries or fails the attempt, never records.
-            return web.json_response({"error": {"message": f"tether proxy: {e}", "type": "tether_upstream"}}, status=502)
-        headers = dict(response.headers)
-        if response.body is not None and not headers.get("content-type", "").startswith("text/event-stream"):
-            return web.Response(status=response.status, headers=headers, body=response.body)  # one write, with its length
-        out = web.StreamResponse(status=response.status, headers=headers)
-        await out.prepare(request)
-        try:
-            async for chunk in response.stream:
-                await out.write(chunk)
-        except RecoverableStepError:
-            # Break the connection: the caller must see a failed stream, never a short one.
-            if request.transport is not None:
-                request.transport.abort()
-            return out
-        await out.write_eof()
-        return out
+            return json_response({"error": {"message": f"tether proxy: {e}", "type": "tether_upstream"}}, 502)
+        streamed = any(k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in response.headers)
+        if response.body is not None and not streamed:
+            return Response(response.status, response.headers, response.body)  # one write, with its length
+        # A stream that breaks cuts the connection: the caller must see a failed stream, never a short one.
+        return Response(response.status, response.headers, stream=response.stream, broken=(RecoverableStepError,))
+
+
+def _error(status: int, message: str) -> Response:
+    return json_response({"error": {"message": message, "type": "tether_proxy"}}, status)
 
 
 _proxy: WireProxy | None = None

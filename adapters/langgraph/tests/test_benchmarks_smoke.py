@@ -1,6 +1,7 @@
-"""The benchmarks that need LangGraph (parallel_tools.py, startup.py, journal_load.py) at their
-smallest scale: each fails when its benchmark breaks. Figures are not checked
-(tests/support/benchmarks.py)."""
+"""The benchmarks that need LangGraph (parallel_tools.py, startup.py, journal_load.py,
+import_time.py) at their smallest scale: each fails when its benchmark breaks. Figures are not
+checked (tests/support/benchmarks.py), but for import_time.py's module count, which load does not
+move."""
 
 from __future__ import annotations
 
@@ -19,3 +20,11 @@ def test_startup(tmp_path: Path) -> None:
 
 def test_journal_load(tmp_path: Path) -> None:
     smoke("journal_load.py", "--steps", "5", "--repeat", "1", "--s3-latency", "0", results=tmp_path, name="journal_load")
+
+
+def test_import_time(tmp_path: Path) -> None:
+    """The framework imports not one module more with a plain install of tether beside it (the
+    default install carried aiohttp, rich, click and opentelemetry, which it then imported)."""
+    figures = smoke("import_time.py", "--frameworks", "langgraph", "--repeat", "1", results=tmp_path, name="import_time", timeout=900)
+    assert figures["langgraph"]["extra_top_level"] == [] and figures["langgraph"]["extra_modules"] == 0
+    assert figures["langgraph"]["alone"]["modules"] == figures["langgraph"]["tether"]["modules"] > 100

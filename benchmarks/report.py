@@ -38,6 +38,7 @@ $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
 $V/bin/python benchmarks/metrics_overhead.py [--updates 20000] [--runs 1000] [--repeat 5]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
+$V/bin/python benchmarks/import_time.py [--frameworks langgraph,openai] [--repeat 7]
 $V/bin/python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
@@ -184,6 +185,24 @@ second figure (`tether_import_ms`) is the import time of tether + adapter beside
 (the adapter's own framework modules, `langchain_core.load` and `langgraph.checkpoint`, included;
 tether's sources are compiled on every start in a checkout with `PYTHONDONTWRITEBYTECODE`, as here).
 Goal: ours − the peer's work ≤ 100 ms. `live_model_calls_when_started_again` must be 0.
+
+## import_time.py — a framework's imports with Tether installed (issue 28)
+
+A framework's own import statement (`import langchain_openai, langgraph.graph,
+langgraph.prebuilt`; `import agents`) in fresh processes, alternating between two venvs built from
+the adapter's lock: the framework alone (the packages the adapter declares beside Tether), and a
+plain `pip install tether tether-<id>` (no extras). The statement is the same in both; what can
+differ is the framework importing more because of what is installed beside it: the OpenAI SDK
+imports aiohttp where it finds it (its optional `httpx_aiohttp` transport), httpx imports its CLI
+(click, rich, pygments), langsmith opentelemetry. Tether's install used to bring all four (aiohttp
+for the loopback proxy, Flyte with rich, click and opentelemetry-api): 172 more modules for
+LangGraph, 0.17–0.34 s slower. Now the default install is httpx, h11, pydantic and pyyaml (the
+proxy serves with h11, which httpx already brings); Flyte and aiohttp are the `cli` extra. `modules`
+is the count each process ends with (load does not move it; the smoke runs check it is the same),
+`extra` what the Tether venv imported and the other did not. Wall and CPU time are medians; wall
+time follows the load (a 2-core machine shared with other jobs: compare the two sides of one
+run). Beside it, `import tether_<id>` after the framework: tether + the adapter's own cost.
+Goal: with Tether − alone ≤ 50 ms.
 
 ## mcp_overhead.py — a journaled MCP call (issue 26)
 
@@ -437,6 +456,28 @@ def startup_rows(results: dict) -> list[str]:
     ]
 
 
+def import_rows(results: dict) -> list[str]:
+    r = results.get("import_time")
+    if not r:
+        return []
+    f = r["figures"]
+    out = [
+        f"**import_time** — {provenance(r)}; medians of {f['repeat']} fresh processes each, ms",
+        "",
+        "| framework | statement | alone: wall / CPU | with tether: wall / CPU | difference: wall / CPU | modules alone / with tether (extra) | then `import tether_<id>` |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, v in f.items():
+        if isinstance(v, dict) and "statement" in v:
+            a, t = v["alone"], v["tether"]
+            out.append(
+                f"| {name} | `{v['statement']}` | {a['wall_ms']:.0f} / {a['cpu_ms']:.0f} | {t['wall_ms']:.0f} / {t['cpu_ms']:.0f} "
+                f"| {v['overhead_wall_ms']:+.0f} / {v['overhead_cpu_ms']:+.0f} | {a['modules']} / {t['modules']} ({v['extra_modules']}) "
+                f"| {t['adapter_import_ms']:.0f} |"
+            )
+    return [*out, ""]
+
+
 def mcp_rows(results: dict) -> list[str]:
     out = []
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
@@ -585,6 +626,15 @@ def summary(results: dict) -> list[str]:
             + (f"; tether + adapter {f['tether']['tether_import_ms']:.0f} ms of it" if "tether_import_ms" in f["tether"] else "")
             + f") vs {f['framework']['import_ms']:.0f} ms (framework) | {provenance(r)} |"
         )
+    if r := results.get("import_time"):
+        f = r["figures"]
+        figures = "; ".join(
+            f"{name} {v['alone']['wall_ms']:.0f} → {v['tether']['wall_ms']:.0f} ms ({v['overhead_wall_ms']:+.0f} ms; CPU "
+            f"{v['overhead_cpu_ms']:+.0f} ms), {v['extra_modules']} modules more"
+            for name, v in f.items()
+            if isinstance(v, dict) and "statement" in v
+        )
+        out.append(f"| a framework's imports, alone → with a plain install of tether beside it | {figures} | {provenance(r)} |")
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
         if r := results.get(name):
             f = r["figures"]
@@ -637,6 +687,7 @@ def render_readme(results: dict) -> str:
         *trace_rows(results),
         *parallel_rows(results),
         *startup_rows(results),
+        *import_rows(results),
         *mcp_rows(results),
         *load_rows(results),
         *operator_rows(results),

@@ -1,7 +1,8 @@
 """Packages a user can install: scripts/build-dist.sh builds a wheel and an sdist of every
 distribution, all at one version; installed from those wheels into a clean venv (no checkout on
-the path), `tether run` runs a bring-your-own agent against the fake provider. A version or a pin
-that drifts stops the build."""
+the path), a plain install carries nothing the framework imports on its own, `tether run` says
+which extra it needs, and with it runs a bring-your-own agent against the fake provider. A
+version or a pin that drifts stops the build."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECTS = [REPO / "runtime", REPO / "testing", REPO / "operator", *sorted(p.parent for p in REPO.glob("adapters/*/pyproject.toml"))]
+
+#: What the OpenAI SDK imports on its own where it finds it installed (aiohttp: its optional
+#: transport; rich and pygments: httpx's CLI) and Flyte: never in a plain install. (click and
+#: opentelemetry-api are the Agents SDK's own dependencies: benchmarks/import_time.py compares
+#: with the framework installed alone.)
+FRAMEWORK_OPTIONAL = ("aiohttp", "rich", "pygments", "flyte")
 
 BYO_AGENT = """
 from agents import Agent
@@ -92,16 +99,43 @@ def test_the_built_wheels_install_into_a_clean_venv_and_run_a_bring_your_own_age
         line for line in (REPO / "envs" / "openai.txt").read_text().splitlines() if "==" in line and not line.startswith((" ", "#", "-"))
     ]
     (work / "constraints.txt").write_text("\n".join(pins) + "\n")
-    wheels = [str(tmp_path / "dist" / f"{name}-{version}-py3-none-any.whl") for name in ("tether", "tether_testing", "tether_openai")]
-    install = subprocess.run(
-        ["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-c", "constraints.txt", *wheels],
+    wheel = {name: str(tmp_path / "dist" / f"{name}-{version}-py3-none-any.whl") for name in ("tether", "tether_testing", "tether_openai")}
+
+    def install(*packages: str) -> None:
+        done = subprocess.run(
+            ["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-c", "constraints.txt", *packages],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    # First the plain install (`pip install tether-openai`): what the agent's process needs and
+    # nothing the framework would import on its own because it is there.
+    install(wheel["tether"], wheel["tether_openai"])
+    imported = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            f"import sys, agents, tether_openai; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(FRAMEWORK_OPTIONAL)}))",
+        ],
         cwd=work,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
     )
-    assert install.returncode == 0, install.stderr[-3000:]
+    assert imported.returncode == 0 and imported.stdout == "[]\n", imported.stdout + imported.stderr
+    (work / "rates.yaml").write_text("kind: AgentRun\n")
+    refused = subprocess.run([str(venv / "bin" / "tether"), "run", "rates.yaml"], cwd=work, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "tether run needs flyte" in refused.stderr and "pip install 'tether[cli]'" in refused.stderr, (
+        refused.stderr
+    )
+    assert "Traceback" not in refused.stderr
+
+    # Then the CLI's extra and the fake provider, as the README's Install says.
+    install(f"{wheel['tether']}[cli]", wheel["tether_testing"], wheel["tether_openai"])
     where = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import tether, tether.testing, tether_openai; print(tether.__file__)"],
         cwd=work,

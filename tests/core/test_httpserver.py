@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tether.wire import httpserver
-from tether.wire.httpserver import Request, Response, json_response, port_of, serve
+from tether.wire.httpserver import Request, Response, json_response, serve
 
 
 class Broken(Exception):
@@ -23,10 +23,9 @@ class Broken(Exception):
 async def _with_server(handler: httpserver.Handler, body: Callable[[str], Awaitable[None]]) -> None:
     server = await serve(handler)
     try:
-        await body(f"http://127.0.0.1:{port_of(server)}")
+        await body(f"http://127.0.0.1:{server.port}")
     finally:
-        server.close()
-        await server.wait_closed()
+        await server.close()
 
 
 def test_requests_on_one_kept_alive_connection_with_their_bodies_paths_and_queries() -> None:
@@ -140,3 +139,18 @@ def test_garbage_is_answered_400_and_closed() -> None:
         assert answer.startswith(b"HTTP/1.1 400")
 
     asyncio.run(_with_server(handler, body))
+
+
+def test_close_drops_the_connections_callers_keep_alive() -> None:
+    async def handler(request: Request) -> Response:
+        return Response(200, body=b"ok")
+
+    async def main() -> None:
+        server = await serve(handler)
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"http://127.0.0.1:{server.port}/")).text == "ok"  # its connection stays open
+            await asyncio.wait_for(server.close(), 5)
+            with pytest.raises(httpx.TransportError):
+                await client.get(f"http://127.0.0.1:{server.port}/")
+
+    asyncio.run(main())

@@ -55,14 +55,14 @@ class Relay:
     async def run(self) -> int:
         import httpx
 
-        from ..wire.httpserver import port_of, serve
+        from ..wire.httpserver import serve
         from ..wire.proxy import encode_upstream
 
         self.server = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024
         )
         endpoint = await serve(self._serve)
-        self.url = f"{self.via}/{encode_upstream(f'http://127.0.0.1:{port_of(endpoint)}/')}"
+        self.url = f"{self.via}/{encode_upstream(f'http://127.0.0.1:{endpoint.port}/')}"
         self.http = httpx.AsyncClient(timeout=None, trust_env=False)
         reading = asyncio.ensure_future(self._from_server())
         try:
@@ -77,7 +77,7 @@ class Relay:
                 await self.server.wait()
             reading.cancel()
             await self.http.aclose()
-            endpoint.close()
+            await endpoint.close()
         return 0
 
     # -- client → server -------------------------------------------------------------------------

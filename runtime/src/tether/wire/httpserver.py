@@ -58,13 +58,33 @@ class _Hangup(Exception):
     pass
 
 
-async def serve(handler: Handler, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
-    """Serve ``handler`` on ``host:port`` (0: a free port, ``server.sockets[0].getsockname()``)."""
-    return await asyncio.start_server(lambda r, w: _Connection(handler, r, w).run(), host, port, limit=2**20)
+class Server:
+    """A listening server (:func:`serve`): its ``port``, and ``close()``, which also drops the
+    connections its callers keep alive (``asyncio.Server.wait_closed`` waits for them since 3.12)."""
+
+    def __init__(self, server: asyncio.Server, connections: set[asyncio.StreamWriter]) -> None:
+        self._server, self._connections = server, connections
+        self.port = int(server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        self._server.close()
+        for writer in list(self._connections):
+            writer.transport.abort()
+        await self._server.wait_closed()
 
 
-def port_of(server: asyncio.Server) -> int:
-    return int(server.sockets[0].getsockname()[1])
+async def serve(handler: Handler, host: str = "127.0.0.1", port: int = 0) -> Server:
+    """Serve ``handler`` on ``host:port`` (0: a free port, ``Server.port``)."""
+    connections: set[asyncio.StreamWriter] = set()
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.add(writer)
+        try:
+            await _Connection(handler, reader, writer).run()
+        finally:
+            connections.discard(writer)
+
+    return Server(await asyncio.start_server(connected, host, port), connections)
 
 
 class _Connection:

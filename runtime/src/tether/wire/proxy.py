@@ -13,14 +13,13 @@ mounts the handler that decides (:attr:`WireProxy.mcp`).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import secrets
 import threading
 from collections.abc import Awaitable, Callable
 
 from ..errors import RecoverableStepError
-from .httpserver import Request, Response, json_response, port_of, serve
+from .httpserver import Request, Response, Server, json_response, serve
 from .loop import run_on_wire_loop
 from .messages import WireResponse
 from .seam import Wired, WireRequest, WireSeam
@@ -44,19 +43,14 @@ class WireProxy:
         self._seams: dict[str, WireSeam] = {}
         #: Mounted by ``tether.mcp`` on first use; until then MCP requests are refused (404).
         self.mcp: McpHandler | None = None
-        self._server: asyncio.Server | None = None
+        self._server: Server | None = None
         self.port = 0
 
     # -- lifecycle (on the wire loop) ----------------------------------------------------------
     async def _start(self, host: str, port: int) -> None:
         # A caller that hangs up cancels its request here too (tether.wire.httpserver).
         self._server = await serve(self._route, host, port)
-        self.port = port_of(self._server)  # the port the OS picked
-
-    async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        self.port = self._server.port  # the port the OS picked
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> WireProxy:
         run_on_wire_loop(self._start(host, port))
@@ -64,7 +58,7 @@ class WireProxy:
 
     def stop(self) -> None:
         if self._server is not None:
-            run_on_wire_loop(self._stop())
+            run_on_wire_loop(self._server.close())
             self._server = None
 
     # -- runs ----------------------------------------------------------------------------------

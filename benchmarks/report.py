@@ -191,7 +191,7 @@ Goal: ours − the peer's work ≤ 100 ms. `live_model_calls_when_started_again`
 A framework's own import statement (`import langchain_openai, langgraph.graph,
 langgraph.prebuilt`; `import agents`) in fresh processes, alternating between two venvs built from
 the adapter's lock: the framework alone (the packages the adapter declares beside Tether), and a
-plain `pip install tether tether-<id>` (no extras). The statement is the same in both; what can
+plain install of `tether` and `tether-<id>` (no extras). The statement is the same in both; what can
 differ is the framework importing more because of what is installed beside it: the OpenAI SDK
 imports aiohttp where it finds it (its optional `httpx_aiohttp` transport), httpx imports its CLI
 (click, rich, pygments), langsmith opentelemetry. Tether's install used to bring all four (aiohttp
@@ -634,7 +634,7 @@ def summary(results: dict) -> list[str]:
             for name, v in f.items()
             if isinstance(v, dict) and "statement" in v
         )
-        out.append(f"| a framework's imports, alone → with a plain install of tether beside it | {figures} | {provenance(r)} |")
+        out.append(f"| a framework's imports, alone → with a plain install of Tether beside it | {figures} | {provenance(r)} |")
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
         if r := results.get(name):
             f = r["figures"]

@@ -96,7 +96,7 @@ def _missing_extra(command: str) -> str | None:
     module, extra = _EXTRA.get(command, (None, None))
     if module is None or importlib.util.find_spec(module) is not None:
         return None
-    return f"tether {command} needs {module}, which a plain install of tether leaves out: pip install 'tether[{extra}]'"
+    return f"tether {command} needs {module}, which a plain install leaves out: pip install 'tether[{extra}]'"
 
 
 if __name__ == "__main__":

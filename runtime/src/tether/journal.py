@@ -45,7 +45,8 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -88,14 +89,20 @@ class Record:
     attempt: int = 0
     started_at: float = 0.0
     duration_ms: float = 0.0
+    #: Only on a record read from a delta and not resolved yet (``_resolve``): the key of the
+    #: record its request continues and the lists it keeps from it (see ``Delta``).
+    delta: dict[str, Any] | None = None
 
     @property
     def key(self) -> StepKey:
         return (self.kind, self.fingerprint, self.occurrence)
 
-    def encode(self) -> bytes:
+    def encode(self, delta: Delta | None = None) -> bytes:
+        """The on-disk record; with ``delta`` (``_delta``), its request stored as that delta."""
         # Shallow: ``asdict`` deep-copies the request (every message of the conversation) first.
         header = {f.name: getattr(self, f.name) for f in _HEADER_FIELDS}
+        if delta is not None:
+            header["request"], header["delta"] = delta.request, {"base": list(delta.base), "keep": delta.keep}
         head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n"
         payload = head + self.body
         return payload + sha256_hex(payload).encode()
@@ -113,7 +120,106 @@ class Record:
             return None
 
 
-_HEADER_FIELDS = tuple(f for f in fields(Record) if f.name != "body")
+#: ``delta`` is written only when there is one: a whole record reads as it did before deltas.
+_HEADER_FIELDS = tuple(f for f in fields(Record) if f.name not in ("body", "delta"))
+
+#: How many of the latest model records a new one is compared with to find its base (parallel
+#: conversations, e.g. sub-agents, interleave: each continues its own).
+DELTA_CANDIDATES = 4
+
+
+@dataclass
+class Delta:
+    """A request stored as a delta on the request of record ``base``: every list that continues
+    the base request's list at the same path is cut to its new items; ``keep`` names them and
+    how many items come from the base (``[[key, key...], n]``). ``kept``: items kept in all."""
+
+    base: StepKey
+    request: dict[str, Any]
+    keep: list[list[Any]]
+    kept: int
+
+
+def _delta(request: dict[str, Any], base: Record) -> Delta | None:
+    """``request`` as a delta on ``base``'s request, or ``None`` if it continues no list of it.
+    A conversation's next request repeats every message so far: stored whole, a journal grows
+    with the square of the turns; as deltas, with the turns. Items compare as Python values
+    (one pass in C; ``1 == 1.0``): a history re-sent with a number changed only in type would
+    show its earlier form to a viewer. Replay never reads the stored request: it is keyed by
+    the fingerprint of the request as sent."""
+    keep: list[list[Any]] = []
+    kept = 0
+
+    def cut(new: dict[str, Any], old: dict[str, Any], path: list[str]) -> dict[str, Any]:
+        nonlocal kept
+        out: dict[str, Any] = {}
+        for k, v in new.items():
+            o = old.get(k)
+            if isinstance(v, list) and isinstance(o, list) and 0 < len(o) <= len(v) and v[: len(o)] == o:
+                keep.append([[*path, k], len(o)])
+                kept += len(o)
+                out[k] = v[len(o) :]
+            elif isinstance(v, dict) and isinstance(o, dict):
+                out[k] = cut(v, o, [*path, k])
+            else:
+                out[k] = v
+        return out
+
+    trimmed = cut(request, base.request, [])
+    return Delta(base.key, trimmed, keep, kept) if keep else None
+
+
+def _resolve(record: Record, base: Record) -> bool:
+    """Rebuild a delta record's whole request from its base's (resolved) one; ``False`` if the
+    delta does not fit the base."""
+    request = dict(record.request)
+    for entry in (record.delta or {}).get("keep") or []:
+        path, n = entry if isinstance(entry, list) and len(entry) == 2 else ([], None)
+        if not (isinstance(path, list) and path and isinstance(n, int)):
+            return False
+        old: Any = base.request
+        for k in path:
+            old = old.get(k) if isinstance(old, dict) else None
+        parent: Any = request
+        for k in path[:-1]:
+            if not isinstance(parent.get(k), dict):
+                return False
+            parent[k] = dict(parent[k])  # copied on the way down: a shared dict stays as it was
+            parent = parent[k]
+        new = parent.get(path[-1])
+        if not (isinstance(old, list) and len(old) >= n and isinstance(new, list)):
+            return False
+        parent[path[-1]] = old[:n] + new  # the items are the base's own objects: no copy
+    record.request, record.delta = request, None
+    return True
+
+
+def _delta_base(record: Record) -> StepKey:
+    base = (record.delta or {}).get("base")
+    return (str(base[0]), str(base[1]), int(base[2])) if isinstance(base, list) and len(base) == 3 else ("", "", 0)
+
+
+def _resolve_all(records: Mapping[StepKey, Record], waiting: Iterable[Record]) -> tuple[list[Record], list[Record]]:
+    """The delta records of ``waiting`` whose bases are in ``records`` or among them, resolved
+    (in any order: a base may be read after the records continuing it), bases first; and those
+    left (no base found, or a delta that does not fit its base)."""
+    by_base: dict[StepKey, list[Record]] = {}
+    for record in waiting:
+        by_base.setdefault(_delta_base(record), []).append(record)
+    resolved: dict[StepKey, Record] = {}
+    ready = [records[key] for key in by_base if key in records]
+    left: list[Record] = []
+    while ready:
+        base = ready.pop()
+        for record in by_base.pop(base.key, []):
+            if record.key in records or record.key in resolved:
+                continue
+            if _resolve(record, base):
+                resolved[record.key] = record
+                ready.append(record)
+            else:
+                left.append(record)
+    return list(resolved.values()), left + [r for rs in by_base.values() for r in rs]
 
 
 @dataclass(kw_only=True)
@@ -210,7 +316,10 @@ def read_records(store: Store, scope: str) -> list[Record]:
     for data in store.get_many(loose).values():
         if (record := Record.decode(data)) is not None:
             found.setdefault(record.key, record)
-    return sorted(found.values(), key=lambda r: (r.attempt, r.started_at))
+    whole = {key: r for key, r in found.items() if r.delta is None}
+    resolved, _ = _resolve_all(whole, (r for r in found.values() if r.delta is not None))
+    whole.update((r.key, r) for r in resolved)
+    return sorted(whole.values(), key=lambda r: (r.attempt, r.started_at))
 
 
 def read_attempts(store: Store, scope: str) -> dict[int, float]:
@@ -272,6 +381,18 @@ class Journal:
         #: Live tool calls this attempt announced (``tether.fence``): recorded even once superseded.
         self._announced: set[StepKey] = set()
         self._announcer: fence.Announcer | None = None
+        #: Delta records read before their base (resolved once it is read), with their bytes.
+        self._waiting: dict[StepKey, tuple[Record, bytes]] = {}
+        #: The latest model records: the bases a new model record's request is a delta on.
+        self._recent_models: deque[StepKey] = deque(maxlen=DELTA_CANDIDATES)
+        #: Records of other writers found in the pack when rewriting it (kept in every pack this
+        #: attempt writes: a pack never loses a record once it held one).
+        self._foreign: dict[StepKey, bytes] = {}
+        #: Steps a durable pack holds (their loose records go); steps with a loose record in the
+        #: store; steps whose loose record is being written.
+        self._packed_keys: set[StepKey] = set()
+        self._loose_made: set[StepKey] = set()
+        self._loose_pending: set[StepKey] = set()
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> Journal:
@@ -296,13 +417,18 @@ class Journal:
                 self._pack_id = self._loaded_pack = pack.get("id")
                 self._pack_count = len(self._entries)
             tail_only = [entry for entry in tail_entries if self._add_entry(entry)]
+            self._settle()
             if claim is not None and latest is not None and claim.result():
                 self.attempt = latest + 1
-        complete = tail_whole and _continues(tail or {}, pack if pack_whole else None)
+        complete = tail_whole and _continues(tail or {}, pack if pack_whole else None) and not self._waiting
         new_journal = tail_data is None and pack_found is None
         if not (self.attempt and (complete or new_journal)):
             self._load_listing()
         tail_only += self._take_over(tail_found[1] if tail_found is not None else None)
+        for record, _ in self._waiting.values():  # its base is nowhere: a miss, like a corrupt record
+            self.counters.corrupt += 1
+            self._corrupt_keys.add(record.key)
+        self._waiting.clear()
         if len(self._entries) - self._pack_count >= PACK_EVERY:
             self._pack_soon()
         if tail_only:
@@ -331,6 +457,7 @@ class Journal:
                     self._pack_token = pack[1]
                     entries = _split_blob(pack[0], PACK_MAGIC)[1] + entries
             added += [entry for entry in entries if self._add_entry(entry)]
+            self._settle()
 
     def _write_tail(self, blob: bytes, version: str | None) -> bool:
         """A conditional write of the tail; ``False`` if it changed since ``version`` (unless what is
@@ -393,23 +520,6 @@ class Journal:
             self._unused[record.kind] -= 1
         return record
 
-    def _write_pack(self, blob: bytes) -> bool:
-        """A conditional write of the pack (on the version this attempt last read or wrote). A pack
-        an older attempt wrote since is overwritten (it holds only records this attempt loaded);
-        a newer attempt's never: ``False`` then."""
-        for _ in range(2):
-            if self.superseded_by is not None:
-                return False
-            token = self.store.write_if(self.pack_key, blob, self._pack_token)
-            if token is not None:
-                self._pack_token = token
-                return True
-            if self.superseded():
-                return False
-            found = self.store.get_versioned(self.pack_key)
-            self._pack_token = found[1] if found is not None else None
-        return False
-
     def _write_loose(self, entries: list[bytes]) -> None:
         """Write the loose records of steps found in the tail only (their writer was killed between
         the tail and the loose record), so every step ends up with its loose record. Exclusive
@@ -419,33 +529,79 @@ class Journal:
         def create(data: bytes) -> None:
             record = Record.decode(data)
             if record is not None:
-                self._write_one_loose(self._object_key(record.key), data, False)
+                self._write_one_loose(record.key, data, False)
 
         with ThreadPoolExecutor(min(8, len(entries)), thread_name_prefix="tether-journal-loose") as pool:
             list(pool.map(create, entries))
 
-    def _write_one_loose(self, name: str, data: bytes, overwrite: bool, *, quiet: bool = True) -> None:
+    def _write_one_loose(self, key: StepKey, data: bytes, overwrite: bool, *, quiet: bool = True) -> None:
         """A loose record: exclusive create (a record that exists stays), or an overwrite of a
-        corrupt one. ``quiet``: a failure changes nothing (the copies hold the step)."""
+        corrupt one; none once a durable pack holds the step (no second copy), and removed if
+        a pack came to hold it meanwhile. ``quiet``: a failure changes nothing (the copies hold
+        the step)."""
+        with self._lock:
+            if key in self._packed_keys:
+                return
+            self._loose_pending.add(key)
+        made = False
         try:
             if overwrite:
-                self.store.put(name, data)
+                self.store.put(self._object_key(key), data)
             else:
-                self.store.create(name, data)
+                self.store.create(self._object_key(key), data)
+            made = True  # or it existed already
         except StoreError:
             if not quiet:
                 raise
+        finally:
+            with self._lock:
+                self._loose_pending.discard(key)
+                if made:
+                    self._loose_made.add(key)
+                packed = made and key in self._packed_keys
+        if packed:
+            self._delete_loose([key])
+
+    def _delete_loose(self, keys: Iterable[StepKey]) -> None:
+        """Remove loose records a durable pack holds (every later pack holds them too: packs are
+        rewritten by compare-and-swap and only grow). Quiet: one left behind is a copy too, and
+        the next ``close`` removes it."""
+        names = [self._object_key(key) for key in keys]
+
+        def delete(name: str) -> None:
+            try:
+                self.store.delete(name)
+            except StoreError:
+                pass
+
+        if len(names) == 1:
+            delete(names[0])
+        elif names:
+            with ThreadPoolExecutor(min(8, len(names)), thread_name_prefix="tether-journal-delete") as pool:
+                list(pool.map(delete, names))
+        with self._lock:
+            self._loose_made.difference_update(keys)
 
     def _load_listing(self) -> None:
         """The slow path: list the journal, read the loose records the copies lacked beside the
         claim (unless the fast path claimed already)."""
         keys = self.store.list(self.prefix)
+        # The pack and tail read again: a pack newer than the one read first holds records whose
+        # loose copies are gone (a tail is written after the pack it continues: read after the
+        # tail, the pack is that one or a newer one, and packs only grow).
+        blobs = self.store.get_many([self.pack_key, self.tail_key])
+        for key, magic in ((self.pack_key, PACK_MAGIC), (self.tail_key, TAIL_MAGIC)):
+            for entry in _split_blob(blobs.get(key), magic)[1]:
+                self._add_entry(entry)
+        self._settle()
         attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
         loose = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
+        self._loose_made.update(self._key_of(k) for k in keys if k.endswith(".rec"))
         with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-load") as pool:
             claim = pool.submit(self._claim_attempt, len(attempts) + 1) if not self.attempt else None
             for name, data in self.store.get_many(loose).items():
                 self._add(name, data)
+            self._settle()
             self.attempt = claim.result() if claim is not None else self.attempt
 
     @property
@@ -474,24 +630,54 @@ class Journal:
             self.counters.corrupt += 1
             self._corrupt_keys.add(self._key_of(name))
             return False
-        if record.key not in self.records:
-            self._index(record, data)
+        if record.key not in self.records and record.key not in self._waiting:
+            self._take(record, data)
         return True
 
     def _add_entry(self, data: bytes) -> bool:
         """A copy from a pack or tail (a corrupt one is skipped: the listing reads it loose);
         whether it was new."""
         record = Record.decode(data)
-        if record is None or record.key in self.records:
+        if record is None or record.key in self.records or record.key in self._waiting:
             return False
-        self._index(record, data)
+        self._take(record, data)
         return True
+
+    def _take(self, record: Record, data: bytes) -> None:
+        """A record read: indexed, or (a delta) kept until :meth:`_settle` finds its base."""
+        if record.delta is not None:
+            self._waiting[record.key] = (record, data)
+        else:
+            self._index(record, data)
+
+    def _settle(self) -> None:
+        """Index the delta records whose bases are known now (bases first)."""
+        if self._waiting:
+            resolved, _ = _resolve_all(self.records, (record for record, _ in self._waiting.values()))
+            for record in resolved:
+                self._index(record, self._waiting.pop(record.key)[1])
 
     def _index(self, record: Record, data: bytes) -> None:
         self.records[record.key] = record
         self._entries.append(data)
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
+        if record.kind == "model":
+            self._recent_models.append(record.key)
+
+    def _encode(self, record: Record) -> bytes:
+        """A model record's request as a delta on the latest model record it continues most of
+        (``_delta``); anything else whole."""
+        if record.kind != "model":
+            return record.encode()
+        with self._lock:
+            bases = [self.records[key] for key in self._recent_models if key in self.records]
+        best: Delta | None = None
+        for base in bases:
+            delta = _delta(record.request, base)
+            if delta is not None and (best is None or delta.kept > best.kept):
+                best = delta
+        return record.encode(best)
 
     # -- the copies: pack and tail -----------------------------------------------------------
     def _next_pack_id(self) -> PackId:
@@ -503,11 +689,55 @@ class Journal:
         header = {"id": pack_id, "from": self._loaded_pack, "attempt": self.attempt, "closed_by": self.attempt if closed else None}
         return _blob(PACK_MAGIC, header, entries)
 
-    def _packed(self, pack_id: PackId, count: int) -> None:
-        """A pack holding the first ``count`` entries is durable: later tails continue it."""
+    def _write_pack(self, pack_id: PackId, closed: bool, extra: list[bytes] | None = None) -> tuple[int, set[StepKey]] | None:
+        """Write a pack of every record known (and ``extra``), conditionally on the version of the
+        pack this attempt last read or wrote (the fence: a newer attempt's pack is never
+        overwritten, ``None`` then). A pack changed since (an older attempt's, a rival's) is read
+        and the records it holds that this attempt does not know are kept in this one
+        (``_foreign``): a pack never loses a record once it held one, so a loose record can go
+        once a pack holds it. Returns how many of ``_entries`` it holds and the steps it holds;
+        ``None`` if it was not written (a pack is a copy: the tail and loose records hold the steps)."""
+        for _ in range(5):
+            if self.superseded_by is not None:
+                return None
+            with self._lock:
+                count = len(self._entries)
+                keys = set(self.records)
+                foreign = {k: v for k, v in self._foreign.items() if k not in keys}
+                entries = self._entries[:count] + list(foreign.values()) + list(extra or [])
+                version = self._pack_token
+            token = self.store.write_if(self.pack_key, self._pack_blob(pack_id, entries, closed), version)
+            if token is not None:
+                self._pack_token = token
+                return count, keys | set(foreign)
+            if self.superseded():
+                return None
+            found = self.store.get_versioned(self.pack_key)
+            if found is not None:
+                self._merge_foreign(found[0])
+            self._pack_token = found[1] if found is not None else None
+        return None
+
+    def _merge_foreign(self, data: bytes) -> None:
+        """The records of the pack in the store this attempt does not know (an earlier or rival
+        writer's): kept for its packs, not replayed (a load reads them)."""
+        _, entries, _ = _split_blob(data, PACK_MAGIC)
+        with self._lock:
+            for entry in entries:
+                record = Record.decode(entry)
+                if record is not None and record.key not in self.records and record.key not in self._waiting:
+                    self._foreign.setdefault(record.key, entry)
+
+    def _packed(self, pack_id: PackId, count: int, keys: set[StepKey]) -> None:
+        """A pack holding the first ``count`` entries and the steps ``keys`` is durable: later
+        tails continue it, and the loose records of those steps go (no second copy)."""
         with self._lock:
             if count >= self._pack_count:
                 self._pack_id, self._pack_count = pack_id, count
+            new = keys - self._packed_keys
+            self._packed_keys |= new
+            doomed = [key for key in new if key in self._loose_made and key not in self._loose_pending]
+        self._delete_loose(doomed)
 
     def _pack_soon(self) -> None:
         """Rewrite the pack with every record in a background thread (never on a step's path);
@@ -523,13 +753,12 @@ class Journal:
         while True:
             pack_id = self._next_pack_id()
             with self._lock:
-                entries = list(self._entries)
                 self._pack_again = False
             try:
-                if self._write_pack(self._pack_blob(pack_id, entries, closed=False)):  # atomic: old or new
-                    self._packed(pack_id, len(entries))
+                if (packed := self._write_pack(pack_id, closed=False)) is not None:  # atomic: old or new
+                    self._packed(pack_id, *packed)
             except StoreError:
-                pass  # a pack is only a copy: failing to write one changes nothing
+                pass  # failing to write a pack changes nothing: the tail and loose records hold the steps
             with self._lock:
                 if not self._pack_again:
                     self._packer = None
@@ -578,25 +807,28 @@ class Journal:
             return  # a newer attempt owns the journal now
         try:
             keys = self.store.list(self.prefix)
-            unknown = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
+            names = [k for k in keys if k.endswith(".rec")]
+            unknown = [k for k in names if self._key_of(k) not in self.records]
             for name, data in self.store.get_many(unknown).items():
                 self._add(name, data)
+            self._settle()
             pack_id = self._next_pack_id()
             with self._lock:
                 in_flight = list(self._in_flight.values())
-                entries = list(self._entries) + in_flight
                 version = self._tail_token
             tail = _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, [])
-            pack = self._pack_blob(pack_id, entries, closed=True)
             if in_flight:  # steps not yet durable: only once the tail says this attempt still owns the journal
-                if self._write_tail(tail, version):
-                    self._write_pack(pack)
-                return
-            # Both at once: a tail whose pack failed continues a pack no reader finds, so it lists.
-            with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-close") as pool:
-                packed = pool.submit(self._write_pack, pack)
-                self._write_tail(tail, version)
-                packed.result()
+                packed = self._write_pack(pack_id, True, in_flight) if self._write_tail(tail, version) else None
+            else:
+                # Both at once: a tail whose pack failed continues a pack no reader finds, so it lists.
+                with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-close") as pool:
+                    pack = pool.submit(self._write_pack, pack_id, True)
+                    self._write_tail(tail, version)
+                    packed = pack.result()
+            if packed is not None:
+                self._packed(pack_id, *packed)
+                # Every loose record the pack holds goes, those earlier attempts left too.
+                self._delete_loose({key for key in map(self._key_of, names) if key in packed[1]})
         except StoreError:
             pass
 
@@ -711,8 +943,7 @@ class Journal:
         not done and the next attempt runs it again (a tail already holding it only hands that
         attempt a complete answer)."""
         record.attempt = self.attempt
-        name = self._object_key(record.key)
-        data = record.encode()
+        data = self._encode(record)
         with self._lock:
             self._tail_version += 1
             version = self._tail_version
@@ -725,7 +956,7 @@ class Journal:
                     raise
                 # A call this attempt was running when the newer one started: that one waits for
                 # this record (tether.fence); loose only, the copies are the newer attempt's now.
-                self._write_one_loose(name, data, False, quiet=False)
+                self._write_one_loose(record.key, data, False, quiet=False)
                 with self._lock:
                     self.records[record.key] = record
                     self.counters.count(record.kind, replayed=replayed)
@@ -735,9 +966,9 @@ class Journal:
                 with self._lock:
                     if self._loose_writer is None:
                         self._loose_writer = ThreadPoolExecutor(4, thread_name_prefix="tether-journal-loose")
-                    self._loose_writer.submit(self._write_one_loose, name, data, overwrite)
+                    self._loose_writer.submit(self._write_one_loose, record.key, data, overwrite)
             else:
-                self._write_one_loose(name, data, overwrite, quiet=False)
+                self._write_one_loose(record.key, data, overwrite, quiet=False)
             self._corrupt_keys.discard(record.key)
         finally:
             with self._lock:
@@ -749,6 +980,8 @@ class Journal:
             self._used.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
             self._writing.get((record.kind, record.fingerprint), set()).discard(record.occurrence)  # a claim, now recorded
             self.counters.count(record.kind, replayed=replayed)
+            if record.kind == "model":
+                self._recent_models.append(record.key)
             behind = len(self._entries) - self._pack_count >= PACK_EVERY
         if behind:
             self._pack_soon()

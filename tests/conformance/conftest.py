@@ -104,10 +104,11 @@ class Runner:
         return [e for e in lines if tool is None or e["tool"] == tool]
 
     def records(self, run_id: str, kind: str = "model"):
-        from tether.journal import Record
+        from tether.journal import read_records
+        from tether.stores import LocalStore
 
-        root = Path(self.store) / "journal" / run_id / kind
-        return [Record.decode(p.read_bytes()) for p in sorted(root.glob("*.rec"))]
+        found = [r for r in read_records(LocalStore(self.store), run_id) if r.kind == kind]
+        return sorted(found, key=lambda r: f"{r.fingerprint}-{r.occurrence}")
 
 
 @pytest.fixture

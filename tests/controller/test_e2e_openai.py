@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.support.kube import ControlPlane
-from tether.journal import Journal, Record
+from tether.journal import Journal, Record, read_records
 from tether.stores import Store, open_store
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
@@ -124,10 +124,9 @@ def run_store(op: Operator) -> Store:
 
 
 def journaled_turns(op: Operator, obj: dict[str, Any]) -> int:
-    """Model turns recorded in the run's journal (the operator's store). Listed, not loaded:
+    """Model turns recorded in the run's journal (the operator's store). Read, not loaded:
     loading a journal claims an attempt."""
-    prefix = f"journal/{obj['metadata']['uid']}/model/"
-    return sum(1 for key in run_store(op).list(prefix) if key.endswith(".rec"))
+    return sum(1 for record in read_records(run_store(op), obj["metadata"]["uid"]) if record.kind == "model")
 
 
 def live_bodies(fake: FakeProvider, since: int = 0) -> list[str]:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from tests.core.sdk_exchange import EXCHANGES, PROVIDER, connect
 from tether.api import AgentRunSpec, Limits, Usage
 from tether.commands import status
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.progress import ProgressWriter, read_progress, snapshot
 from tether.run import Run
 from tether.stores import open_store
@@ -55,8 +55,7 @@ def ask(run: Run, text: str, model: str = "gpt-4o") -> str:
 
 
 def model_records(store: str, scope: str) -> list[Record | None]:
-    st = open_store(store)
-    return [Record.decode(b) for b in st.get_many([k for k in st.list(f"journal/{scope}/model/") if k.endswith(".rec")]).values()]
+    return [r for r in read_records(open_store(store), scope) if r.kind == "model"]
 
 
 # -- the limit fails closed on unknown cost, or open when told -----------------------------------

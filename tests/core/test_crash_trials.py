@@ -66,7 +66,7 @@ import pytest
 from tests.support.s3 import new_bucket
 from tests.support.zygote import Zygote
 from tether.canonical import sha256_hex
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.stores import open_store
 from tether.testing import FakeProvider
 
@@ -132,10 +132,12 @@ def _argv(store: str, scope: str, upstream: str, *, stream: bool, via: str, kill
     return argv
 
 
-def _records(store_url: str, scope: str) -> tuple[dict[str, bytes], list[str]]:
+def _records(store_url: str, scope: str) -> tuple[dict[str, Record], list[str]]:
+    """The run's records (pack, tail and loose records, read only) by step, and its attempt markers."""
     store = open_store(store_url)
     keys = store.list(f"journal/{scope}/")
-    return store.get_many(k for k in keys if k.endswith(".rec")), sorted(k for k in keys if "/attempts/" in k)
+    records = {f"{r.kind}/{r.fingerprint}-{r.occurrence}": r for r in read_records(store, scope)}
+    return records, sorted(k for k in keys if "/attempts/" in k)
 
 
 def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expected: str, durations: dict[str, float]) -> dict:
@@ -184,7 +186,7 @@ def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expe
     finally:
         for provider in providers:
             provider.stop()
-    blobs, _ = _records(store, scope)
+    records, _ = _records(store, scope)
     executions = [json.loads(line) for line in tool_log.read_text().splitlines()] if tool_log.exists() else []
     return {
         "seed": seed,
@@ -193,7 +195,7 @@ def trial(seed: int, zygote: Zygote, workdir: Path, stores: dict[str, str], expe
         "scope": scope,
         "expected": expected,
         "processes": processes,
-        "blobs": blobs,
+        "records": records,
         "executions": executions,
     }
 
@@ -217,12 +219,8 @@ def check(t: dict) -> None:
     writer_of = {a: i for i, p in enumerate(procs) for a in p["claimed"]}
     assert out["attempt"] in writer_of and writer_of[out["attempt"]] == len(procs) - 1
 
-    # Every record decodes; exactly the records of the uninterrupted path.
-    records = {}
-    for name, data in t["blobs"].items():
-        record = Record.decode(data)
-        assert record is not None, f"corrupt record {name}"
-        records[name] = record
+    # Exactly the records of the uninterrupted path (a corrupt one would be missing).
+    records = t["records"]
     kinds = Counter(r.kind for r in records.values())
     assert kinds == {"model": MODEL_TURNS, "tool": TOOL_CALLS}, kinds
 

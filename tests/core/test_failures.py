@@ -361,7 +361,8 @@ def test_s3_outage_during_a_live_step_is_recoverable_and_drops_nothing(attempt, 
 def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tmp_path):
     """An attempt keeps a pack of its records (in the background every PACK_EVERY records, and
     at its end) and a tail of those the pack lacks; after a clean end the next load reads the two
-    copies, without a listing; a corrupt pack falls back to the listing and the loose records."""
+    copies, without a listing; a pack that is not whole falls back to the listing, and a step
+    whose packed record is corrupt (its only copy once packed) is a miss."""
     from tether.journal import PACK_EVERY, Journal, Record
     from tether.stores import LocalStore
 
@@ -387,19 +388,28 @@ def test_journal_packs_records_for_one_read_loads_and_survives_a_corrupt_pack(tm
     assert second.attempt == 2
     rival = Journal(store, "p").load()  # started meanwhile: the tail second took over names it, so no listing
     assert rival.attempt == 3 and CountingStore.lists == 0 and len(rival.records) == PACK_EVERY + 2
+    assert store.list("journal/p/tool/") == []  # packed: each step stored once
     data = bytearray(store.get(second.pack_key))
-    data[20] ^= 0xFF  # break the first packed record's checksum
+    data[20] ^= 0xFF  # break the pack's header: its records are read all the same (each has its checksum)
     store.put(second.pack_key, bytes(data))
     third = Journal(store, "p").load()
     assert len(third.records) == PACK_EVERY + 2 and third.counters.corrupt == 0 and third.attempt == 4
+    third.close()
+    data = bytearray(store.get(third.pack_key))
+    data[data.index(b"\n") + 8 + 5] ^= 0xFF  # break the first packed record (its only copy)
+    store.put(third.pack_key, bytes(data))
+    third = Journal(store, "p").load()
+    assert len(third.records) == PACK_EVERY + 1 and third.counters.corrupt == 1 and third.attempt == 5
+    assert ("tool", "fp0", 1) not in third.records  # a miss: the step runs again and is recorded
+    third.append(Record("tool", "fp0", 1, "ok", {"i": 0}, body=b'"x"'))
     third.close()
     data = bytearray(store.get(third.pack_key))
     data[-5] ^= 0xFF  # a closed pack that is not whole: its claim is kept, the journal listed
     store.put(third.pack_key, bytes(data))
     CountingStore.lists = 0
     fourth = Journal(store, "p").load()
-    assert len(fourth.records) == PACK_EVERY + 2 and fourth.attempt == 5 and CountingStore.lists == 1
-    assert len(store.list("journal/p/attempts/")) == 5
+    assert len(fourth.records) == PACK_EVERY + 1 and fourth.counters.corrupt == 1 and fourth.attempt == 6 and CountingStore.lists == 1
+    assert len(store.list("journal/p/attempts/")) == 6
 
 
 def test_a_newer_attempt_fences_the_older_one(tmp_path, capfd):
@@ -444,8 +454,8 @@ def test_a_newer_attempt_fences_the_older_one(tmp_path, capfd):
 
 
 def test_a_crash_between_pack_writes_loses_and_duplicates_no_record(tmp_path):
-    """Records written after the last pack (the process killed before the next one, or while it
-    was written: a torn pack) are read loose; a record both packed and loose counts once."""
+    """Records written after the last pack (the process killed before the next one) are read
+    loose; a record both packed and loose counts once."""
     from tether.journal import PACK_EVERY, Journal, Record
     from tether.stores import LocalStore
 
@@ -470,8 +480,9 @@ def test_a_crash_between_pack_writes_loses_and_duplicates_no_record(tmp_path):
     replayed = [second.replay_next("model", "same-request") for _ in model]
     assert [r.body for r in replayed] == [str(i).encode() for i in range(1, total, 2)]
     assert second.replay_next("model", "same-request") is None  # nothing twice
-    # A torn pack (killed mid-write on a store without atomic puts) is only a missed copy.
-    store.put(first.pack_key, packed[: len(packed) // 2])
+    # The packed records' loose copies went once the pack was durable (a store's put is atomic:
+    # a pack is replaced whole, never torn); the later ones stay loose until a pack holds them.
+    assert len([k for k in store.list("journal/c/") if k.endswith(".rec")]) <= total - PACK_EVERY
     third = Journal(store, "c").load()
     assert len(third.records) == total and third.attempt == 3
     new = third.append_next(Record("model", "same-request", 0, "ok", {}, body=b"new"))

@@ -33,14 +33,27 @@ def request(turn: int) -> dict[str, Any]:
     """Turn ``turn``'s request: every message so far (as a framework re-sends it) and its tools."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "go"}]
     for i in range(turn):
-        messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"i": i})}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"i": i})}}],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}: " + "x" * 200})
-    return {"path": "/v1/chat/completions", "query": {}, "headers": {}, "body": {"model": "gpt-4o-mini", "messages": messages, "tools": TOOLS}}
+    return {
+        "path": "/v1/chat/completions",
+        "query": {},
+        "headers": {},
+        "body": {"model": "gpt-4o-mini", "messages": messages, "tools": TOOLS},
+    }
 
 
 def model_record(turn: int) -> Record:
     req = request(turn)
-    return Record("model", fingerprint("model", req), 1, "ok", req, {"status": 200, "headers": [], "streamed": False}, body=b'{"id":"r%d"}' % turn)
+    return Record(
+        "model", fingerprint("model", req), 1, "ok", req, {"status": 200, "headers": [], "streamed": False}, body=b'{"id":"r%d"}' % turn
+    )
 
 
 def stored(root: Path, scope: str) -> dict[str, int]:
@@ -126,7 +139,9 @@ def test_a_kill_between_the_pack_and_removing_its_loose_records_loses_nothing(tm
     root = Path(__file__).resolve().parents[2]
     for deletes in (0, 4):
         scope = f"cut{deletes}"
-        proc = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path), scope, str(deletes), str(root)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", WRITER, str(tmp_path), scope, str(deletes), str(root)], capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
         acked = [int(line) for line in proc.stdout.split()]
         assert stored(tmp_path, scope)["pack"] > 0 and stored(tmp_path, scope)["loose"] > 0  # killed between the two
@@ -153,7 +168,13 @@ def test_a_journal_written_by_main_before_deltas_resumes(tmp_path: Path) -> None
 
         def resume(scope: str) -> dict[str, Any]:
             argv = ["--store", str(store), "--scope", scope, "--upstream", upstream, "--question", QUESTION]
-            proc = subprocess.run([sys.executable, "-m", "tether.testing.chat_loop", *argv], capture_output=True, text=True, timeout=120, env={**os.environ, "TETHER_TOOL_LOG": str(log)})
+            proc = subprocess.run(
+                [sys.executable, "-m", "tether.testing.chat_loop", *argv],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "TETHER_TOOL_LOG": str(log)},
+            )
             assert proc.returncode == 0, proc.stderr[-2000:]
             return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -24,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters
 import tether
 from tests.support.mcp_ledger import KEY, charges, free_port, http_server, stdio_command, wait_for_port
 from tether import mcp
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.run import Run
 from tether.stores import open_store
 
@@ -32,8 +32,7 @@ Connect = Callable[[], Any]
 
 
 def tool_records(store: str, scope: str) -> list[Record]:
-    s = open_store(store)
-    return sorted((Record.decode(b) for b in s.get_many(s.list(f"journal/{scope}/tool/")).values()), key=lambda r: r.started_at)
+    return sorted((r for r in read_records(open_store(store), scope) if r.kind == "tool"), key=lambda r: r.started_at)
 
 
 async def attempt(

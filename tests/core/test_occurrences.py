@@ -22,7 +22,7 @@ import pytest
 
 from tests.core import sdk_exchange
 from tests.core.sdk_exchange import EXCHANGES, PROVIDER, connect
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.run import Run
 from tether.stores import open_store
 from tether.testing import FakeProvider, Fault
@@ -90,10 +90,7 @@ def new_run(provider: FakeProvider, store: str, scope: str, protocol: str) -> Ru
 
 
 def records(store: str, scope: str) -> list[Record]:
-    st = open_store(store)
-    out = [Record.decode(b) for b in st.get_many([k for k in st.list(f"journal/{scope}/model/") if k.endswith(".rec")]).values()]
-    assert all(r is not None for r in out), "a record is corrupt"
-    return sorted(out, key=lambda r: r.started_at)
+    return sorted((r for r in read_records(open_store(store), scope) if r.kind == "model"), key=lambda r: r.started_at)
 
 
 def inject(provider: FakeProvider, fault: str, protocol: str) -> None:

@@ -28,7 +28,7 @@ import pytest
 
 from tests.support.s3 import new_bucket, s3_server, set_aws_env
 from tether.errors import RecoverableStepError, StoreUnavailable
-from tether.journal import Record
+from tether.journal import read_records
 from tether.run import Run
 from tether.stores import LocalStore, open_store
 from tether.testing import FakeProvider
@@ -251,10 +251,7 @@ def check_kill_on_answer(store_url: str, provider: FakeProvider, tmp_path: Path)
         executions = [json.loads(line)["key"] for line in log.read_text().splitlines()]
         assert len(executions) == 2 and len(set(executions)) == 2, "a tool ran twice"
         assert out["tool_live"] + out["tool_replayed"] == 2 and out["tool_live"] == (2 if answer == 1 else 0)
-        store = open_store(store_url)
-        keys = [k for k in store.list(f"journal/{scope}/") if k.endswith(".rec")]
-        records = [Record.decode(data) for data in store.get_many(keys).values()]
-        assert all(r is not None for r in records) and len(records) == 4
+        assert len(read_records(open_store(store_url), scope)) == 4
         live_again.append(out["model_live"])
     return live_again
 

@@ -28,7 +28,7 @@ import pytest
 from tests.core.sdk_exchange import EXCHANGES
 from tests.support.s3 import new_bucket
 from tests.support.zygote import Zygote
-from tether.journal import Record
+from tether.journal import read_records
 from tether.stores import open_store
 from tether.testing import FakeProvider
 
@@ -206,13 +206,14 @@ def test_second_process_replays_byte_identical(replays, variant):
     # Usage moves from live to replayed (a replayed turn costs nothing).
     assert second["usage_live"] == 0 and second["usage_replayed"] == first["usage_live"] > 0
 
-    # What the store holds for this run: two model records, both intact, and two attempt markers.
+    # What the store holds for this run: two model records, both intact, each stored once (in the
+    # pack: the loose copies went once it was durable), and two attempt markers.
     st = open_store(stores[store])
     keys = st.list(f"journal/{_id(variant)}/")
-    recs = [k for k in keys if k.endswith(".rec")]
+    recs = read_records(st, _id(variant))
     assert len(recs) == 2 and len([k for k in keys if "/attempts/" in k]) == 2, keys
-    for k in recs:
-        record = Record.decode(st.get(k))
-        assert record is not None and record.kind == "model" and record.outcome == "ok" and record.attempt == 1
+    assert not [k for k in keys if k.endswith(".rec")], keys
+    for record in recs:
+        assert record.kind == "model" and record.outcome == "ok" and record.attempt == 1
         assert record.response["streamed"] == stream
         assert record.response["protocol"] == protocol

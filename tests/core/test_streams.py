@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.run import Run
 from tether.stores import open_store
 from tether.testing import FakeProvider, Fault
@@ -41,10 +41,7 @@ def provider():
 
 
 def model_records(store: str, scope: str) -> list[Record]:
-    st = open_store(store)
-    out = [Record.decode(b) for b in st.get_many([k for k in st.list(f"journal/{scope}/model/") if k.endswith(".rec")]).values()]
-    assert all(r is not None for r in out), "a record is corrupt"
-    return out
+    return [r for r in read_records(open_store(store), scope) if r.kind == "model"]
 
 
 def new_run(provider: FakeProvider, store: str, scope: str) -> Run:

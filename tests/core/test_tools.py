@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from tether.errors import ToolError
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.run import Run
 from tether.stores import open_store
 from tether.tools import ToolSpec, call_tool, call_tool_sync, idempotency_key
@@ -50,8 +50,7 @@ class Counted:
 
 
 def tool_records(store, scope: str) -> list[Record]:
-    store = open_store(store)
-    return [Record.decode(b) for b in store.get_many(store.list(f"journal/{scope}/tool/")).values()]
+    return [r for r in read_records(open_store(store), scope) if r.kind == "tool"]
 
 
 KINDS = ["sync", "async"]

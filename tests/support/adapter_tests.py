@@ -5,13 +5,13 @@ from the store. The LangChain family's tests share more: tests/support/langchain
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.memory import Memory
-from tether.stores import open_store
+from tether.stores import LocalStore, open_store
 from tether.testing.fake_provider import FakeProvider
 
 
@@ -28,8 +28,7 @@ def run_args(fake: FakeProvider, store: str, run_id: str, provider: str = "opena
 
 def records(store: str, run_id: str, kind: str = "model") -> list[Record]:
     """The run's journal records of one kind (``model`` or ``tool``), in the order they started."""
-    root = Path(store) / "journal" / run_id / kind
-    found = [cast(Record, Record.decode(p.read_bytes())) for p in root.glob("*.rec")]  # a .rec file is a whole record
+    found = [r for r in read_records(LocalStore(store), run_id) if r.kind == kind]  # pack, tail and loose records, deltas resolved
     return sorted(found, key=lambda r: r.started_at)
 
 

@@ -29,6 +29,7 @@ from crewai.tools import tool as crewai_decorator
 
 from tests.support.zygote import Zygote
 from tether.errors import ConfigError
+from tether.journal import read_records
 from tether.testing.fake_provider import FakeProvider, Fault
 from tether.testing.script import Script
 
@@ -231,7 +232,6 @@ async def test_models_that_would_bypass_the_seam_are_refused(fake, tmp_path):
 async def test_a_crew_with_a_memory_key_sees_the_earlier_exchanges(fake, tmp_path):
     """memoryKey keeps the conversation with the crew: the second run's first request carries the
     first run's prompt and answer (through ``{history}``), stored once each."""
-    from tether.journal import Record
     from tether.memory import Memory
     from tether.stores import open_store
 
@@ -240,9 +240,8 @@ async def test_a_crew_with_a_memory_key_sees_the_earlier_exchanges(fake, tmp_pat
 
     first = await run_agent("remember: my name is Ada", agent=crew(), memory_key="ada", **options(fake, tmp_path, "m1"))
     await run_agent("what is my name?", agent=crew(), memory_key="ada", **options(fake, tmp_path, "m2"))
-    records = sorted((tmp_path / "store" / "journal" / "m2" / "model").glob("*.rec"))
-    record = Record.decode(records[0].read_bytes())
-    assert record is not None and first.output is not None
+    record = next(r for r in read_records(open_store(str(tmp_path / "store")), "m2") if r.kind == "model")
+    assert first.output is not None
     request = json.dumps(record.request)
     assert "remember: my name is Ada" in request and first.output in request and "what is my name?" in request
     items = Memory(open_store(str(tmp_path / "store")), "default", "ada").load()

@@ -24,10 +24,10 @@ import pytest
 from run_agent import AIAgent
 
 from tether.errors import ConfigError
-from tether.journal import Record
+from tether.journal import Record, read_records
 from tether.progress import read_progress
 from tether.run import Run
-from tether.stores import open_store
+from tether.stores import LocalStore, open_store
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 from tether.wire.proxy import shared_proxy
@@ -74,12 +74,7 @@ def common(fake: FakeProvider, tmp_path: Path, run_id: str) -> dict:
 
 
 def records(tmp_path: Path, run_id: str) -> list[Record]:
-    root = tmp_path / "store" / "journal" / run_id / "model"
-    found = []
-    for p in root.glob("*.rec"):
-        record = Record.decode(p.read_bytes())
-        assert record is not None, f"{p} does not decode"
-        found.append(record)
+    found = [r for r in read_records(LocalStore(tmp_path / "store"), run_id) if r.kind == "model"]
     return sorted(found, key=lambda r: r.started_at)
 
 

@@ -25,7 +25,8 @@ from mistralai.client.models import FunctionTool
 
 from tether.agent import AgentSession, AgentSpec
 from tether.errors import ConfigError
-from tether.journal import Record
+from tether.journal import Record, read_records
+from tether.stores import LocalStore
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 from tether_mistral import ADAPTER, MistralAgent
@@ -157,8 +158,8 @@ def conversation_calls(fake: FakeProvider) -> list:
 
 
 def records(tmp_path: Path, run_id: str) -> list[Record]:
-    found = [Record.decode(p.read_bytes()) for p in (tmp_path / "store" / "journal" / run_id / "model").glob("*.rec")]
-    return sorted((r for r in found if r is not None), key=lambda r: r.started_at)
+    found = [r for r in read_records(LocalStore(tmp_path / "store"), run_id) if r.kind == "model"]
+    return sorted(found, key=lambda r: r.started_at)
 
 
 HISTORY = ["message.input", "function.call", "function.result", "agent.handoff", "function.call", "function.result", "message.output"]

@@ -21,7 +21,8 @@ import pytest
 
 from tests.conformance.agents import PROMPTS, SCRIPT, TOOLS
 from tether.errors import ConfigError
-from tether.journal import Record
+from tether.journal import Record, read_records
+from tether.stores import LocalStore
 from tether.testing.fake_provider import FakeProvider
 from tether.testing.script import Script
 from tether_mistral import ADAPTER, MistralAgent, run_agent
@@ -65,8 +66,8 @@ def options(fake: FakeProvider, tmp_path: Path, run_id: str, **extra: object) ->
 
 
 def records(tmp_path: Path, run_id: str) -> list[Record]:
-    found = [Record.decode(p.read_bytes()) for p in (tmp_path / "store" / "journal" / run_id / "model").glob("*.rec")]
-    return sorted((r for r in found if r is not None), key=lambda r: r.started_at)
+    found = [r for r in read_records(LocalStore(tmp_path / "store"), run_id) if r.kind == "model"]
+    return sorted(found, key=lambda r: r.started_at)
 
 
 def conversation_calls(fake: FakeProvider) -> list:

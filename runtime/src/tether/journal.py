@@ -269,15 +269,15 @@ def _split_blob(data: bytes | None, magic: bytes) -> tuple[dict[str, Any] | None
     try:
         header = json.loads(head[len(magic) :])
     except ValueError:
-        return None, [], False
+        header = None  # its entries are still read: each record carries its own checksum
     if not isinstance(header, dict):
-        return None, [], False
+        header = None
     entries, i = [], 0
     while i + 8 <= len(body):
         size = int.from_bytes(body[i : i + 8], "big")
         entries.append(body[i + 8 : i + 8 + size])
         i += 8 + size
-    whole = i == len(body) and header.get("sha256") == sha256_hex(body) and header.get("records") == len(entries)
+    whole = header is not None and i == len(body) and header.get("sha256") == sha256_hex(body) and header.get("records") == len(entries)
     return header, entries, whole
 
 
@@ -592,7 +592,8 @@ class Journal:
         blobs = self.store.get_many([self.pack_key, self.tail_key])
         for key, magic in ((self.pack_key, PACK_MAGIC), (self.tail_key, TAIL_MAGIC)):
             for entry in _split_blob(blobs.get(key), magic)[1]:
-                self._add_entry(entry)
+                if self._add_entry(entry) is None and key == self.pack_key:
+                    self.counters.corrupt += 1  # the only copy of a packed step: a miss, run again
         self._settle()
         attempts = [k for k in keys if k.startswith(self.prefix + "attempts/")]
         loose = [k for k in keys if k.endswith(".rec") and self._key_of(k) not in self.records]
@@ -634,11 +635,13 @@ class Journal:
             self._take(record, data)
         return True
 
-    def _add_entry(self, data: bytes) -> bool:
-        """A copy from a pack or tail (a corrupt one is skipped: the listing reads it loose);
-        whether it was new."""
+    def _add_entry(self, data: bytes) -> bool | None:
+        """A copy from a pack or tail; whether it was new, ``None`` if it is corrupt (skipped:
+        the listing reads the loose record, if the step still has one)."""
         record = Record.decode(data)
-        if record is None or record.key in self.records or record.key in self._waiting:
+        if record is None:
+            return None
+        if record.key in self.records or record.key in self._waiting:
             return False
         self._take(record, data)
         return True

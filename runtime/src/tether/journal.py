@@ -5,26 +5,40 @@ serves replays from memory; a live step is written before it counts as done. Rec
 once written: a second writer of the same key loses quietly (``create`` is exclusive), except over a
 record that failed its checksum.
 
-Every record is a loose object at its step key (the source of truth, ``<kind>/<fp>-<occ>.rec``),
-and two objects at fixed keys hold copies, so a load reads known keys and never lists:
+A record is written as a loose object at its step key (``<kind>/<fp>-<occ>.rec``), and two
+objects at fixed keys hold copies, so a load reads known keys and never lists:
 
 - the *pack*, every record: rewritten in the background every ``PACK_EVERY`` new records and at
-  the end of the attempt (never on a step's path);
+  the end of the attempt (never on a step's path), by compare-and-swap over the pack in the store,
+  keeping the records it holds that this attempt does not know (another writer's): a pack never
+  loses a record once it held one. Once a pack is durable, the loose records of its steps are
+  removed (each step is stored once; ``close`` removes those earlier attempts left). A kill
+  between the two leaves both copies, which count once;
 - the *tail*, the records the pack lacks: rewritten with every step, before its loose record. A
   step counts as written once both are durable (with ``loose_later``, as ``run_agent``'s runs
   use: once the tail is; the loose record follows in the background and ``close`` waits for it),
-  and a loose record exists only once a tail holds it, so pack + tail hold every step written and
-  every loose record, whenever the writer was killed; a load writes the loose records of steps it
-  found in the tail only. Tail writes are one at a time and carry every record so far (a group
-  commit: parallel steps share a write). The tail names the pack it continues (``base``); packs
-  carry their own id and the id of the pack their attempt loaded.
+  and a loose record exists only once a tail holds it, so pack + tail hold every step written,
+  whenever the writer was killed; a load writes the loose records of steps it found in the tail
+  only. Tail writes are one at a time and carry every record so far (a group commit: parallel
+  steps share a write). The tail names the pack it continues (``base``); packs carry their own id
+  and the id of the pack their attempt loaded.
 
 A load is one round trip for the pack and tail (read in parallel) plus the claim of the next
 attempt number, sent as soon as the small tail arrives (it names the latest attempt that wrote),
 overlapping the pack's transfer and decoding. Anything unexpected — a torn or corrupt pack or tail,
 a tail that continues a pack other than the one read, a claim that fails (an attempt started since
-that never wrote a tail, or a rival process) — falls back to listing the journal and reading the
-loose records the copies lack. Copies are only copies: a record in several counts once.
+that never wrote a tail, or a rival process) — falls back to listing the journal, reading the pack
+and tail again (a newer pack may hold what the first one read lacks) and the loose records they
+lack. Copies are only copies: a record in several counts once. A packed record is its step's only
+copy: if it fails its checksum the step is a miss and runs again.
+
+A model turn's request repeats the whole conversation so far; stored whole, a journal grows with
+the square of its turns. So a model record's request is stored as a delta on the request of one of
+the latest model records (``Delta``: each list that continues the base's list at the same path —
+the messages, the tools — keeps only its new items), and a load rebuilds it from its base (which
+is in the same journal); bytes per turn do not depend on the turn's position. Replay never reads
+the stored request: a turn is found by the fingerprint of the request as sent. Records written
+before deltas are whole and read as they are.
 
 Two attempts never write one journal (the fence): the tail is written only by a conditional write
 on the version its attempt last wrote or read, and a load takes the tail over (writes it as the new

@@ -12,6 +12,9 @@ calls. Each run is on a fresh store (a local directory, a SQLite file), fsync of
   (``journal/<run>/``: pack, tail, loose records, attempt markers).
 - **LangGraph + SqliteSaver**: the same graph shape (``agent`` ⇄ ``ToolNode``, ``ChatOpenAI``) with
   langgraph-checkpoint-sqlite's saver on a file: the file (and its ``-wal``, if any) at the end.
+  Up to ``--saver-max`` turns (200): every checkpoint holds the whole conversation, so its file
+  grows with the square of the turns (51 MB at 200 turns; 1,000 would take ~1.3 GB and half an
+  hour here).
 - **tether (pydantic-ai)** and **Pydantic AI + DBOS**: in the pydantic-ai environment (DBOS is
   pinned there, ``scripts/env.sh pydantic-ai``), one Pydantic AI agent run by
   ``tether_pydantic_ai.run_agent`` and by ``pydantic_ai.durable_exec.dbos.DBOSAgent`` with DBOS's
@@ -27,6 +30,7 @@ Goal: Tether's growth ≤ 1.2. Last line: JSON.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sqlite3
@@ -68,7 +72,15 @@ def tether_langgraph(upstream: str, work: Path, turns: int) -> int:
     from tether_langgraph import run_agent_sync, tool
 
     store = LocalStore(work / "tether-langgraph", fsync=False)
-    result = run_agent_sync(QUESTION, tools=[tool(lookup)], model="gpt-4o-mini", run_id=f"r{turns}", store=store, upstreams={"openai": upstream}, max_turns=turns + 2)
+    result = run_agent_sync(
+        QUESTION,
+        tools=[tool(lookup)],
+        model="gpt-4o-mini",
+        run_id=f"r{turns}",
+        store=store,
+        upstreams={"openai": upstream},
+        max_turns=turns + 2,
+    )
     assert result.output == "Done." and result.model_live == turns, result
     return folder_bytes(work / "tether-langgraph" / "journal" / f"r{turns}")
 
@@ -143,7 +155,7 @@ def marginal(sizes: list[int], row: dict[str, int]) -> dict[str, Any]:
     """What each turn added between two run lengths (a store's fixed cost, e.g. SQLite's schema
     pages, cancels out), and ``growth``: the last of those over the first (1.0: a turn costs the
     same wherever it is)."""
-    steps = {f"{a}-{b}": round((row[str(b)] - row[str(a)]) / (b - a)) for a, b in zip(sizes, sizes[1:])}
+    steps = {f"{a}-{b}": round((row[str(b)] - row[str(a)]) / (b - a)) for a, b in itertools.pairwise(sizes)}
     values = list(steps.values())
     return {"marginal_bytes_per_turn": steps, "growth": round(values[-1] / values[0], 2) if values and values[0] > 0 else None}
 
@@ -157,7 +169,13 @@ def pydantic_side(python: Path, upstream: str, work: Path, turns: int, dbos: boo
     """One run each in the pydantic-ai environment (a fresh process per size: DBOS is one per process)."""
     names = {"ROOT": str(ROOT), "WORK": str(work), "UPSTREAM": upstream, "TURNS": turns, "DBOS_TOO": dbos}
     prelude = "".join(f"{k} = {v!r}\n" for k, v in names.items())
-    proc = subprocess.run([str(python), "-c", prelude + PYDANTIC_CHILD], capture_output=True, text=True, cwd=work, env={**os.environ, "OPENAI_API_KEY": "sk-bench"})
+    proc = subprocess.run(
+        [str(python), "-c", prelude + PYDANTIC_CHILD],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env={**os.environ, "OPENAI_API_KEY": "sk-bench"},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
@@ -166,6 +184,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--turns", default="20,200,1000", help="comma-separated run lengths in model turns")
     p.add_argument("--no-dbos", action="store_true", help="skip the pydantic-ai environment (Tether's pydantic-ai adapter and DBOS)")
+    p.add_argument("--saver-max", type=int, default=200, help="longest run for SqliteSaver (its file grows with the square of the turns)")
     args = p.parse_args()
     from tether.testing.fake_provider import FakeProvider
     from tether.testing.script import Script
@@ -179,6 +198,8 @@ def main() -> None:
         rows.update(tether_pydantic_ai={}, dbos={})
     for turns in sizes:
         for name in ("tether_langgraph", "sqlite_saver"):
+            if name == "sqlite_saver" and turns > args.saver_max:
+                continue
             with FakeProvider(Script.from_dict(script(turns))) as fake:
                 run = tether_langgraph if name == "tether_langgraph" else sqlite_saver
                 rows[name][str(turns)] = run(fake.url + "/openai", work, turns)
@@ -186,14 +207,23 @@ def main() -> None:
             with FakeProvider(Script.from_dict(script(turns))) as fake:
                 side = pydantic_side(python, fake.url + "/openai", work, turns, dbos=True)
             rows["tether_pydantic_ai"][str(turns)], rows["dbos"][str(turns)] = side["tether"], side["dbos"]
-        print(f"{turns:>6} turns: " + "  ".join(f"{name} {row[str(turns)] / 1024:,.1f} kB" for name, row in rows.items()), flush=True)
+        print(
+            f"{turns:>6} turns: "
+            + "  ".join(f"{name} {row[str(turns)] / 1024:,.1f} kB" for name, row in rows.items() if str(turns) in row),
+            flush=True,
+        )
 
     figures: dict[str, Any] = {"turns": sizes}
     print(f"\n{'bytes':22}" + "".join(f"{str(n) + ' turns':>14}" for n in sizes) + "   marginal bytes per turn between sizes, growth")
     for name, row in rows.items():
-        figures[name] = {"bytes": row, **marginal(sizes, row)}
+        ran = [n for n in sizes if str(n) in row]
+        figures[name] = {"bytes": row, **marginal(ran, row)}
         steps = "  ".join(f"{m:,}" for m in figures[name]["marginal_bytes_per_turn"].values())
-        print(f"{name:22}" + "".join(f"{row[str(n)]:>14,}" for n in sizes) + f"   {steps}  x{figures[name]['growth']}")
+        print(
+            f"{name:22}"
+            + "".join(f"{row[str(n)]:>14,}" if str(n) in row else f"{'not run':>14}" for n in sizes)
+            + f"   {steps}  x{figures[name]['growth']}"
+        )
     print(json.dumps(figures))
     save("journal_size", figures)
 

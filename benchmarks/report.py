@@ -41,6 +41,8 @@ $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
 $V/bin/python benchmarks/import_time.py [--frameworks langgraph,openai] [--repeat 7]
 $V/bin/python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
+$(scripts/env.sh langgraph)/bin/python benchmarks/journal_size.py [--turns 20,200,1000] [--no-dbos]
+$(scripts/env.sh langgraph)/bin/python benchmarks/peer_turns.py [--turns 20] [--latency 0.1] [--repeat 5]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
 $V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
@@ -137,8 +139,11 @@ Recording overlaps delivery, as in `run_agent` (`Run(overlap_writes=True)`): an 
 back while its record is written; it counts as recorded once durable, and what follows from it
 waits for that — a tool call it asked for, the next live answer handed back, the end of the run.
 The write starts when the process turns to it: the next request sent upstream, anything that waits
-for it, or 10 ms later (`WriteScheduler._turn`); started at once, its threads slowed the framework reading
-the answer (×1.03–1.05 instead of ×1.01–1.02 for a plain turn, measured A/B in one session).
+for it, or 1 ms later (`WriteScheduler._turn`); started before the loop handed the answer on, its
+threads slowed the framework reading it (×1.03–1.05 instead of ×1.01–1.02 for a plain turn, measured
+A/B in one session, when records held the whole conversation). 10 ms, as it was, left a LangGraph
+tool call waiting for the whole write (+4–5 ms a turn, peer_turns.py); at 1 ms the raw SDK's turn
+measured the same as at 10 ms within the noise (±3 ms at load average 7, A/B in one process).
 A kill in between loses only an answer nothing acted on: the retry asks the model for that turn
 again (paid twice, as a kill during the call always was); no tool runs twice, no record is torn
 (tests/core/test_overlap_writes.py). Without it (`Run()` alone) an answer is durable before the
@@ -232,6 +237,27 @@ attempt, overlapping the pack's transfer: two dependent round trips, no listing 
 asserts none). A listing remains the fallback for what writers do not leave (a torn copy, a rival
 process). Beside it: `SqliteSaver.get_tuple` of a 200-message thread (local file). Goals: ≤ 20 ms
 locally, ≤ 100 ms on S3.
+
+## journal_size.py — bytes stored per turn (issue 27)
+
+One ReAct agent with one tool, run to its end for 20, 200 and 1,000 model turns (a tool call per
+turn), on fresh stores: Tether's journal (`journal/<run>/`: pack, tail, loose records, attempt
+markers) through the LangGraph and the Pydantic AI adapters, beside LangGraph + `SqliteSaver` and
+Pydantic AI + DBOS (`DBOSAgent`, its system database on SQLite; pinned in the pydantic-ai
+environment): the bytes of each run and what a turn added between two run lengths (a store's fixed
+cost, such as SQLite's schema pages, cancels out); `growth` is the last of those over the first
+(1.0: a turn costs the same wherever it is). A conversation's next request repeats every message so
+far: Tether stores it as a delta on the request it continues, and a step once (its loose record
+goes once a durable pack holds it), so its growth is flat. Goal: ≤ 1.2.
+
+## peer_turns.py — a live turn beside LangGraph + SqliteSaver (issue 27)
+
+One ReAct graph, 20 turns (a tool call per turn), the fake provider in its own process answering
+after 100 ms: plain LangGraph (no checkpointer: the floor), LangGraph + `SqliteSaver` (a file,
+SQLite's defaults) and Tether's LangGraph adapter (local store, fsync on), interleaved. Per way,
+medians over the repeats of the wall time per turn and of the tools phase as the model sees it
+(from its answer asking for a tool to the next request reaching it: the provider's ledger).
+Goal: Tether ≤ SqliteSaver + 1 ms per turn and per tools phase.
 
 ## operator_submit.py — the operator with 1,000 AgentRuns
 
@@ -517,6 +543,63 @@ def load_rows(results: dict) -> list[str]:
     ]
 
 
+def size_rows(results: dict) -> list[str]:
+    r = results.get("journal_size")
+    if not r:
+        return []
+    f = r["figures"]
+    names = {
+        "tether_langgraph": "Tether (LangGraph adapter)",
+        "sqlite_saver": "LangGraph + SqliteSaver",
+        "tether_pydantic_ai": "Tether (Pydantic AI adapter)",
+        "dbos": "Pydantic AI + DBOS (SQLite)",
+    }
+    sizes = [str(n) for n in f["turns"]]
+    steps = list(f["tether_langgraph"]["marginal_bytes_per_turn"])
+    out = [
+        f"**journal_size** — {provenance(r)}; bytes stored, and bytes a turn added between two run lengths",
+        "",
+        "| store | " + " | ".join(f"{n} turns" for n in sizes) + " | " + " | ".join(f"per turn, {s}" for s in steps) + " | growth |",
+        "|---|" + "---|" * (len(sizes) + len(steps) + 1),
+    ]
+    for key, name in names.items():
+        if key in f:
+            row = f[key]
+            cells = [f"{row['bytes'][n]:,}" if n in row["bytes"] else "not run" for n in sizes]
+            cells += [f"{row['marginal_bytes_per_turn'][s]:,}" if s in row["marginal_bytes_per_turn"] else "" for s in steps]
+            out.append(f"| {name} | " + " | ".join(cells) + f" | ×{row['growth']} |")
+    return [*out, ""]
+
+
+def peer_turn_rows(results: dict) -> list[str]:
+    r = results.get("peer_turns")
+    if not r:
+        return []
+    f = r["figures"]
+    out = [
+        f"**peer_turns** — {provenance(r)}; {f['turns']} turns, provider {f['latency_s'] * 1000:.0f} ms, medians of {f['repeat']}",
+        "",
+        "| way | ms per turn | tools phase, ms | per turn − SqliteSaver | tools phase − SqliteSaver | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, name in (
+        ("langgraph", "LangGraph, no checkpointer"),
+        ("sqlite_saver", "LangGraph + SqliteSaver"),
+        ("tether_not_durable", "Tether's LangGraph adapter, `durable=False`"),
+        ("tether", "Tether (LangGraph adapter)"),
+    ):
+        if key not in f:
+            continue
+        w = f[key]
+        over = (
+            f"{w['turn_ms_over_sqlite_saver']:+.2f} | {w['tools_phase_ms_over_sqlite_saver']:+.2f} | ×{w['turn_ratio_to_sqlite_saver']}"
+            if key != "sqlite_saver"
+            else " | | "
+        )
+        out.append(f"| {name} | {w['turn_ms']:.2f} | {w['tools_phase_ms']:.2f} | {over} |")
+    return [*out, ""]
+
+
 def operator_rows(results: dict) -> list[str]:
     r = results.get("operator_submit")
     if not r:
@@ -651,6 +734,27 @@ def summary(results: dict) -> list[str]:
             f"S3 +{f['s3_latency_s'] * 1000:.0f} ms/request {f['s3']['closed_ms']:.1f} ms (after a kill {f['s3']['crashed_ms']:.1f}); "
             f"SqliteSaver {f['peer_sqlite_ms']:.1f} ms | {provenance(r)} |"
         )
+    if r := results.get("journal_size"):
+        f = r["figures"]
+        t, first, last = f["tether_langgraph"], str(f["turns"][0]), str(f["turns"][-1])
+        peers = "; ".join(
+            f"{name} {f[key]['bytes'][first] / 1000:,.0f} kB → {f[key]['bytes'][last] / 1000:,.0f} kB (×{f[key]['growth']})"
+            for key, name in (("sqlite_saver", "SqliteSaver"), ("dbos", "Pydantic AI + DBOS"))
+            if key in f
+        )
+        steps = " / ".join(f"{v:,}" for v in t["marginal_bytes_per_turn"].values())
+        out.append(
+            f"| journal size, {first} → {last} turns (LangGraph adapter) | {t['bytes'][first] / 1000:,.0f} kB → {t['bytes'][last] / 1000:,.0f} kB, "
+            f"**{steps} bytes per turn** (×{t['growth']}); {peers} | {provenance(r)} |"
+        )
+    if r := results.get("peer_turns"):
+        f = r["figures"]
+        t = f["tether"]
+        out.append(
+            f"| a live turn beside LangGraph + SqliteSaver ({f['turns']} turns, {f['latency_s'] * 1000:.0f} ms provider) | "
+            f"**{t['turn_ms_over_sqlite_saver']:+.2f} ms per turn** (×{t['turn_ratio_to_sqlite_saver']}), tools phase "
+            f"{t['tools_phase_ms_over_sqlite_saver']:+.2f} ms | {provenance(r)} |"
+        )
     if r := results.get("operator_submit"):
         f = r["figures"]
         out.append(
@@ -690,6 +794,8 @@ def render_readme(results: dict) -> str:
         *import_rows(results),
         *mcp_rows(results),
         *load_rows(results),
+        *size_rows(results),
+        *peer_turn_rows(results),
         *operator_rows(results),
         *metrics_rows(results),
         *kind_rows(results),

@@ -83,6 +83,11 @@ def check_load(store: Any, scope: str, acked: set[str], lists: list[int]) -> Non
     assert journal.attempt == 2
     for record in journal.records.values():
         assert record.body == b'"' + b"x" * 1500 + b'"'
+    # Its end packs every step (compare-and-swap over the killed writer's pack) and removes the
+    # loose copies: each step stored once, none lost.
+    journal.close()
+    assert not [key for key in store.list(f"journal/{scope}/") if key.endswith(".rec")], "a step is stored twice"
+    assert acked <= {fp for (_, fp, _) in Journal(store, scope).load().records}
 
 
 def test_local_writer_killed_at_random_points(tmp_path):

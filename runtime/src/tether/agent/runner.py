@@ -189,7 +189,7 @@ async def run_agent(
     ``run_id``) after ``tether approve`` to continue.
     ``on_step`` is called with each step once it is durable: a live model turn's answer is handed
     to the framework first and recorded when the process turns to it (the next request sent, a
-    tool call, the end of the run, or 10 ms later; ``tether.wire.seam``), so its event can come
+    tool call, the end of the run, or 1 ms later; ``tether.wire.seam``), so its event can come
     after the next request already left.
     """
     # Its parameters are AgentJob's fields, name for name (tests/core/test_runner.py holds them so).

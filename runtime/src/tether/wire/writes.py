@@ -21,8 +21,11 @@ import httpx
 from ..errors import RecoverableStepError, StoreAccessDenied
 from .upstream import transport_errors
 
-#: The longest a live answer's record waits for the event loop to turn to it (``WriteScheduler._turn``).
-WRITE_DELAY = 0.01
+#: The longest a live answer's record waits for the event loop to turn to it (``WriteScheduler._turn``):
+#: long enough for the framework to take the answer, short enough that the write is durable by the
+#: time a framework's tool call asks for it (LangGraph reaches its tool ~10 ms after the answer: at
+#: 10 ms the whole write waited in the tools phase, +4–5 ms a turn, benchmarks/peer_turns.py).
+WRITE_DELAY = 0.001
 
 #: A commit: writes one answer's record (and accounts for it), given the answer's whole body.
 Commit = Callable[[bytes], Awaitable[None]]
@@ -133,9 +136,10 @@ class WriteScheduler:
         """Wait until the event loop turns to writing a record: when something waits for it
         (:meth:`written`, :meth:`recorded`, :meth:`settle`: a tool call, the next answer, the end
         of the attempt), when the next request goes upstream (the loop then waits for the network),
-        or ``WRITE_DELAY`` after the answer was handed back, whichever comes first. Started at
-        once, the write's threads would compete for the interpreter lock with the framework
-        reading the answer just handed back (~0.8 ms a turn, benchmarks/record_overhead.py)."""
+        or ``WRITE_DELAY`` after the answer was handed back, whichever comes first. Started
+        before the loop handed the answer on, the write's threads would compete for the
+        interpreter lock with the framework taking it (~0.8 ms a turn when records held the
+        whole conversation, benchmarks/record_overhead.py)."""
         if self._waiting:
             return
         loop = asyncio.get_running_loop()

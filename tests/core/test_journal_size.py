@@ -19,9 +19,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.core.test_crash_trials import QUESTION, SCRIPT
 from tether.canonical import fingerprint
-from tether.journal import Journal, Record, read_records
+from tether.errors import Superseded
+from tether.journal import PACK_EVERY, Journal, Record, read_records
 from tether.stores import LocalStore
 from tether.testing import FakeProvider
 
@@ -191,3 +194,28 @@ def test_a_journal_written_by_main_before_deltas_resumes(tmp_path: Path) -> None
         assert stored(store, scope)["loose"] == 0, f"{scope}: a step stored twice"
         records = read_records(LocalStore(store), scope)
         assert len(records) == 7 and all(fingerprint(r.kind, r.request) == r.fingerprint for r in records if r.kind == "model")
+
+
+def test_an_older_attempts_late_close_loses_no_record(tmp_path: Path) -> None:
+    """A newer attempt starts while the older one still runs (the fence): the older attempt's
+    close comes after the newer one loaded (its tail write is refused; its pack, written beside
+    it, may land: the pack in the store is still the one both read). The newer attempt's packs
+    are written by compare-and-swap (a changed pack is read and merged first), so the last pack
+    holds both attempts' steps, each stored once, and the older attempt never writes again."""
+    store = LocalStore(tmp_path, fsync=False)
+    first = Journal(store, "rival").load()
+    for i in range(PACK_EVERY - 1):
+        first.append(Record("tool", f"a{i}", 1, "ok", {"i": i}, body=b'"a"'))
+    second = Journal(store, "rival").load()
+    assert (first.attempt, second.attempt) == (1, 2) and len(second.records) == PACK_EVERY - 1
+    first.close()  # not told yet
+    assert first.superseded_by is not None
+    for i in range(2 * PACK_EVERY + 3):  # background packs, then the closing one
+        second.append(model_record(i))
+    second.close()
+    assert stored(tmp_path, "rival")["loose"] == 0
+    with pytest.raises(Superseded):
+        first.append(Record("tool", "late", 1, "ok", {}, body=b'"a"'))
+    again = Journal(LocalStore(tmp_path), "rival").load()
+    assert len(again.records) == PACK_EVERY - 1 + 2 * PACK_EVERY + 3 and again.counters.corrupt == 0
+    assert all(fingerprint("model", r.request) == r.fingerprint for r in again.records.values() if r.kind == "model")

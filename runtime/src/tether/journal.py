@@ -9,9 +9,10 @@ A record is written as a loose object at its step key (``<kind>/<fp>-<occ>.rec``
 objects at fixed keys hold copies, so a load reads known keys and never lists:
 
 - the *pack*, every record: rewritten in the background every ``PACK_EVERY`` new records and at
-  the end of the attempt (never on a step's path), by compare-and-swap over the pack in the store,
-  keeping the records it holds that this attempt does not know (another writer's): a pack never
-  loses a record once it held one. Once a pack is durable, the loose records of its steps are
+  the end of the attempt (never on a step's path), conditionally on the version of the pack this
+  attempt last read or wrote (``Store.write_if``, the write that also fences an older attempt); a
+  pack changed since is read and the records it holds that this attempt does not know are kept:
+  a pack never loses a record once it held one. Once a pack is durable, the loose records of its steps are
   removed (each step is stored once; ``close`` removes those earlier attempts left). A kill
   between the two leaves both copies, which count once;
 - the *tail*, the records the pack lacks: rewritten with every step, before its loose record. A
@@ -47,7 +48,8 @@ From then on the older attempt's writes are refused (:class:`~tether.errors.Supe
 counts as not done), a live tool call it would start is refused (``announce``: the next attempt's
 number is claimed), and it says so on stderr; a call it was running then is still recorded (loose)
 and the newer attempt waits for it (``older_call``; ``tether.fence``). Packs are written
-conditionally too: a pack the newer attempt wrote is never overwritten by the older one.
+conditionally too: a pack the newer attempt wrote is never overwritten by the older one, and one
+the older attempt wrote after the newer one loaded is merged into the newer one's next pack.
 
 On-disk record: ``<header JSON>\\n<body bytes><sha256 hex of everything before>``. A truncated or
 corrupt record fails the checksum and counts as a miss.

@@ -66,6 +66,7 @@ class Announcer:
         self._count = 0
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closing = False
 
     def _body(self, beat: int) -> bytes:
         return json.dumps({"attempt": self.attempt, "beat": beat}).encode()
@@ -79,6 +80,7 @@ class Announcer:
         with self._changed:
             self._beats[name] = 0
             if self._thread is None:
+                self._closing = False
                 self._thread = threading.Thread(target=self._beat, name="tether-tool-announce", daemon=True)
                 self._thread.start()
 
@@ -90,12 +92,25 @@ class Announcer:
 
         return end
 
+    def close(self) -> None:
+        """The attempt's end: the thread removes the ended announcements and ends (no thread
+        outlives the attempt: a process that forks, like a pre-started worker, must have none)."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
     def _beat(self) -> None:
         due = time.monotonic() + BEAT_SECONDS
         while True:
             with self._changed:
-                while not self._ended and time.monotonic() < due:
+                while not self._ended and not self._closing and time.monotonic() < due:
                     self._changed.wait(max(due - time.monotonic(), 0.0))
+                closing = self._closing
+                if closing:
+                    self._thread = None
                 ended, self._ended = self._ended, set()
                 beats: dict[str, int] = {}
                 if time.monotonic() >= due:
@@ -110,6 +125,8 @@ class Announcer:
                     self.store.put(name, self._body(n))
             except StoreError:
                 pass  # a missed beat: a waiter allows STALE_SECONDS; a leftover is found stale
+            if closing:
+                return
 
 
 def older_call(store: Store, prefix: str, key: StepKey, attempt: int, record_key: str) -> bytes | None:

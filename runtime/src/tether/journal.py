@@ -822,6 +822,8 @@ class Journal:
         for thread in (self._repairer, self._packer):
             if thread is not None:
                 thread.join(timeout)
+        if self._announcer is not None:
+            self._announcer.close()
         if self.superseded_by is not None:
             return  # a newer attempt owns the journal now
         try:

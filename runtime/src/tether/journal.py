@@ -5,24 +5,30 @@ serves replays from memory; a live step is written before it counts as done. Rec
 once written: a second writer of the same key loses quietly (``create`` is exclusive), except over a
 record that failed its checksum.
 
-A record is written as a loose object at its step key (``<kind>/<fp>-<occ>.rec``), and two
-objects at fixed keys hold copies, so a load reads known keys and never lists:
+A record is written as a loose object at its step key (``<kind>/<fp>-<occ>.rec``) unless the
+attempt keeps a single copy (below), and two objects at fixed keys hold copies, so a load reads
+known keys and never lists:
 
 - the *pack*, every record: rewritten in the background every ``PACK_EVERY`` new records and at
   the end of the attempt (never on a step's path), conditionally on the version of the pack this
   attempt last read or wrote (``Store.write_if``, the write that also fences an older attempt); a
   pack changed since is read and the records it holds that this attempt does not know are kept:
-  a pack never loses a record once it held one. Once a pack is durable, the loose records of its steps are
-  removed (each step is stored once; ``close`` removes those earlier attempts left). A kill
-  between the two leaves both copies, which count once;
+  a pack never loses a record once it held one. Once a pack is durable, the loose records of its
+  steps are removed (each step is stored once; ``close`` removes those earlier attempts left). A
+  kill between the two leaves both copies, which count once;
 - the *tail*, the records the pack lacks: rewritten with every step, before its loose record. A
-  step counts as written once both are durable (with ``loose_later``, as ``run_agent``'s runs
-  use: once the tail is; the loose record follows in the background and ``close`` waits for it),
-  and a loose record exists only once a tail holds it, so pack + tail hold every step written,
-  whenever the writer was killed; a load writes the loose records of steps it found in the tail
-  only. Tail writes are one at a time and carry every record so far (a group commit: parallel
-  steps share a write). The tail names the pack it continues (``base``); packs carry their own id
-  and the id of the pack their attempt loaded.
+  step counts as written once both are durable, and a loose record exists only once a tail holds
+  it, so pack + tail hold every step written, whenever the writer was killed; a load writes the
+  loose records of steps it found in the tail only. Tail writes are one at a time and carry every
+  record so far (a group commit: parallel steps share a write). The tail names the pack it
+  continues (``base``); packs carry their own id and the id of the pack their attempt loaded. The
+  closing tail follows the closing pack: empty once the pack is durable, else holding what the
+  last durable pack lacks.
+
+With ``single_copy`` (``run_agent``'s runs) a step counts as written once its tail is durable and
+no loose record is written at all: the tail holds the step until a durable pack does, and packs
+never lose a record. A loose record per step, written and then removed once packed, cost two store
+requests a step and ~3.6 ms of CPU a LangGraph turn (benchmarks/peer_turns.py).
 
 A load is one round trip for the pack and tail (read in parallel) plus the claim of the next
 attempt number, sent as soon as the small tail arrives (it names the latest attempt that wrote),
@@ -385,10 +391,9 @@ class Journal:
         self._tail_busy = False
         self._tail_changed = threading.Condition(self._lock)
         self._repairer: threading.Thread | None = None
-        #: Count a step once its tail is durable and write its loose record in the background
-        #: (the tail is what a load reads; ``close`` waits for these writes).
-        self.loose_later = False
-        self._loose_writer: ThreadPoolExecutor | None = None
+        #: Count a step once its tail is durable and write no loose record: the tail holds it
+        #: until a durable pack does (see the module docstring).
+        self.single_copy = False
         #: The versions of the tail and the pack this attempt last read or wrote: its writes of
         #: them are conditional on these (the fence); why it may no longer write, once it knows.
         self._tail_token: str | None = None
@@ -447,7 +452,7 @@ class Journal:
         self._waiting.clear()
         if len(self._entries) - self._pack_count >= PACK_EVERY:
             self._pack_soon()
-        if tail_only:
+        if tail_only and not self.single_copy:  # single copy: the tail this attempt took over holds them
             self._repairer = threading.Thread(target=self._write_loose, args=(tail_only,), name="tether-journal-loose", daemon=True)
             self._repairer.start()
         return self
@@ -812,13 +817,9 @@ class Journal:
 
     def close(self, timeout: float = 30.0) -> None:
         """End of the attempt: list the journal, read what other processes recorded meanwhile,
-        and write the pack as closed by this attempt with an empty tail continuing it, so the
-        next one loads without a listing and claims the next number at once. Never raises: the
-        copies are only copies (the next load then lists)."""
-        with self._lock:
-            loose, self._loose_writer = self._loose_writer, None
-        if loose is not None:
-            loose.shutdown(wait=True)
+        and write the pack as closed by this attempt, then a tail continuing it (empty; holding what
+        the last durable pack lacks if this one failed), so the next one loads without a listing
+        and claims the next number at once. Never raises (the next load then lists)."""
         for thread in (self._repairer, self._packer):
             if thread is not None:
                 thread.join(timeout)
@@ -837,15 +838,18 @@ class Journal:
             with self._lock:
                 in_flight = list(self._in_flight.values())
                 version = self._tail_token
-            tail = _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id}, [])
+                since, base = self._entries[self._pack_count :] + in_flight, self._pack_id
+
+            def tail(packed: bool) -> bytes:
+                """Empty and continuing the closing pack once it is durable; else holding what
+                the last durable pack lacks (a step may have no other copy: ``single_copy``)."""
+                return _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id if packed else base}, [] if packed else since)
+
             if in_flight:  # steps not yet durable: only once the tail says this attempt still owns the journal
-                packed = self._write_pack(pack_id, True, in_flight) if self._write_tail(tail, version) else None
+                packed = self._write_pack(pack_id, True, in_flight) if self._write_tail(tail(False), version) else None
             else:
-                # Both at once: a tail whose pack failed continues a pack no reader finds, so it lists.
-                with ThreadPoolExecutor(1, thread_name_prefix="tether-journal-close") as pool:
-                    pack = pool.submit(self._write_pack, pack_id, True)
-                    self._write_tail(tail, version)
-                    packed = pack.result()
+                packed = self._write_pack(pack_id, True)
+                self._write_tail(tail(packed is not None), version)
             if packed is not None:
                 self._packed(pack_id, *packed)
                 # Every loose record the pack holds goes, those earlier attempts left too.
@@ -983,12 +987,7 @@ class Journal:
                     self.counters.count(record.kind, replayed=replayed)
                 return
             overwrite = record.key in self._corrupt_keys  # a checksum failure is overwritten, never trusted
-            if self.loose_later:
-                with self._lock:
-                    if self._loose_writer is None:
-                        self._loose_writer = ThreadPoolExecutor(4, thread_name_prefix="tether-journal-loose")
-                    self._loose_writer.submit(self._write_one_loose, record.key, data, overwrite)
-            else:
+            if not self.single_copy:
                 self._write_one_loose(record.key, data, overwrite, quiet=False)
             self._corrupt_keys.discard(record.key)
         finally:

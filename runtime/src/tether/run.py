@@ -124,7 +124,7 @@ class Run:
         self._journal = Journal(self.store, scope)
         #: The attempt's OpenTelemetry spans (``tether.telemetry``; does nothing unless configured).
         self.trace = attempt_trace(scope, self.store)
-        self._journal.loose_later = overlap_writes  # the tail is what counts; see tether.journal
+        self._journal.single_copy = overlap_writes  # the tail is what counts; see tether.journal
         self.accounting = Accounting()
         self._loading: Future[Journal] | None = None
         if background_load:

@@ -15,10 +15,12 @@ Three ways, interleaved ``--repeat`` times in this process (each on a fresh stor
   with ``durable=False`` (the adapter's graph, nothing recorded: what the adapter costs apart
   from recording).
 
-Per way, the median over the repeats of: ``turn_ms``, the run's wall time over its turns; and
+Per way, the median over the repeats of: ``turn_ms``, the run's wall time over its turns;
 ``tools_phase_ms``, as the model sees it: from the provider's answer asking for a tool to the next
 request reaching it (the provider's ledger times each request's arrival; the answer left
-``--latency`` after the previous one arrived), median over the run's phases. Printed beside
+``--latency`` after the previous one arrived), median over the run's phases; and
+``cpu_ms_per_turn``, this process's CPU time (all its threads; the provider runs apart) over the
+run's turns — on a shared machine the wall-time figures move with the load, the CPU less. Printed beside
 sqlite_saver: the difference in ms and the ratio. Goal: tether ≤ sqlite_saver + 1 ms per turn and
 per tools phase. Last line: JSON.
 """
@@ -142,29 +144,40 @@ def main() -> None:
             for _ in range(args.repeat):
                 for name, way in ways.items():
                     since = len(ledger.read_text().splitlines()) if ledger.exists() else 0
-                    started = time.perf_counter()
+                    started, cpu = time.perf_counter(), time.process_time()
                     way(upstream, Path(tempfile.mkdtemp(dir=work)))
-                    wall = time.perf_counter() - started
+                    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
                     arrivals = ledger_times(ledger, since)
                     assert len(arrivals) == args.turns, (name, len(arrivals))
                     phases = [1000 * (b - a - args.latency) for a, b in itertools.pairwise(arrivals)]
-                    rows[name].append({"turn_ms": 1000 * wall / args.turns, "tools_phase_ms": statistics.median(phases)})
+                    rows[name].append(
+                        {
+                            "turn_ms": 1000 * wall / args.turns,
+                            "tools_phase_ms": statistics.median(phases),
+                            "cpu_ms_per_turn": 1000 * cpu / args.turns,
+                        }
+                    )
         finally:
             provider.terminate()
 
     figures: dict[str, Any] = {"turns": args.turns, "latency_s": args.latency, "repeat": args.repeat}
     for name, runs in rows.items():
-        figures[name] = {key: round(statistics.median(r[key] for r in runs), 2) for key in ("turn_ms", "tools_phase_ms")}
+        figures[name] = {key: round(statistics.median(r[key] for r in runs), 2) for key in ("turn_ms", "tools_phase_ms", "cpu_ms_per_turn")}
     peer = figures["sqlite_saver"]
     for name in ("langgraph", "tether_not_durable", "tether"):
-        for key in ("turn_ms", "tools_phase_ms"):
+        for key in ("turn_ms", "tools_phase_ms", "cpu_ms_per_turn"):
             figures[name][f"{key}_over_sqlite_saver"] = round(figures[name][key] - peer[key], 2)
         figures[name]["turn_ratio_to_sqlite_saver"] = round(figures[name]["turn_ms"] / peer["turn_ms"], 4)
-    print(f"{'':14}{'turn ms':>10}{'tools phase ms':>16}{'turn − peer':>13}{'phase − peer':>14}{'ratio':>9}")
+    print(
+        f"{'':20}{'turn ms':>10}{'tools phase ms':>16}{'CPU ms/turn':>13}{'turn − peer':>13}{'phase − peer':>14}{'CPU − peer':>12}{'ratio':>9}"
+    )
     for name in ways:
         f = figures[name]
-        extra = f"{f.get('turn_ms_over_sqlite_saver', 0):>+13.2f}{f.get('tools_phase_ms_over_sqlite_saver', 0):>+14.2f}{f.get('turn_ratio_to_sqlite_saver', 1):>9.4f}"
-        print(f"{name:14}{f['turn_ms']:>10.2f}{f['tools_phase_ms']:>16.2f}{extra}")
+        extra = (
+            f"{f.get('turn_ms_over_sqlite_saver', 0):>+13.2f}{f.get('tools_phase_ms_over_sqlite_saver', 0):>+14.2f}"
+            f"{f.get('cpu_ms_per_turn_over_sqlite_saver', 0):>+12.2f}{f.get('turn_ratio_to_sqlite_saver', 1):>9.4f}"
+        )
+        print(f"{name:20}{f['turn_ms']:>10.2f}{f['tools_phase_ms']:>16.2f}{f['cpu_ms_per_turn']:>13.2f}{extra}")
     print(json.dumps(figures))
     save("peer_turns", figures)
 

@@ -579,8 +579,8 @@ def peer_turn_rows(results: dict) -> list[str]:
     out = [
         f"**peer_turns** — {provenance(r)}; {f['turns']} turns, provider {f['latency_s'] * 1000:.0f} ms, medians of {f['repeat']}",
         "",
-        "| way | ms per turn | tools phase, ms | per turn − SqliteSaver | tools phase − SqliteSaver | ratio |",
-        "|---|---|---|---|---|---|",
+        "| way | ms per turn | tools phase, ms | CPU ms per turn | per turn − SqliteSaver | tools phase − SqliteSaver | CPU − SqliteSaver | ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, name in (
         ("langgraph", "LangGraph, no checkpointer"),
@@ -591,12 +591,15 @@ def peer_turn_rows(results: dict) -> list[str]:
         if key not in f:
             continue
         w = f[key]
+        cpu = w.get("cpu_ms_per_turn")
         over = (
-            f"{w['turn_ms_over_sqlite_saver']:+.2f} | {w['tools_phase_ms_over_sqlite_saver']:+.2f} | ×{w['turn_ratio_to_sqlite_saver']}"
+            f"{w['turn_ms_over_sqlite_saver']:+.2f} | {w['tools_phase_ms_over_sqlite_saver']:+.2f} | "
+            + (f"{w['cpu_ms_per_turn_over_sqlite_saver']:+.2f}" if cpu is not None else "")
+            + f" | ×{w['turn_ratio_to_sqlite_saver']}"
             if key != "sqlite_saver"
-            else " | | "
+            else " | | | "
         )
-        out.append(f"| {name} | {w['turn_ms']:.2f} | {w['tools_phase_ms']:.2f} | {over} |")
+        out.append(f"| {name} | {w['turn_ms']:.2f} | {w['tools_phase_ms']:.2f} | {f'{cpu:.2f}' if cpu is not None else ''} | {over} |")
     return [*out, ""]
 
 
@@ -753,7 +756,9 @@ def summary(results: dict) -> list[str]:
         out.append(
             f"| a live turn beside LangGraph + SqliteSaver ({f['turns']} turns, {f['latency_s'] * 1000:.0f} ms provider) | "
             f"**{t['turn_ms_over_sqlite_saver']:+.2f} ms per turn** (×{t['turn_ratio_to_sqlite_saver']}), tools phase "
-            f"{t['tools_phase_ms_over_sqlite_saver']:+.2f} ms | {provenance(r)} |"
+            f"{t['tools_phase_ms_over_sqlite_saver']:+.2f} ms"
+            + (f", CPU {t['cpu_ms_per_turn_over_sqlite_saver']:+.2f} ms per turn" if "cpu_ms_per_turn" in t else "")
+            + f" | {provenance(r)} |"
         )
     if r := results.get("operator_submit"):
         f = r["figures"]

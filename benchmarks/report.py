@@ -241,14 +241,14 @@ locally, ≤ 100 ms on S3.
 ## journal_size.py — bytes stored per turn (issue 27)
 
 One ReAct agent with one tool, run to its end for 20, 200 and 1,000 model turns (a tool call per
-turn), on fresh stores: Tether's journal (`journal/<run>/`: pack, tail, loose records, attempt
-markers) through the LangGraph and the Pydantic AI adapters, beside LangGraph + `SqliteSaver` and
+turn), on fresh stores: Tether's journal (`journal/<run>/`: pack, tail, attempt markers; a
+`run_agent` run writes no loose record) through the LangGraph and the Pydantic AI adapters, beside LangGraph + `SqliteSaver` and
 Pydantic AI + DBOS (`DBOSAgent`, its system database on SQLite; pinned in the pydantic-ai
 environment): the bytes of each run and what a turn added between two run lengths (a store's fixed
 cost, such as SQLite's schema pages, cancels out); `growth` is the last of those over the first
 (1.0: a turn costs the same wherever it is). A conversation's next request repeats every message so
-far: Tether stores it as a delta on the request it continues, and a step once (its loose record
-goes once a durable pack holds it), so its growth is flat. Goal: ≤ 1.2.
+far: Tether stores it as a delta on the request it continues, and a step once (in the tail until a
+durable pack holds it), so its growth is flat. Goal: ≤ 1.2.
 
 ## peer_turns.py — a live turn beside LangGraph + SqliteSaver (issue 27)
 
@@ -256,8 +256,22 @@ One ReAct graph, 20 turns (a tool call per turn), the fake provider in its own p
 after 100 ms: plain LangGraph (no checkpointer: the floor), LangGraph + `SqliteSaver` (a file,
 SQLite's defaults) and Tether's LangGraph adapter (local store, fsync on), interleaved. Per way,
 medians over the repeats of the wall time per turn and of the tools phase as the model sees it
-(from its answer asking for a tool to the next request reaching it: the provider's ledger).
+(from its answer asking for a tool to the next request reaching it: the provider's ledger), and
+this process's CPU time per turn (on a shared machine the wall-time figures move with the load).
 Goal: Tether ≤ SqliteSaver + 1 ms per turn and per tools phase.
+
+Where a tools phase's time goes (a timeline of one run's phases, each step of the seam, the
+journal and the store timed; medians over 76 phases, load average ~15 on 2 cores): LangGraph
+goes from the answer to its tool call without yielding to the event loop, so the answer's record
+starts only when the tool call waits for it (`answers_recorded`: 2.7–3.9 ms, the tail write with
+its fsync); then the fence (`announce`: one unsynced write and one read, 0.2–0.3 ms) and the tool's
+own record (1.2–2 ms, the tail's fsync) before the tool's result is handed back; the framework's
+next request (LangChain and the OpenAI SDK building it) takes the same time with and without
+Tether. SqliteSaver's checkpoints cost its turn nothing visible: LangGraph writes them beside
+the next step (its default `durability="async"`). The loose record each step also had (written,
+then removed once packed) cost ~3.6 ms of CPU a turn and contended with the tools phase: gone (a
+`run_agent` run keeps a single copy). Starting the answer's record at once as it is handed back
+(instead of when the tool call asks) was tried: no gain measurable at that load.
 
 ## operator_submit.py — the operator with 1,000 AgentRuns
 

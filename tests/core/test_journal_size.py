@@ -219,3 +219,40 @@ def test_an_older_attempts_late_close_loses_no_record(tmp_path: Path) -> None:
     again = Journal(LocalStore(tmp_path), "rival").load()
     assert len(again.records) == PACK_EVERY - 1 + 2 * PACK_EVERY + 3 and again.counters.corrupt == 0
     assert all(fingerprint("model", r.request) == r.fingerprint for r in again.records.values() if r.kind == "model")
+
+
+def test_a_single_copy_journal_writes_no_loose_record_and_a_kill_loses_nothing(tmp_path: Path) -> None:
+    """``single_copy``, as ``run_agent``'s runs (``Run(overlap_writes=True)``): a step counts once
+    its tail is durable and no loose record is ever written. Killed (no ``close``) after background
+    packs, the next attempt finds every step in the pack and the tail; closed, the pack holds them
+    all, and the tail the next load takes over is empty (a load counts the pack's delta records as
+    packed: the tail repeated every model record of the pack before)."""
+
+    class Counting(LocalStore):
+        loose = 0
+
+        def create(self, key: str, data: bytes) -> bool:
+            type(self).loose += key.endswith(".rec")
+            return super().create(key, data)
+
+        def put(self, key: str, data: bytes) -> None:
+            type(self).loose += key.endswith(".rec")
+            super().put(key, data)
+
+    store = Counting(tmp_path, fsync=False)
+    first = Journal(store, "single")
+    first.single_copy = True
+    first.load()
+    steps = 2 * PACK_EVERY + 3
+    for i in range(steps):
+        first.append(model_record(i) if i % 2 else Record("tool", f"t{i}", 1, "ok", {"i": i}, body=b'"a"'))
+    if first._packer is not None:
+        first._packer.join()  # a background pack landed: the tail now holds only what it lacks
+    second = Journal(store, "single")
+    second.single_copy = True
+    second.load()  # the first attempt was killed: no close
+    assert len(second.records) == steps and second.counters.corrupt == 0 and second.attempt == 2
+    second.close()
+    assert Counting.loose == 0 and stored(tmp_path, "single")["loose"] == 0
+    again = Journal(LocalStore(tmp_path), "single").load()
+    assert len(again.records) == steps and len(store.get(again.tail_key) or b"") < 200  # the closing tail is empty

@@ -434,6 +434,7 @@ class Journal:
             pack, pack_entries, pack_whole = _split_blob(pack_found[0] if pack_found is not None else None, PACK_MAGIC)
             for entry in pack_entries:
                 self._add_entry(entry)
+            self._settle()  # the pack's deltas indexed now: ``_pack_count`` counts them (else every tail repeats them)
             if pack is not None and pack_whole:
                 self._pack_id = self._loaded_pack = pack.get("id")
                 self._pack_count = len(self._entries)

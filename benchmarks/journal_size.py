@@ -159,7 +159,8 @@ def marginal(sizes: list[int], row: dict[str, int]) -> dict[str, Any]:
     same wherever it is)."""
     steps = {f"{a}-{b}": round((row[str(b)] - row[str(a)]) / (b - a)) for a, b in itertools.pairwise(sizes)}
     values = list(steps.values())
-    return {"marginal_bytes_per_turn": steps, "growth": round(values[-1] / values[0], 2) if values and values[0] > 0 else None}
+    # A growth needs two intervals: with one (a peer run only up to 200 turns) there is none.
+    return {"marginal_bytes_per_turn": steps, "growth": round(values[-1] / values[0], 2) if len(values) > 1 and values[0] > 0 else None}
 
 
 def pydantic_ai_env() -> Path:

@@ -582,7 +582,7 @@ def size_rows(results: dict) -> list[str]:
             row = f[key]
             cells = [f"{row['bytes'][n]:,}" if n in row["bytes"] else "not run" for n in sizes]
             cells += [f"{row['marginal_bytes_per_turn'][s]:,}" if s in row["marginal_bytes_per_turn"] else "" for s in steps]
-            out.append(f"| {name} | " + " | ".join(cells) + f" | ×{row['growth']} |")
+            out.append(f"| {name} | " + " | ".join(cells) + (f" | ×{row['growth']} |" if row.get("growth") is not None else " | |"))
     return [*out, ""]
 
 
@@ -756,9 +756,12 @@ def summary(results: dict) -> list[str]:
         f = r["figures"]
         t, first, last = f["tether_langgraph"], str(f["turns"][0]), str(f["turns"][-1])
         peers = "; ".join(
-            f"{name} {f[key]['bytes'][first] / 1000:,.0f} kB → {f[key]['bytes'][last] / 1000:,.0f} kB (×{f[key]['growth']})"
+            f"{name} {f[key]['bytes'][first] / 1000:,.0f} kB → {f[key]['bytes'][top] / 1000:,.0f} kB at {top} turns, "
+            f"{' / '.join(f'{v:,}' for v in f[key]['marginal_bytes_per_turn'].values())} bytes per turn"
+            + (f" (×{f[key]['growth']})" if f[key].get("growth") is not None else "")
             for key, name in (("sqlite_saver", "SqliteSaver"), ("dbos", "Pydantic AI + DBOS"))
             if key in f
+            for top in [max(f[key]["bytes"], key=int)]
         )
         steps = " / ".join(f"{v:,}" for v in t["marginal_bytes_per_turn"].values())
         out.append(

@@ -9,7 +9,8 @@ agentrun-events    every AgentRun event: a deleted run's execution is aborted (i
                    process) and our finalizer released; a run gone for good stops its daemon
 runner-pods        (kubernetes executor) watch events of runner pods wake their execution
 agenttool-status   timer per AgentTool: Ready/Reconciling/Stalled
-agentapproval      a new AgentApproval: checked and, if it holds, recorded (approvals.py)
+agentapproval      a new AgentApproval: checked and, if it holds, recorded (approvals.py); the
+                   run's loop woken to look
 
 kopf ties a finalizer to every daemon and timer for as long as it exists; Tether's finalizer
 (`runs.FINALIZER`) is held only while something runs, so both are registered without one.
@@ -17,6 +18,7 @@ kopf ties a finalizer to every daemon and timer for as long as it exists; Tether
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from functools import cache
@@ -125,6 +127,7 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         memo.executor = make_executor(memo.settings)
         memo.gone = set()
+        memo.wakes = {}  # "namespace/name" -> the run loop's wake-up (an AgentApproval for it)
         store_settings = memo.settings.store
 
         @cache
@@ -179,6 +182,8 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
         body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
     ) -> None:
         namespace = body.meta["namespace"]
+        key = f"{namespace}/{body.meta['name']}"
+        wake = memo.wakes[key] = asyncio.Event()
         loop = RunLoop(
             body=body,
             settings=memo.settings,
@@ -187,11 +192,14 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
             store_url=memo.settings.store.for_namespace(namespace),
             logger=logger,
             events=memo.events,
+            wake=wake,
         )
         uid = body.meta["uid"]
         try:
             await loop.run(_StopWhenGone(stopped, memo.gone, uid))
         finally:
+            if memo.wakes.get(key) is wake:
+                del memo.wakes[key]
             if uid in memo.gone:  # deleted while nothing ran (e.g. suspended): forget the execution
                 memo.gone.discard(uid)
                 await memo.executor.abort(execution_name(uid), namespace)
@@ -234,6 +242,9 @@ def build_registry(settings: Settings) -> kopf.OperatorRegistry:
     @metrics.counting_errors("agentapproval")
     async def agentapproval(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await apply_approval(body, memo.settings, memo.store_for(body.meta["namespace"]))
+        # The run's loop looks at its approvals at once (else at its next look, runs.Cadence).
+        if wake := memo.wakes.get(f"{body.meta['namespace']}/{body.spec.get('run')}"):
+            wake.set()
 
     @kopf.timer(
         GROUP,

@@ -21,6 +21,7 @@ namespaces can still be deleted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -147,6 +148,32 @@ def approval_policy(tools: dict[str, AgentToolSpec], tool: str) -> Approval | No
     return spec.approval if spec is not None else None
 
 
+# The states in which the store changes: an attempt runs (its progress) or waits for decisions.
+_LOOKED_AT = (ExecutionState.RUNNING, ExecutionState.SUSPENDED)
+
+
+class Cadence:
+    """When to read a run's records in the store again: `fast` seconds after a look that found a
+    change, twice as long after each look that found none, up to `slow`. Runs move in bursts (a
+    turn, its tool calls, the next turn): followed closely while they move, a store request every
+    `slow` seconds while one waits on a slow model, a long tool or a person."""
+
+    def __init__(self, fast: float, slow: float) -> None:
+        self.fast, self.slow = fast, max(fast, slow)
+        self.interval = self.fast
+        self.at = 0.0  # when the next look is due (monotonic)
+
+    def looked(self, changed: bool) -> None:
+        self.interval = self.fast if changed else min(self.interval * 2, self.slow)
+        self.at = time.monotonic() + self.interval
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.at
+
+
 class RunLoop:
     def __init__(
         self,
@@ -158,6 +185,7 @@ class RunLoop:
         store_url: str = "",
         logger: logging.Logger | logging.LoggerAdapter[Any] = log,
         events: Emitter | None = None,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self.body = body  # kopf keeps this view live: annotations set later show up here
         self.settings = settings
@@ -178,6 +206,8 @@ class RunLoop:
         self.secrets: list[str] = []  # values to scrub from anything written
         self._sent: dict[str, Any] | None = None
         self._sent_at = 0.0
+        self._withheld = False  # a status change publish() held back (status_interval_seconds)
+        self.wake = wake  # set when an AgentApproval for this run was recorded
         self._announced: set[str] = set(a["id"] for a in self.status.get("approvals") or [] if a.get("id"))
         self._ignored: dict[str, str] = {}  # approval annotations already warned about
         # CloudEvents: what status already said when this loop started is not sent again
@@ -222,9 +252,11 @@ class RunLoop:
         self.status["observedGeneration"] = self.generation
         doc = AgentRunStatus.model_validate(self.status).wire()
         if doc == self._sent:
+            self._withheld = False
             return
         if not urgent and time.monotonic() - self._sent_at < self.settings.timing.status_interval_seconds:
-            return  # the loop comes back; the newest state is sent then
+            self._withheld = True  # the loop comes back when the interval is over; the newest state is sent then
+            return
         # Shielded: a finished status makes kopf cancel this daemon, maybe before the patch's
         # answer is read; the patch is counted (a finish too, and its CloudEvents sent) only once
         # written, and always then.
@@ -237,7 +269,7 @@ class RunLoop:
             failed = C.get_condition(doc.get("conditions") or [], C.FAILED) or {}
             reason = failed.get("reason") if doc["phase"] == Phase.FAILED.value else Reason.SUCCEEDED
             self.account.finish(doc["phase"], str(reason or doc["phase"]))
-        self._sent, self._sent_at = doc, time.monotonic()
+        self._sent, self._sent_at, self._withheld = doc, time.monotonic(), False
         if self.events is not None:
             self._cloud_events(self.events, doc)
 
@@ -376,30 +408,49 @@ class RunLoop:
         return ex
 
     async def follow(self, ex: ExecutionStatus, stopped: Any) -> None:
+        """Mirror the execution into status until it ends. The store is read when something can
+        have changed there (`Cadence`): at once when the execution moves (an attempt starts or
+        ends: a pod event, a process exit), then while an attempt runs (progress) or the run is
+        suspended (approval decisions) at an interval that starts at `poll_seconds` after a change
+        and doubles while nothing changes, up to `max_poll_seconds`; an AgentApproval for the run
+        wakes it (`wake`). A queued execution (a pod Pending) writes nothing: nothing is read."""
         failures = ex.failures
+        timing = self.settings.timing
+        look = Cadence(timing.poll_seconds, timing.max_poll_seconds)
+        at: tuple[ExecutionState, int, int] | None = None  # where the execution was at the last look
+        progress: Progress | None = None
+        requests: list[dict[str, Any]] = []
         while not stopped:
-            await self.executor.wait(self.exec_name, self.settings.timing.poll_seconds)
+            await self._wait(ex, look)
             current = await self.executor.status(self.exec_name)
             if current is None:  # aborted under us (deletion): the finalizer takes it from here
                 return
             ex = current
-            progress = await self._progress()
-            listed = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (progress and progress.approvals) else []
-            if ex.state is ExecutionState.SUSPENDED and listed is None:
-                continue  # the store did not answer; look again rather than guess
-            requests = listed or []
-            if ex.state is ExecutionState.SUSPENDED:
-                if not requests:  # exit 3 with nothing to decide: resuming would loop forever
-                    self._failed(Reason.FAILED, "the runtime suspended without an approval request")
-                    await self.executor.abort(self.exec_name, self.namespace)
-                    await self._hold(False)
-                    await self.publish(urgent=True)
-                    return
-                requests = await self._settle(requests)
-                if not any(r.get("decision") is None for r in requests):
-                    await self._hold(True)
-                    await self.executor.resume(self.exec_name)
-                    ex = await self.executor.status(self.exec_name) or ex
+            where = (ex.state, ex.attempts, ex.failures)
+            woken = self.wake is not None and self.wake.is_set()
+            if where != at or woken or (ex.state in _LOOKED_AT and look.due()):
+                if self.wake is not None:
+                    self.wake.clear()
+                fresh = await self._progress() if where != at or ex.state is ExecutionState.RUNNING else progress
+                listed = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (fresh and fresh.approvals) else []
+                if ex.state is ExecutionState.SUSPENDED and listed is None:
+                    look.looked(False)
+                    continue  # the store did not answer; look again rather than guess
+                changed = where != at or (fresh is not None and fresh != progress) or (listed or []) != requests
+                look.looked(changed)
+                at, progress, requests = where, fresh or progress, listed or []
+                if ex.state is ExecutionState.SUSPENDED:
+                    if not requests:  # exit 3 with nothing to decide: resuming would loop forever
+                        self._failed(Reason.FAILED, "the runtime suspended without an approval request")
+                        await self.executor.abort(self.exec_name, self.namespace)
+                        await self._hold(False)
+                        await self.publish(urgent=True)
+                        return
+                    requests = await self._settle(requests)
+                    if not any(r.get("decision") is None for r in requests):
+                        await self._hold(True)
+                        await self.executor.resume(self.exec_name)
+                        ex = await self.executor.status(self.exec_name) or ex
             if ex.failures > failures and not ex.state.finished:
                 self.event(Reason.RETRYING, ex.message, warning=True)
                 failures = ex.failures
@@ -412,6 +463,18 @@ class RunLoop:
             if ex.state.finished:
                 self.executor.forget(self.exec_name)
                 return
+
+    async def _wait(self, ex: ExecutionStatus, look: Cadence) -> None:
+        """Until the execution may have changed, the next look is due, a status patch held back
+        by `status_interval_seconds` may go, or (suspended) an AgentApproval wakes the run."""
+        timeout = look.remaining() if ex.state in _LOOKED_AT else self.settings.timing.max_poll_seconds
+        if self._withheld:
+            timeout = min(timeout, max(0.0, self._sent_at + self.settings.timing.status_interval_seconds - time.monotonic()))
+        if ex.state is ExecutionState.SUSPENDED and self.wake is not None:
+            with contextlib.suppress(asyncio.TimeoutError):  # nothing runs: only a decision moves it
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            return
+        await self.executor.wait(self.exec_name, timeout)
 
     # ------------------------------------------------------------------------------ pieces
 

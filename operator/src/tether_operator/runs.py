@@ -386,6 +386,7 @@ class RunLoop:
                 retries=spec.retries,
                 timeout_seconds=spec.timeout_seconds,
                 attempts=int(self.status.get("attempts") or 0),
+                fresh=first_time,
                 suspended=suspended,
                 node_selector=where.node_selector,
                 tolerations=where.tolerations,
@@ -489,7 +490,8 @@ class RunLoop:
         """Hold the finalizer while the executor runs something, drop it when nothing runs."""
         if held != self._held:
             # shielded: kopf may cancel this daemon at any await once the run looks finished
-            await asyncio.shield(kube.set_finalizer("agentruns", self.namespace, self.name, FINALIZER, held))
+            meta = dict(self.body.meta)  # kopf's view, as of the newest watch event: no GET when it is current
+            await asyncio.shield(kube.set_finalizer("agentruns", self.namespace, self.name, FINALIZER, held, meta))
             self._held = held
 
     async def _progress(self) -> Progress | None:

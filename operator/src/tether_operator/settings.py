@@ -61,8 +61,9 @@ class ExecutorSettings:
     runner_service_account: str = "tether-runner"
     """Kubernetes executor: ServiceAccount of runner pods in each namespace (no token, no RBAC);
     created by the operator when missing (env TETHER_RUNNER_SERVICE_ACCOUNT)."""
-    resync_seconds: float = 10.0
-    """Kubernetes executor: look at a runner pod at least this often even without watch events."""
+    resync_seconds: float = 60.0
+    """Kubernetes executor: look at a runner pod at least this often even without watch events
+    (which carry the pod: a GET per pod and interval is what this costs the apiserver)."""
     pod_start_grace_seconds: float = 600.0
     """Kubernetes executor: how long a runner pod may stay unable to start (unschedulable, image
     not pullable, a Secret or key missing) before the run fails with that reason (env
@@ -239,7 +240,7 @@ class Settings:
                 runtime_image=env.get("TETHER_RUNTIME_IMAGE") or ExecutorSettings.runtime_image,
                 image_pull_policy=env.get("TETHER_RUNTIME_IMAGE_PULL_POLICY") or "IfNotPresent",
                 runner_service_account=env.get("TETHER_RUNNER_SERVICE_ACCOUNT") or "tether-runner",
-                resync_seconds=num("TETHER_RESYNC_SECONDS", 10.0),
+                resync_seconds=num("TETHER_RESYNC_SECONDS", 60.0),
                 pod_start_grace_seconds=num("TETHER_POD_START_GRACE_SECONDS", 600.0),
                 default_resources=json.loads(env.get("TETHER_DEFAULT_RESOURCES") or "{}"),
                 flyte=FlyteSettings(

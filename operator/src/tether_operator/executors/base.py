@@ -126,6 +126,10 @@ class Submission:
     """Attempts already made (from the AgentRun's status, after an operator restart)."""
     failures: int = 0
     """Recoverable failures already counted against `retries`."""
+    fresh: bool = False
+    """No execution was ever submitted for the run (its status names none): executors need not
+    look for one to adopt (one left by an operator that stopped before writing status is still
+    found by its name)."""
     suspended: bool = False
     """The run was suspended awaiting approval when last seen: adopt it without starting it."""
     node_selector: dict[str, str] = field(default_factory=dict)

@@ -53,11 +53,16 @@ log = logging.getLogger(__name__)
 #: After a pod's grace period, how long more the operator waits for a deleted pod to stop before
 #: it starts the next attempt anyway (the node may be gone and never report it).
 TERMINATION_MARGIN_SECONDS = 30.0
+#: How soon an attempt the apiserver refused for a passing reason (unreachable, a quota) is tried again.
+RETRY_SECONDS = 10.0
 
 
 @dataclass
 class _Execution(Execution):
     pod_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The newest state of the execution's pods from watch events (or the create), by name, not
+    yet looked at: `_follow` reads the pod from here instead of asking the apiserver again."""
     adopted: int = 0
     """The attempt whose pod an operator restart found running (0: none): followed, not created."""
 
@@ -87,7 +92,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         service_account: str = "tether-runner",
         store_secret: str = "tether-store",
         pull_policy: str = "IfNotPresent",
-        resync_seconds: float = 10.0,
+        resync_seconds: float = 60.0,
         retry_backoff: float = 0.5,
         tool_modules: tuple[str, ...] | None = None,
         start_grace_seconds: float = 600.0,
@@ -132,9 +137,19 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
 
     def observe(self, event: Mapping[str, Any]) -> None:
         """A watch event of a runner pod: wake the execution it belongs to."""
-        labels = ((event.get("object") or {}).get("metadata") or {}).get("labels") or {}
-        run = self._runs.get(labels.get(EXECUTION_LABEL, ""))
+        pod = event.get("object") or {}
+        meta = pod.get("metadata") or {}
+        run = self._runs.get((meta.get("labels") or {}).get(EXECUTION_LABEL, ""))
         if run is not None:
+            labels = meta.get("labels") or {}
+            if (
+                event.get("type") in ("ADDED", "MODIFIED")
+                and TOOL_POD_LABEL not in labels
+                and meta.get("namespace") == run.sub.request.namespace
+            ):
+                run.seen[meta.get("name", "")] = dict(pod)  # the pod of that name: what a GET would answer
+            else:
+                run.seen.pop(meta.get("name", ""), None)  # deleted: asked for
             run.pod_changed.set()
 
     async def close(self) -> None:
@@ -205,7 +220,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             # the apiserver unreachable, a quota, an admission webhook: say so, try again later
             log.warning("execution %s: %s", run.sub.name, exc)
             run.set(ExecutionState.QUEUED, f"cannot create the runner pod: {exc}")
-            await asyncio.sleep(self.pod_settings.resync_seconds)
+            await asyncio.sleep(min(self.pod_settings.resync_seconds, RETRY_SECONDS))
             self._start(run, adopt=True)
 
     async def _prepare(self, run: _Execution, adopt: bool) -> None:
@@ -214,6 +229,8 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         attempt (whatever status says), earlier ones that died count against retries."""
         sub = run.sub
         await self._objects(sub)
+        if sub.fresh and not run.attempts:  # never submitted, no pod made yet: none to count (a leftover attempt 1 is found by its name)
+            return
         pods = await self._ours(sub)
         latest = max(pods, default=0)
         # An attempt whose tool pods were made but not its runner pod: gone, its number used.
@@ -235,6 +252,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             if not created and (why := not_ours(pod, expected)):
                 raise conflict("Pod", namespace, pod_name(sub.name, current), why)
             run.attempts = current
+            run.seen[pod_name(sub.name, current)] = pod
             if created and not sidecars_kept(pod):
                 # An apiserver without native sidecars (SidecarContainers, on since 1.29, GA in
                 # 1.33) drops their restartPolicy: the tool runner would block the agent's
@@ -267,7 +285,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             run.pod_changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(run.pod_changed.wait(), min(1.0, max(deadline - time.monotonic(), 0.05)))
-            pod = await kube.request("GET", path)
+            pod = run.seen.pop(name, None) or await kube.request("GET", path)
         return NO_EXIT_CODE, why
 
     async def _follow(self, run: _Execution, name: str) -> tuple[int, str]:
@@ -282,7 +300,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         start_grace = self.pod_settings.start_grace_seconds
         while True:
             run.pod_changed.clear()
-            pod = await kube.request("GET", path)
+            pod = run.seen.pop(name, None) or await kube.request("GET", path)
             if pod is None:
                 return NO_EXIT_CODE, f"pod {name} was deleted"
             if pod["metadata"].get("deletionTimestamp"):

@@ -35,6 +35,7 @@ $V/bin/python benchmarks/replay_cost.py [--steps 10,100,1000] [--no-s3] [--repea
 $V/bin/python benchmarks/record_overhead.py [--calls 40] [--turns 8] [--latency 0.05] [--s3-latency 0.02] [--no-s3] [--no-fsync]
 $V/bin/python benchmarks/trace_overhead.py [--calls 240] [--turns 8] [--latency 0.05]
 $V/bin/python benchmarks/operator_submit.py [--runs 100] [--total 1000]
+$V/bin/python benchmarks/operator_scale.py [--runs 2000] [--rate 20] [--moving 50]
 $V/bin/python benchmarks/metrics_overhead.py [--updates 20000] [--runs 1000] [--repeat 5]
 $(scripts/env.sh langgraph)/bin/python benchmarks/parallel_tools.py [--n 2,4,8] [--seconds 1.0] [--repeat 3]
 $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
@@ -287,6 +288,25 @@ The operator pays per progress update: on each look at a running run it reads th
 anyway (`look_us`); the metrics add the run's account and the counting store wrapper
 (`metrics_us`), reported against the look and against a 50 ms model turn (goal ≤ 1 %), and one
 scrape of `/metrics` with `--runs` runs known (`render_ms`). See its docstring.
+
+## operator_scale.py — 2,000 AgentRuns applied at 20/s (issue 27)
+
+The kubernetes executor against a real kube-apiserver + etcd and a moto S3 store on loopback,
+the operator with its default intervals. The script plays the kubelet (each runner pod reported
+Running as soon as it appears; the pods never end) and the runtime (one progress record when the
+pod runs, then nothing: a run waiting on its model; `--moving` runs take a step every 0.7-3 s).
+Goals: apply → pod created p95 ≤ 1 s, operator RSS ≤ 300 MiB, status lag ≤ 2 s, store requests
+≤ 0.2 per second per active run, no Warning Event. The operator's side is in operator/README.md,
+"Following runs: what it costs".
+
+| JSON key | meaning |
+|---|---|
+| `apply_to_pod_p50_ms` / `_p95_ms` / `_max_ms` | from sending an AgentRun's create to the watch event of its runner pod |
+| `all_pods_created_s` | the last pod's creation after the first apply (the applies take `runs / rate` s) |
+| `rss_mib_peak`, `cpu_percent_of_core` | the operator process: VmHWM; user + system CPU over the whole benchmark |
+| `status_lag_p50_ms` / `_p95_ms` / `_max_ms` | a moving run's progress write → the AgentRun watch event whose status shows it (or a later step) |
+| `store_requests_per_s_per_run` | the operator's `tether_operator_store_requests_total` over `store_window_s` with every run running, per run |
+| `error_events` | Warning Events in the namespace (by reason in `error_event_reasons`) |
 
 ## kind_pods.py — issue 9 (Kubernetes executor on a real cluster)
 
@@ -627,6 +647,15 @@ def operator_rows(results: dict) -> list[str]:
     return [f"**operator_submit** — {provenance(r)}", "", keys, ""]
 
 
+def scale_rows(results: dict) -> list[str]:
+    r = results.get("operator_scale")
+    if not r:
+        return []
+    f = r["figures"]
+    keys = ", ".join(f"`{k}` {v}" for k, v in sorted(f.items()))
+    return [f"**operator_scale** — {provenance(r)}", "", keys, ""]
+
+
 def metrics_rows(results: dict) -> list[str]:
     r = results.get("metrics_overhead")
     if not r:
@@ -784,6 +813,14 @@ def summary(results: dict) -> list[str]:
             f"| operator: apply → execution submitted | p50 {f['submit_p50_ms']} ms, p95 {f['submit_p95_ms']} ms over {f['runs_timed']} runs; "
             f"{f['rss_mib_with_all_runs']} MiB RSS with {f['agentruns_present']} AgentRuns | {provenance(r)} |"
         )
+    if r := results.get("operator_scale"):
+        f = r["figures"]
+        out.append(
+            f"| operator: {f['runs']} AgentRuns applied at {f['apply_rate_per_s']:g}/s (bare apiserver) | apply → pod created "
+            f"p50 {f['apply_to_pod_p50_ms']} ms, p95 {f['apply_to_pod_p95_ms']} ms; RSS peak {f['rss_mib_peak']} MiB, "
+            f"{f['cpu_percent_of_core']} % of a core; status lag p95 {f['status_lag_p95_ms']} ms; "
+            f"{f['store_requests_per_s_per_run']} store requests/s per run; {f['error_events']} error Events | {provenance(r)} |"
+        )
     if r := results.get("metrics_overhead"):
         f = r["figures"]
         out.append(
@@ -820,6 +857,7 @@ def render_readme(results: dict) -> str:
         *size_rows(results),
         *peer_turn_rows(results),
         *operator_rows(results),
+        *scale_rows(results),
         *metrics_rows(results),
         *kind_rows(results),
     ]

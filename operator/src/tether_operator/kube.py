@@ -77,10 +77,13 @@ async def _open() -> aiohttp.ClientSession:
         _server = info.server.rstrip("/")
         # 32 connections: with 8, the patches and creates of 20 runs applied per second queued
         # behind each other for seconds on a loaded apiserver (benchmarks/operator_scale.py).
+        # A request waits for a connection as long as it takes (an apiserver slower than the runs
+        # coming in makes a queue, not errors and retries that load it more); on the wire it has
+        # 10 s to connect and 30 s between bytes.
         _session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=32, ssl=info.as_ssl_context()),
             headers=info.as_http_headers(),
-            timeout=aiohttp.ClientTimeout(total=30),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30),
         )
     return _session
 

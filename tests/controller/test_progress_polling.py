@@ -27,7 +27,7 @@ from tether.progress import write_progress
 from tether.stores import open_store
 from tether_operator import execution_name
 
-from .conftest import CHART, Operator, Release, kubeconfig_with_token, wait_for
+from .conftest import Operator, Release, install_release, release_operator, uninstall_release, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -44,16 +44,13 @@ def store_url(s3_endpoint: str) -> str:
 
 @pytest.fixture(scope="module")
 def poll_operator(kube: ControlPlane, tether_release: Release, store_url: str, tmp_path_factory) -> Iterator[Operator]:
-    kube.kubectl("create", "namespace", NS, check=False)
-    kube.helm("upgrade", "--install", "tether-poll", str(CHART), "-n", RELEASE.namespace, "--create-namespace",
-              "--set", f"watchNamespaces={{{NS}}}", "--set", "crds.enabled=false", "--set", "store.s3.bucket=runs",
-              "--set", "secretAccessPolicy.enabled=false", "--set", "tenancy=single-tenant", "--wait=false")  # fmt: skip
-    token = kube.kubectl("create", "token", RELEASE.service_account, "-n", RELEASE.namespace, "--duration=2h").stdout.strip()
-    work = tmp_path_factory.mktemp("poll-operator")
-    op = Operator(
-        kubeconfig_with_token(kube, token, work / "kubeconfig"),
-        work,
-        RELEASE.served,
+    install_release(
+        kube, RELEASE, "--set", "store.s3.bucket=runs", "--set", "secretAccessPolicy.enabled=false", "--set", "tenancy=single-tenant"
+    )
+    op = release_operator(
+        kube,
+        RELEASE,
+        tmp_path_factory.mktemp("poll-operator"),
         TETHER_EXECUTOR="kubernetes",
         TETHER_RUNTIME_IMAGE=IMAGE,
         TETHER_STORE_URL=store_url,
@@ -63,10 +60,9 @@ def poll_operator(kube: ControlPlane, tether_release: Release, store_url: str, t
         TETHER_POLL_SECONDS="0.5",
         TETHER_MAX_POLL_SECONDS="8",
     )
-    op.start()
     yield op
     op.stop()
-    kube.helm("uninstall", "tether-poll", "-n", RELEASE.namespace, "--wait=false")
+    uninstall_release(kube, RELEASE)
 
 
 @pytest.fixture(autouse=True)

@@ -143,7 +143,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         if run is not None:
             labels = meta.get("labels") or {}
             if (
-                event.get("type") in ("ADDED", "MODIFIED")
+                event.get("type") in ("ADDED", "MODIFIED", None)  # None: an object of kopf's (re)listing
                 and TOOL_POD_LABEL not in labels
                 and meta.get("namespace") == run.sub.request.namespace
             ):

@@ -156,7 +156,9 @@ class Cadence:
     """When to read a run's records in the store again: `fast` seconds after a look that found a
     change, twice as long after each look that found none, up to `slow`. Runs move in bursts (a
     turn, its tool calls, the next turn): followed closely while they move, a store request every
-    `slow` seconds while one waits on a slow model, a long tool or a person."""
+    `slow` seconds while one waits on a slow model, a long tool or a person. (Growing by half
+    instead would show a moving run's steps sooner, ~1.3 s p95 rather than ~1.9 s, simulated,
+    but read a run 8 times in the 40 s after a change rather than 7: 0.2 requests/s, the budget.)"""
 
     def __init__(self, fast: float, slow: float) -> None:
         self.fast, self.slow = fast, max(fast, slow)

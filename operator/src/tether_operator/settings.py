@@ -101,7 +101,7 @@ class TimingSettings:
     max_poll_seconds: float = 8.0
     """The longest interval between two such reads, in seconds: a quiet run costs one store
     request per this many seconds. An attempt's start or end is seen at once (executor events)."""
-    status_interval_seconds: float = 2.0
+    status_interval_seconds: float = 1.0
     """Minimum seconds between two status patches of one run, except phase changes (immediate)."""
     recheck_seconds: float = 5.0
     """Seconds before a waiting run (missing AgentTool or Secret) looks again; doubles while
@@ -254,7 +254,7 @@ class Settings:
             timing=TimingSettings(
                 poll_seconds=num("TETHER_POLL_SECONDS", 0.5),
                 max_poll_seconds=num("TETHER_MAX_POLL_SECONDS", 8.0),
-                status_interval_seconds=num("TETHER_STATUS_INTERVAL_SECONDS", 2.0),
+                status_interval_seconds=num("TETHER_STATUS_INTERVAL_SECONDS", 1.0),
                 recheck_seconds=num("TETHER_RECHECK_SECONDS", 5.0),
                 max_recheck_seconds=num("TETHER_MAX_RECHECK_SECONDS", 60.0),
                 tool_interval_seconds=num("TETHER_TOOL_INTERVAL_SECONDS", 30.0),

@@ -56,7 +56,7 @@ def poll_operator(kube: ControlPlane, tether_release: Release, store_url: str, t
         TETHER_STORE_URL=store_url,
         TETHER_TENANCY="single-tenant",
         # the defaults, whatever conftest sets for quicker tests: the figures are the shipped ones'
-        TETHER_STATUS_INTERVAL_SECONDS="2",
+        TETHER_STATUS_INTERVAL_SECONDS="1",
         TETHER_POLL_SECONDS="0.5",
         TETHER_MAX_POLL_SECONDS="8",
     )
@@ -171,8 +171,9 @@ def test_status_follows_a_moving_run_within_two_seconds(kube: ControlPlane, poll
     # Status shows a later count in place of one it skipped: a write is followed once status shows it or more.
     lags = {k: round(min(t for n, t in seen.items() if n >= k) - at, 2) for k, at in written.items()}
     after_pause = pauses.index(12.0) + 2
-    # 2 s: a change read right after a patch waits out TETHER_STATUS_INTERVAL_SECONDS; + 0.3 s for
-    # the patch itself and this test's reads of the run (every 50 ms) on a loaded machine.
+    # 2 s: a change is read up to ~1.5 s after it is written (the looks double: 0.5, 1.5, 3.5 s after
+    # the last change) and may wait out TETHER_STATUS_INTERVAL_SECONDS (1 s) after the last patch;
+    # + 0.3 s for the patch itself and this test's reads of the run (every 50 ms) on a loaded machine.
     slow = {k: lag for k, lag in lags.items() if lag > 2.0 + 0.3 and k != after_pause}
     assert not slow, f"steps shown in status more than 2 s after they were written: {slow} (all: {lags})"
     assert lags[after_pause] <= 8.0 + 1.0, f"after a pause a step is shown within max_poll_seconds: {lags}"

@@ -40,6 +40,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -196,6 +197,9 @@ class FlyteExecutor(FollowingExecutor[_Execution]):
     async def _init(self) -> None:
         if self._ready:
             return
+        # The SDK reports each deploy and run to Flyte's own Sentry unless told not to: nothing
+        # about the cluster's runs leaves it unless the admin sets FLYTE_DISABLE_TELEMETRY=false.
+        os.environ.setdefault("FLYTE_DISABLE_TELEMETRY", "true")
         import flyte
 
         import tether

@@ -295,15 +295,19 @@ The kubernetes executor against a real kube-apiserver + etcd and a moto S3 store
 the operator with its default intervals. The script plays the kubelet (each runner pod reported
 Running as soon as it appears; the pods never end) and the runtime (one progress record when the
 pod runs, then nothing: a run waiting on its model; `--moving` runs take a step every 0.7-3 s).
-Goals: apply → pod created p95 ≤ 1 s, operator RSS ≤ 300 MiB, status lag ≤ 2 s, store requests
-≤ 0.2 per second per active run, no Warning Event. The operator's side is in operator/README.md,
-"Following runs: what it costs".
+`--executor flyte`: the Flyte executor against the real Flyte 2 backend on the same apiserver
+(results `operator_scale-flyte`). Goals: apply → pod created p95 ≤ 1 s, operator RSS ≤ 300 MiB,
+status lag ≤ 2 s, store requests ≤ 0.2 per second per active run, no Warning Event. The
+operator's side is in operator/README.md, "Following runs: what it costs".
 
 | JSON key | meaning |
 |---|---|
 | `apply_to_pod_p50_ms` / `_p95_ms` / `_max_ms` | from sending an AgentRun's create to the watch event of its runner pod |
+| `apply_to_submitted_p50_ms` / `_p95_ms` | from sending the create to the status naming the execution |
+| `pod_running_to_status_p50_ms` / `_p95_ms` | from the pod reported Running to the status saying Running (kubernetes executor; Flyte says running before its pod does) |
 | `all_pods_created_s` | the last pod's creation after the first apply (the applies take `runs / rate` s) |
 | `rss_mib_peak`, `cpu_percent_of_core` | the operator process: VmHWM; user + system CPU over the whole benchmark |
+| `cpu_percent_of_core_by_process`, `cpu_wait_percent_by_process` | the same CPU figure for the apiserver, etcd, the S3 server, the Flyte backend and the script; and the time each was runnable but waiting for a core (schedstat, summed over threads): where the machine's cores went |
 | `status_lag_p50_ms` / `_p95_ms` / `_max_ms` | a moving run's progress write → the AgentRun watch event whose status shows it (or a later step) |
 | `store_requests_per_s_per_run` | the operator's `tether_operator_store_requests_total` over `store_window_s` with every run running, per run |
 | `error_events` | Warning Events in the namespace (by reason in `error_event_reasons`) |
@@ -648,12 +652,12 @@ def operator_rows(results: dict) -> list[str]:
 
 
 def scale_rows(results: dict) -> list[str]:
-    r = results.get("operator_scale")
-    if not r:
-        return []
-    f = r["figures"]
-    keys = ", ".join(f"`{k}` {v}" for k, v in sorted(f.items()))
-    return [f"**operator_scale** — {provenance(r)}", "", keys, ""]
+    out = []
+    for name in sorted(n for n in results if n.startswith("operator_scale")):  # the executors and the rate sweep
+        r = results[name]
+        keys = ", ".join(f"`{k}` {v}" for k, v in sorted(r["figures"].items()))
+        out += [f"**{name}** — {provenance(r)}", "", keys, ""]
+    return out
 
 
 def metrics_rows(results: dict) -> list[str]:
@@ -813,13 +817,19 @@ def summary(results: dict) -> list[str]:
             f"| operator: apply → execution submitted | p50 {f['submit_p50_ms']} ms, p95 {f['submit_p95_ms']} ms over {f['runs_timed']} runs; "
             f"{f['rss_mib_with_all_runs']} MiB RSS with {f['agentruns_present']} AgentRuns | {provenance(r)} |"
         )
-    if r := results.get("operator_scale"):
+    for name in sorted(n for n in results if n.startswith("operator_scale")):
+        r = results[name]
         f = r["figures"]
+        waited = (f.get("cpu_wait_percent_by_process") or {}).get("apiserver")
+        starved = (
+            f"; apiserver {f['cpu_percent_of_core_by_process']['apiserver']} % of a core, {waited} % waiting for one" if waited else ""
+        )
         out.append(
-            f"| operator: {f['runs']} AgentRuns applied at {f['apply_rate_per_s']:g}/s (bare apiserver) | apply → pod created "
-            f"p50 {f['apply_to_pod_p50_ms']} ms, p95 {f['apply_to_pod_p95_ms']} ms; RSS peak {f['rss_mib_peak']} MiB, "
-            f"{f['cpu_percent_of_core']} % of a core; status lag p95 {f['status_lag_p95_ms']} ms; "
-            f"{f['store_requests_per_s_per_run']} store requests/s per run; {f['error_events']} error Events | {provenance(r)} |"
+            f"| operator: {f['runs']} AgentRuns applied at {f['apply_rate_per_s']:g}/s, {f.get('executor', 'kubernetes')} executor "
+            f"(bare apiserver) | apply → pod created p50 {f['apply_to_pod_p50_ms']} ms, p95 {f['apply_to_pod_p95_ms']} ms; "
+            f"RSS peak {f['rss_mib_peak']} MiB, {f['cpu_percent_of_core']} % of a core; status lag p50 {f['status_lag_p50_ms']} ms, "
+            f"p95 {f['status_lag_p95_ms']} ms; {f['store_requests_per_s_per_run']} store requests/s per run; "
+            f"{f['error_events']} error Events{starved} | {provenance(r)} |"
         )
     if r := results.get("metrics_overhead"):
         f = r["figures"]

@@ -212,6 +212,7 @@ def main() -> int:
         kubelet = ThreadPoolExecutor(4)
 
         by_execution: dict[str, str] = {}  # execution name (a Flyte run's name) -> AgentRun
+        started: set[str] = set()  # uids of the pods reported Running
 
         def start_pod(pod: str, namespace: str, run: str) -> None:  # the kubelet: the pod runs; the runtime writes its first record
             for _ in range(10):
@@ -220,6 +221,11 @@ def main() -> int:
                     pod_running.setdefault(run, time.perf_counter())
                     write_progress(store, uids[run], progress(1))
                     return
+                except kubernetes.client.ApiException as exc:
+                    if exc.status == 404:  # deleted meanwhile (its maker makes another: started when it appears)
+                        return
+                    print(f"kubelet: {pod}: {exc}", file=sys.stderr)
+                    time.sleep(1)
                 except Exception as exc:  # a loaded apiserver may time out: try again
                     print(f"kubelet: {pod}: {exc}", file=sys.stderr)
                     time.sleep(1)
@@ -229,13 +235,15 @@ def main() -> int:
             labels = meta.get("labels") or {}
             # The kubernetes executor's pods carry the run's name; the Flyte backend's, the Flyte run's.
             run = by_execution.get(labels.get(FLYTE_RUN_LABEL, "")) if flyte else labels.get(RUN_LABEL)
-            if event["type"] == "ADDED" and run and run not in pod_seen:
-                with lock:
-                    pod_seen[run] = time.perf_counter()
-                    if not flyte:
-                        uids.setdefault(run, labels.get(RUN_UID_LABEL, ""))
-                    lock.notify_all()
-                kubelet.submit(start_pod, meta["name"], meta["namespace"], run)
+            if event["type"] != "ADDED" or not run or meta["uid"] in started:
+                return
+            with lock:  # apply -> pod counts a run's first pod; every pod is started (the Flyte backend may make one again)
+                pod_seen.setdefault(run, time.perf_counter())
+                started.add(meta["uid"])
+                if not flyte:
+                    uids.setdefault(run, labels.get(RUN_UID_LABEL, ""))
+                lock.notify_all()
+            kubelet.submit(start_pod, meta["name"], meta["namespace"], run)
 
         def on_run(event: dict[str, Any]) -> None:
             obj = event["object"]

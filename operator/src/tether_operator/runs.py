@@ -437,9 +437,7 @@ class RunLoop:
         failures = ex.failures
         timing = self.settings.timing
         look = Cadence(timing.poll_seconds, timing.max_poll_seconds)
-        # Where the execution was at the last look. A queued one (its pod Pending, as `submit` saw
-        # it) is not read until it moves; any other is looked at once.
-        at: tuple[ExecutionState, int, int] | None = (ex.state, ex.attempts, ex.failures) if ex.state is ExecutionState.QUEUED else None
+        at: tuple[ExecutionState, int, int] | None = None  # where the execution was at the last look
         progress: Progress | None = None
         requests: list[dict[str, Any]] = []
         while not stopped:

@@ -400,7 +400,6 @@ class RunLoop:
         metrics.SUBMIT_SECONDS.observe(time.monotonic() - started)
         if first_time:
             metrics.SUBMISSIONS.inc()
-        ex = await self._first_move(ex)
         self.status["execution"] = {"executor": self.executor.kind, "name": self.exec_name, "url": ex.url}
         self.status.setdefault("startTime", C.now())
         self._mirror(ex, None, None)
@@ -409,22 +408,6 @@ class RunLoop:
             self.event(Reason.SUBMITTED, f"submitted to the {self.executor.kind} executor as {self.exec_name}")
         else:
             self.logger.info("adopted execution %s (%s)", self.exec_name, ex.state.value)
-        return ex
-
-    async def _first_move(self, ex: ExecutionStatus) -> ExecutionStatus:
-        """An executor making the first attempt (a pod, a process): the execution once that is
-        made, waiting `status_interval_seconds` at most. The first status patch says both: one
-        apiserver write per new run fewer (2,000 runs at 20/s: benchmarks/operator_scale.py)."""
-        if not isinstance(self.executor, AttemptingExecutor):
-            return ex
-        deadline = time.monotonic() + self.settings.timing.status_interval_seconds
-        while ex.message == self.executor.starting and (left := deadline - time.monotonic()) > 0:
-            await self.executor.wait(self.exec_name, left)
-            now = await self.executor.status(self.exec_name)
-            if now is None:
-                break
-            if (now.state, now.message, now.attempts) != (ex.state, ex.message, ex.attempts):
-                return now
         return ex
 
     async def follow(self, ex: ExecutionStatus, stopped: Any) -> None:

@@ -16,6 +16,12 @@ task and the framework's adapter, runs one no-op Flyte task (Flyte's first local
 what every later one reuses) and the adapter's ``warm_up`` (the framework's first-use costs), then waits for a line on stdin. ``go`` runs the attempt in this
 already started process; end of input exits with code 0 without running anything. No tool or
 agent module is imported before ``go``.
+
+``--standby FILE`` is the same warm start for a standby pod (the Kubernetes executor's
+``spec.standby``): instead of stdin it waits until FILE holds anything (a downward API file of
+the pod's ``tether.dev/go`` annotation, which the operator sets once the attempt before it has
+ended), then runs the attempt. The journal's attempt claim, not this signal, keeps two attempts
+from writing at once.
 """
 
 from __future__ import annotations
@@ -52,7 +58,14 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help=f"start now, import everything, then wait for '{GO}' on stdin before running the attempt (end of input: exit 0)",
     )
+    p.add_argument(
+        "--standby",
+        metavar="FILE",
+        help="like --warm, but wait until FILE is not empty (a standby pod: the operator's go) instead of reading stdin",
+    )
     args = p.parse_args(argv)
+    if args.warm and args.standby:
+        p.error("--warm and --standby: one or the other")
     if args.warm and args.request == "-":
         p.error("--warm reads 'go' from stdin: give the request as a file")
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
@@ -76,14 +89,17 @@ def main(argv: list[str]) -> int:
     on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None, log)
     flyte.init()
     worker: dict[str, float] | None = None
-    if args.warm:
+    if args.warm or args.standby:
         _warm_up(request.spec.framework)
         # What is here now lives as long as the process: the collector need not walk it again
         # during the attempt (a full collection of the SDK's and Flyte's heap: milliseconds).
         gc.collect()
         gc.freeze()
         ready = time.time()
-        if sys.stdin.readline().strip() != GO:
+        if args.standby:
+            print(f"tether exec: standing by (imports done), waiting for {args.standby}", file=sys.stderr, flush=True)
+            _wait_for(Path(args.standby))
+        elif sys.stdin.readline().strip() != GO:
             return EXIT_SUCCEEDED  # not needed: the run ended without this attempt
         if stopping.requested():
             return EXIT_INTERRUPTED
@@ -113,6 +129,21 @@ def main(argv: list[str]) -> int:
     # reading to the end of output (tether run) has the outcome without waiting for that (~20 ms).
     os.closerange(0, 3)
     os._exit(outcome.exit_code)
+
+
+#: How often a standby reads its go file: a stat and a read of a tmpfs file, nothing remote.
+STANDBY_POLL_SECONDS = 0.05
+
+
+def _wait_for(go: Path) -> None:
+    """Until ``go`` holds anything (or a stop is asked: SIGTERM, the pod deleted)."""
+    while not stopping.requested():
+        try:
+            if go.read_text().strip():
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(STANDBY_POLL_SECONDS)
 
 
 def _warm_up(framework: str) -> None:

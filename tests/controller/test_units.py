@@ -126,6 +126,15 @@ def test_capabilities_name_every_unsupported_field() -> None:
         "spec.tolerations",
         "spec.mcp of AgentTool hotel",
     ]
+    # spec.standby: a pod waiting beside the running one, the kubernetes executor's alone; never
+    # with a GPU tool (its tool pods are per attempt: a standby would hold them too)
+    standby = spec.model_copy(update={"standby": True})
+    assert unsupported(standby, tools, KubernetesExecutor.supports) == []
+    assert unsupported(standby, {"gpu": gpu}, KubernetesExecutor.supports) == [
+        "spec.standby with AgentTool gpu's GPU (a standby would hold its GPU pod too)"
+    ]
+    assert "spec.standby" in unsupported(standby, {}, FlyteExecutor.supports)
+    assert "spec.standby" in unsupported(standby, {}, LocalExecutor.supports)
 
 
 def test_pod_outcomes_map_to_the_exit_code_contract() -> None:

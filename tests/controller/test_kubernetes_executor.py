@@ -953,7 +953,7 @@ def test_a_standby_that_died_waiting_is_replaced_not_used(kube: ControlPlane, k8
     assert told_to_go(third) > 0 and third["spec"]["activeDeadlineSeconds"] == 3600
     wait_for(lambda: f"{execution}-2" not in pods_of(kube, run), what="the dead standby deleted")
     standby_of(kube, run, 4)
-    assert get(kube, "agentrun", NS, "standby-lost")["status"]["attempts"] == 3
+    wait_for(lambda: get(kube, "agentrun", NS, "standby-lost")["status"].get("attempts") == 3, what="attempts 3")
     kubelet(kube, third, "Succeeded", 0)
     kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/standby-lost")
     wait_for(lambda: sorted(pods_of(kube, run)) == [f"{execution}-1", f"{execution}-3"], what="standby 4 deleted")

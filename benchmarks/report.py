@@ -41,8 +41,10 @@ $(scripts/env.sh langgraph)/bin/python benchmarks/startup.py [--repeat 5]
 $V/bin/python benchmarks/import_time.py [--frameworks langgraph,openai] [--repeat 7]
 $V/bin/python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
+$(scripts/env.sh openai)/bin/python benchmarks/pod_start.py [--repeat 3] [--s3] [--no-bytecode] [--baseline REF]
+$(scripts/env.sh langgraph)/bin/python benchmarks/pod_start.py --framework langgraph [--repeat 3] [...]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
-$V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5]
+$V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5] [--standby]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -233,6 +235,20 @@ asserts none). A listing remains the fallback for what writers do not leave (a t
 process). Beside it: `SqliteSaver.get_tuple` of a 200-message thread (local file). Goals: ≤ 20 ms
 locally, ≤ 100 ms on S3.
 
+## pod_start.py — the runner pod's path, phase by phase (issue 27)
+
+What a runner pod runs (`python -m tether exec REQUEST --progress --store URL`), without a
+cluster: an AgentRun request against the fake provider, killed after its first step; then its
+retry, killed after its first (replayed) step. Wall time from the process's spawn to the first
+model request (the fake provider's ledger) and to the first replayed turn (its step line), and
+each process's CPU time (`wait4`: on a loaded machine CPU time moves far less than wall time).
+Beside them the floors, each its own process: the interpreter, + the runtime's imports on that
+path, + the framework adapter loaded; the phases are differences of the medians (CPU ms).
+`--no-bytecode` runs everything again without cached bytecode (what a read-only image without
+`.pyc` files pays on every start); `--baseline REF` runs git REF's runtime and adapters in the same
+loop (`ratio`: this tree / REF). One more attempt under `-X importtime` names the slowest imports.
+Results per framework: `pod_start-<framework>`.
+
 ## operator_submit.py — the operator with 1,000 AgentRuns
 
 Operator latency from creating an AgentRun to its execution being submitted, and operator memory
@@ -252,7 +268,9 @@ scrape of `/metrics` with `--runs` runs known (`render_ms`). See its docstring.
 On the kind e2e cluster (tests/e2e/run.sh: three nodes, runs in real pods, S3 and the fake
 provider in the cluster): apply → runner pod Running and apply → first model call (the fake
 provider's ledger), p50/p95 over `--runs` weather runs one at a time; runner pod deleted mid-run →
-the retry's first replayed turn (status.steps.modelReplayed, polled every 0.2 s) and → Succeeded.
+the retry's first replayed turn (status.steps.modelReplayed, polled every 0.2 s) and → Succeeded;
+with `--standby` the same kills on runs with `spec.standby` (the next attempt's pod waiting
+beside the first, told to go instead of created), interleaved.
 
 """
 
@@ -478,8 +496,46 @@ def import_rows(results: dict) -> list[str]:
     return [*out, ""]
 
 
+def pod_start_rows(results: dict) -> list[str]:
+    out: list[str] = []
+    for name in sorted(n for n in results if n.startswith("pod_start-")):
+        r = results[name]
+        f = r["figures"]
+        variants = [v for v in ("tree", "baseline", "no_bytecode") if v in f]
+        out += [
+            f"**{name}** — {provenance(r)}; {f['framework']}, {f['store']} store, medians of {f['repeat']}, ms",
+            "",
+            "| code | → first model request (CPU) | → first replayed turn (CPU) | CPU by phase: interpreter / runtime imports / framework imports / → request / → replayed turn |",
+            "|---|---|---|---|",
+        ]
+        for v in variants:
+            g, p = f[v], f[v]["phases_cpu_ms"]
+            label = {"tree": "this tree", "baseline": f"git {g.get('ref', '')}", "no_bytecode": "this tree, no bytecode"}[v]
+            out.append(
+                f"| {label} | {g['first_request_ms']:.0f} ({g['first_request_cpu_ms']:.0f}) | {g['first_replayed_turn_ms']:.0f} "
+                f"({g['first_replayed_turn_cpu_ms']:.0f}) | {p['interpreter']:.0f} / {p['runtime_imports']:.0f} / "
+                f"{p['framework_imports']:.0f} / {p['to_first_request']:.0f} / {p['to_first_replayed_turn']:.0f} |"
+            )
+        for key in ("ratio", "no_bytecode_ratio"):
+            if key in f:
+                out.append("")
+                out.append(f"`{key}`: " + ", ".join(f"{k} ×{v}" for k, v in f[key].items()) + ".")
+        out += ["", "Slowest imports (self ms): " + ", ".join(f"{k} {v}" for k, v in f["slowest_imports_ms"].items()) + ".", ""]
+    return out
+
+
 def mcp_rows(results: dict) -> list[str]:
     out = []
+    for name in sorted(n for n in results if n.startswith("pod_start-")):
+        f = results[name]["figures"]
+        t = f["tree"]
+        out.append(
+            f"| runner pod's path without a cluster ({f['framework']}): `tether exec` spawn → first model request / → first replayed turn "
+            f"| {t['first_request_ms']:.0f} / {t['first_replayed_turn_ms']:.0f} ms (CPU {t['first_request_cpu_ms']:.0f} / "
+            f"{t['first_replayed_turn_cpu_ms']:.0f} ms, of which framework imports {t['phases_cpu_ms']['framework_imports']:.0f})"
+            + (f"; without bytecode ×{f['no_bytecode_ratio']['first_request_cpu_ms']} CPU" if "no_bytecode_ratio" in f else "")
+            + f" | {provenance(results[name])} |"
+        )
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
         if r := results.get(name):
             f = r["figures"]
@@ -688,6 +744,7 @@ def render_readme(results: dict) -> str:
         *parallel_rows(results),
         *startup_rows(results),
         *import_rows(results),
+        *pod_start_rows(results),
         *mcp_rows(results),
         *load_rows(results),
         *operator_rows(results),

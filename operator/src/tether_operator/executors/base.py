@@ -38,7 +38,8 @@ from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from tether.api import AgentRunSpec, AgentToolSpec
-from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
+from tether.contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the executors' outcomes
+from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from tether.contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
 from tether.contract import AttemptEnd, ExecRequest, attempt_end

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kube
-from .base import EXIT_SUCCEEDED, AttemptingExecutor, Capability, Execution, ExecutionState, Submission, execution_name, retried
+from .base import EXIT_INTERRUPTED, EXIT_SUCCEEDED, AttemptingExecutor, Capability, Execution, ExecutionState, Submission, execution_name, retried
 from .pods import (
     EXECUTION_LABEL,
     GO_ANNOTATION,
@@ -317,8 +317,12 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             log.warning("execution %s: standby pod not deleted: %s", sub.name, exc)
 
     def _backoff(self, run: _Execution) -> float:
-        # A standby is started and waiting already: holding it back only delays the resume.
-        return 0.0 if run.sub.request.spec.standby else super()._backoff(run)
+        # The backoff spaces out an agent that keeps failing. A pod that was taken away (deleted,
+        # evicted, drained: stopped on SIGTERM or gone without an exit code) did not fail: its
+        # retry starts at once. So does a standby's: it is started and waiting already.
+        if run.sub.request.spec.standby or run.exit_code in (EXIT_INTERRUPTED, NO_EXIT_CODE):
+            return 0.0
+        return super()._backoff(run)
 
     async def _suspended(self, run: _Execution) -> None:
         await kube.delete(kube.core_path(run.sub.request.namespace, "pods", pod_name(run.sub.name, run.attempts)))

@@ -17,7 +17,9 @@ fresh processes, interleaved so the machine's load moves every figure alike:
 - the **floors** it is made of, wall and CPU: the interpreter alone (`python -c pass`); the
   interpreter and the runtime's imports on that path (`tether exec`'s module, Flyte,
   `tether.entrypoint`, the stores); those and the framework adapter loaded (`load_adapter`: the
-  framework's imports).
+  framework's imports). The floors import with the collector off, as `tether exec` does (a
+  `--baseline` older than that paid for collections during its imports: its `to_first_request`
+  holds them).
 
 Phases (CPU ms, differences of the medians): `interpreter`, `runtime_imports`,
 `framework_imports`, `to_first_request` (what is left: Flyte's init and first local run, the
@@ -61,7 +63,8 @@ SCRIPT = {
     ]
 }
 
-RUNTIME_IMPORTS = "import tether.commands.exec, flyte, tether.entrypoint, tether.progress, tether.stores"
+# The floors import with the collector off, as `tether exec` does until its framework is imported.
+RUNTIME_IMPORTS = "import gc\ngc.disable()\nimport tether.commands.exec, flyte, tether.entrypoint, tether.progress, tether.stores"
 
 
 def request(run_id: str, framework: str, base_url: str) -> dict:

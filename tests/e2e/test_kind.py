@@ -6,7 +6,7 @@ agent's pod staying on a CPU worker); a runner pod deleted mid-run and the retry
 every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
 in its tool runner's container only; an MCP server as a Service called once across a pod kill,
 its header in the tool runner only; a standby pod (spec.standby) becoming the next attempt after a
-pod kill, timed beside a run without one; `kubectl wait`; the operator's run view through
+pod kill, replaying with no upstream call; `kubectl wait`; the operator's run view through
 `kubectl port-forward` (a viewer with `get agentruns`, one without); and `helm uninstall`
 keeping CRDs and journals (last: it removes the operator).
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -199,52 +198,43 @@ def test_pod_deleted_mid_run_replays_with_no_upstream_call():
         delete_run(name)
 
 
-def _kill_to_replayed_turn(name: str) -> float:
-    """Delete the run's running pod once a tool finished; seconds to its first replayed turn
-    (status.steps.modelReplayed, polled every 0.1 s: the operator's status interval included)."""
-    poll("a finished tool", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300, 0.1)
-    running = [p for p in pods(name) if (p["metadata"].get("annotations") or {}).get("tether.dev/go") != ""]
-    killed = time.time()
-    kubectl("delete", "pod", running[-1]["metadata"]["name"], "-n", NS, "--wait=false")
-    poll("a replayed turn", lambda: (status(name).get("steps") or {}).get("modelReplayed", 0) >= 1, 300, 0.1)
-    return time.time() - killed
-
-
-def test_a_standby_pod_resumes_a_deleted_run_sooner():
+def test_a_standby_pod_resumes_a_deleted_run():
     """spec.standby on real kubelets: the next attempt's pod runs beside the first (on another
     node when the scheduler can), waits at its imports, and after the running pod is deleted
-    becomes attempt 2 (no new pod for it) and replays; delete → first replayed turn is timed with
-    and without standby (issue 27's goal with standby: <= 1 s)."""
+    becomes attempt 2 (no new pod for it), replays the finished turn with no upstream call and
+    finishes; the standby that follows it is deleted with the run's end. How soon it resumes is
+    benchmarks/kind_pods.py --standby's figure (issue 27's goal: <= 1 s)."""
     fake_provider("/_control/reset", "POST")
-    times = {}
-    for standby in (False, True):
-        name = unique("standby" if standby else "nostandby")
-        run, tools = example("openai", "research", name, standby=standby)
-        fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])
-        apply(run, tools)
-        try:
-            if standby:
-                waiting = poll("a running standby", lambda: [p for p in pods(name) if (p["metadata"].get("annotations") or {}).get("tether.dev/go") == ""
-                                                             and (p.get("status") or {}).get("phase") == "Running"], 300)  # fmt: skip
-                uid = waiting[0]["metadata"]["uid"]
-                nodes = {p["spec"].get("nodeName") for p in pods(name) if "tether.dev/tool-pod" not in p["metadata"]["labels"]}
-                workers = [n for n in json.loads(kubectl("get", "nodes", "-o", "json"))["items"] if not n["spec"].get("taints")]
-                assert len(nodes) == 2 or len(workers) < 2, f"standby on the running pod's node: {nodes}"
-            times[standby] = _kill_to_replayed_turn(name)
-            final = wait_phase(name, "Succeeded", timeout=300)
-            assert final["attempts"] == 2
-            if standby:
-                second = next(p for p in pods(name) if p["metadata"]["labels"]["tether.dev/attempt"] == "2")
-                assert second["metadata"]["uid"] == uid, "attempt 2 ran in the standby, not a new pod"
-                poll(
-                    "the last standby deleted",
-                    lambda: all((p["metadata"].get("annotations") or {}).get("tether.dev/go") for p in pods(name)),
-                    60,
-                )
-        finally:
-            delete_run(name)
-    print(f"pod deleted -> first replayed turn: {times[False]:.2f} s without standby, {times[True]:.2f} s with")
-    assert times[True] < times[False], times
+    name = unique("standby")
+    run, tools = example("openai", "research", name, standby=True)
+    fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])
+    apply(run, tools)
+    try:
+        waiting = poll("a running standby", lambda: [p for p in pods(name) if (p["metadata"].get("annotations") or {}).get("tether.dev/go") == ""
+                                                     and (p.get("status") or {}).get("phase") == "Running"], 300)  # fmt: skip
+        uid = waiting[0]["metadata"]["uid"]
+        nodes = {p["spec"].get("nodeName") for p in pods(name) if "tether.dev/tool-pod" not in p["metadata"]["labels"]}
+        workers = [n for n in json.loads(kubectl("get", "nodes", "-o", "json"))["items"] if not n["spec"].get("taints")]
+        assert len(nodes) == 2 or len(workers) < 2, f"standby on the running pod's node: {nodes}"
+        before = poll("a finished tool", lambda: (s := status(name).get("steps") or {}).get("toolLive", 0) >= 1 and s, 300, 0.1)
+        first = next(p for p in pods(name) if p["metadata"]["labels"].get("tether.dev/attempt") == "1")
+        kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--wait=false")
+        poll("a replayed turn", lambda: (status(name).get("steps") or {}).get("modelReplayed", 0) >= 1, 300, 0.1)
+        final = wait_phase(name, "Succeeded", timeout=300)
+        assert final["attempts"] == 2, final
+        assert final["steps"]["modelReplayed"] >= before["modelLive"] and final["steps"]["toolReplayed"] >= before["toolLive"]
+        # research has 3 turns: each answered once across both attempts (the deleted pod's held-back call is marked with its fault)
+        assert len([c for c in ledger() if c["status"] == 200 and not c.get("fault")]) == 3, ledger()
+        second = next(p for p in pods(name) if p["metadata"]["labels"]["tether.dev/attempt"] == "2")
+        assert second["metadata"]["uid"] == uid, "attempt 2 ran in the standby, not a new pod"
+        assert kubectl("logs", "-n", NS, second["metadata"]["name"]).count("[tool] search(") == 0, "a finished tool ran again"
+        poll(
+            "the last standby deleted",
+            lambda: all((p["metadata"].get("annotations") or {}).get("tether.dev/go") for p in pods(name)),
+            60,
+        )
+    finally:
+        delete_run(name)
 
 
 def test_the_agent_container_cannot_read_a_tools_secret():

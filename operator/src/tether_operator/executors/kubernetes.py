@@ -32,7 +32,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kube
-from .base import EXIT_INTERRUPTED, EXIT_SUCCEEDED, AttemptingExecutor, Capability, Execution, ExecutionState, Submission, execution_name, retried
+from .base import (
+    EXIT_INTERRUPTED,
+    EXIT_SUCCEEDED,
+    AttemptingExecutor,
+    Capability,
+    Execution,
+    ExecutionState,
+    Submission,
+    execution_name,
+    retried,
+)
 from .pods import (
     EXECUTION_LABEL,
     GO_ANNOTATION,

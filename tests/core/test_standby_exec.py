@@ -22,7 +22,7 @@ from tether.testing.script import Script
 SCRIPT = {"conversations": [{"match": "", "turns": [{"text": "Done: standing by paid off."}]}]}
 
 
-def standby(tmp_path: Path, base_url: str) -> tuple[subprocess.Popen[str], Path, Path]:
+def standby(tmp_path: Path, base_url: str, go_at_start: str = "") -> tuple[subprocess.Popen[str], Path, Path]:
     request = {
         "runId": "standby-1",
         "namespace": "default",
@@ -31,7 +31,7 @@ def standby(tmp_path: Path, base_url: str) -> tuple[subprocess.Popen[str], Path,
     }
     (tmp_path / "request.json").write_text(json.dumps(request))
     go, store = tmp_path / "go", tmp_path / "store"
-    go.write_text("")  # the annotation's file exists from the pod's start, empty while it waits
+    go.write_text(go_at_start)  # the annotation's file exists from the pod's start, empty while it waits
     clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
     proc = subprocess.Popen(
         ["./tether", "exec", str(tmp_path / "request.json"), "--standby", str(go), "--store", str(store)],
@@ -85,3 +85,15 @@ def test_a_standby_stopped_while_it_waits_runs_nothing(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, out + err
         assert fake.live_calls() == 0 and read_progress(open_store(str(store)), "standby-1") is None
+
+
+def test_a_pod_created_told_to_go_runs_at_once(tmp_path: Path) -> None:
+    """A spec.standby run's first pod is created with its go set: it runs its attempt without
+    the warm-up (and without standing by)."""
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, _, _ = standby(tmp_path, fake.base_url("openai"), go_at_start="1764921600.0")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert outcome["status"] == "succeeded" and "warm_worker" not in outcome
+        assert "standing by" not in err and fake.live_calls() == 1

@@ -20,7 +20,8 @@ agent module is imported before ``go``.
 ``--standby FILE`` is the same warm start for a standby pod (the Kubernetes executor's
 ``spec.standby``): instead of stdin it waits until FILE holds anything (a downward API file of
 the pod's ``tether.dev/go`` annotation, which the operator sets once the attempt before it has
-ended), then runs the attempt. The journal's attempt claim, not this signal, keeps two attempts
+ended), then runs the attempt. A FILE that holds something from the start (a pod created told to
+go: the run's first) runs the attempt at once, without the warm-up. The journal's attempt claim, not this signal, keeps two attempts
 from writing at once.
 """
 
@@ -94,7 +95,9 @@ def main(argv: list[str]) -> int:
     on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None, log)
     flyte.init()
     worker: dict[str, float] | None = None
-    if args.warm or args.standby:
+    # A spec.standby run's pod that was created already told to go (its first attempt, or a standby
+    # that died) runs at once: a warm-up first would only delay its first turn.
+    if args.warm or (args.standby and not _told(Path(args.standby))):
         _warm_up(request.spec.framework)
         # What is here now lives as long as the process: the collector need not walk it again
         # during the attempt (a full collection of the SDK's and Flyte's heap: milliseconds).
@@ -145,14 +148,17 @@ def main(argv: list[str]) -> int:
 STANDBY_POLL_SECONDS = 0.05
 
 
+def _told(go: Path) -> bool:
+    """Whether ``go`` holds anything (the operator's go)."""
+    try:
+        return bool(go.read_text().strip())
+    except FileNotFoundError:
+        return False
+
+
 def _wait_for(go: Path) -> None:
     """Until ``go`` holds anything (or a stop is asked: SIGTERM, the pod deleted)."""
-    while not stopping.requested():
-        try:
-            if go.read_text().strip():
-                return
-        except FileNotFoundError:
-            pass
+    while not stopping.requested() and not _told(go):
         time.sleep(STANDBY_POLL_SECONDS)
 
 

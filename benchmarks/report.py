@@ -523,22 +523,13 @@ def pod_start_rows(results: dict) -> list[str]:
             if key in f:
                 out.append("")
                 out.append(f"`{key}`: " + ", ".join(f"{k} ×{v}" for k, v in f[key].items()) + ".")
-        out += ["", "Slowest imports (self ms): " + ", ".join(f"{k} {v}" for k, v in f["slowest_imports_ms"].items()) + ".", ""]
+        slowest = sorted(f["slowest_imports_ms"].items(), key=lambda kv: -kv[1])
+        out += ["", "Slowest imports (self ms, one attempt under `-X importtime`): " + ", ".join(f"{k} {v}" for k, v in slowest) + ".", ""]
     return out
 
 
 def mcp_rows(results: dict) -> list[str]:
     out = []
-    for name in sorted(n for n in results if n.startswith("pod_start-")):
-        f = results[name]["figures"]
-        t = f["tree"]
-        out.append(
-            f"| runner pod's path without a cluster ({f['framework']}): `tether exec` spawn → first model request / → first replayed turn "
-            f"| {t['first_request_ms']:.0f} / {t['first_replayed_turn_ms']:.0f} ms (CPU {t['first_request_cpu_ms']:.0f} / "
-            f"{t['first_replayed_turn_cpu_ms']:.0f} ms, of which framework imports {t['phases_cpu_ms']['framework_imports']:.0f})"
-            + (f"; without bytecode ×{f['no_bytecode_ratio']['first_request_cpu_ms']} CPU" if "no_bytecode_ratio" in f else "")
-            + f" | {provenance(results[name])} |"
-        )
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
         if r := results.get(name):
             f = r["figures"]
@@ -694,6 +685,21 @@ def summary(results: dict) -> list[str]:
             if isinstance(v, dict) and "statement" in v
         )
         out.append(f"| a framework's imports, alone → with a plain install of Tether beside it | {figures} | {provenance(r)} |")
+    for name in sorted(n for n in results if n.startswith("pod_start-")):
+        f = results[name]["figures"]
+        t = f["tree"]
+        out.append(
+            f"| runner pod's path without a cluster ({f['framework']}): `tether exec` spawn → first model request / → first replayed turn "
+            f"| {t['first_request_ms']:.0f} / {t['first_replayed_turn_ms']:.0f} ms (CPU {t['first_request_cpu_ms']:.0f} / "
+            f"{t['first_replayed_turn_cpu_ms']:.0f} ms, of which framework imports {t['phases_cpu_ms']['framework_imports']:.0f})"
+            + (
+                f"; ×{f['ratio']['first_request_cpu_ms']} / ×{f['ratio']['first_replayed_turn_cpu_ms']} CPU of git {f['baseline']['ref']}'s"
+                if "ratio" in f
+                else ""
+            )
+            + (f"; without bytecode ×{f['no_bytecode_ratio']['first_request_cpu_ms']} CPU" if "no_bytecode_ratio" in f else "")
+            + f" | {provenance(results[name])} |"
+        )
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
         if r := results.get(name):
             f = r["figures"]

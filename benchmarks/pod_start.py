@@ -14,6 +14,11 @@ fresh processes, interleaved so the machine's load moves every figure alike:
   (user + system, `wait4`: what it cost apart from waiting for a core on a loaded machine);
 - **retry**: the same command, killed after its first step: wall time from its spawn to that step's
   line (turn 1, replayed), and its CPU time;
+- **standby**: the same retry as `spec.standby`'s pod runs it (`--standby FILE`): started, ready
+  once it stands by (imports and the adapter's warm-up done), then told to go (FILE written):
+  wall and CPU time from the go to its first replayed turn — the part of a standby's resume that
+  is the runtime's (the kubelet's update of the go file, the operator and the status are not here:
+  kind_pods.py --standby);
 - the **floors** it is made of, wall and CPU: the interpreter alone (`python -c pass`); the
   interpreter and the runtime's imports on that path (`tether exec`'s module, Flyte,
   `tether.entrypoint`, the stores); those and the framework adapter loaded (`load_adapter`: the
@@ -163,9 +168,36 @@ def main() -> None:
 
         counter = iter(range(1_000_000))
 
-        def attempt(env: dict[str, str], importtime: bool = False) -> dict[str, float]:
+        def cpu_so_far(pid: int) -> float:
+            """CPU time (user + system, ms) of a running process (/proc, clock ticks)."""
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return 1000 * (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        def standby(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
+            """`tether exec --standby FILE` (a standby pod's runtime): started, waited for until it
+            stands by (imports and warm-up done), then told to go; wall time and CPU time from the
+            go to its first (replayed) step."""
+            go = work / "go"
+            go.write_text("")
+            started, proc = spawn([*cmd, "--standby", str(go)], env)
+            while "standing by" not in errors.read_text():
+                assert proc.poll() is None, errors.read_text()[-3000:]
+                time.sleep(0.01)
+            ready = 1000 * (time.time() - started)
+            before = cpu_so_far(proc.pid)
+            told = time.time()
+            go.write_text(f"{told:.3f}")
+            assert proc.stdout is not None
+            first_line = proc.stdout.readline()
+            replayed = 1000 * (time.time() - told)
+            status, err, cpu = ended(proc)
+            assert status == -9 and "replay" in first_line, (first_line, err[-3000:])
+            return {"standby_ready": ready, "standby_go_to_replayed_turn": replayed, "standby_go_to_replayed_turn_cpu": cpu - before}
+
+        def attempt(env: dict[str, str], importtime: bool = False, with_standby: bool = False) -> dict[str, float]:
             """Both processes are killed right after their first step (`$TETHER_KILL_AFTER_STEP`):
-            their CPU time is what it took them to get there."""
+            their CPU time is what it took them to get there. `with_standby`: a third process, a
+            standby, replays the same step once told to go."""
             run_id = f"bench-{next(counter)}"
             path = work / f"{run_id}.json"
             path.write_text(json.dumps(request(run_id, args.framework, base_url)))
@@ -185,12 +217,16 @@ def main() -> None:
             assert status == -9 and "replay" in first_line, (first_line, err[-3000:])
             assert fake.live_calls() == seen + 1, "the retry called the model"
             imports.append(err)
-            return {
+            timed = {
                 "first_request": first_request,
                 "first_request_cpu": first_cpu,
                 "first_replayed_turn": replayed,
                 "first_replayed_turn_cpu": replay_cpu,
             }
+            if with_standby:
+                timed |= standby(cmd, kill)
+                assert fake.live_calls() == seen + 1, "the standby called the model"
+            return timed
 
         imports: list[str] = []
         framework_imports = f"{RUNTIME_IMPORTS}\nfrom tether.agent import load_adapter\nload_adapter({args.framework!r})"
@@ -198,7 +234,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for variant, env in variants.items():
                 row = rows[variant]
-                timed = attempt(env)
+                timed = attempt(env, with_standby=variant == "tree")
                 for key, code in (("interpreter", "pass"), ("runtime_imports", RUNTIME_IMPORTS), ("framework_imports", framework_imports)):
                     timed[key], timed[f"{key}_cpu"] = floor(code, env)
                 for key, value in timed.items():
@@ -223,6 +259,12 @@ def main() -> None:
                 "to_first_replayed_turn": round(m["first_replayed_turn_cpu"] - m["framework_imports_cpu"], 1),
             },
         }
+        if "standby_ready" in m:  # spec.standby's runtime: the same replay in a process started before it was needed
+            figures[variant]["standby"] = {
+                "ready_ms": m["standby_ready"],
+                "go_to_first_replayed_turn_ms": m["standby_go_to_replayed_turn"],
+                "go_to_first_replayed_turn_cpu_ms": m["standby_go_to_replayed_turn_cpu"],
+            }
     keys = ("first_request_ms", "first_replayed_turn_ms", "first_request_cpu_ms", "first_replayed_turn_cpu_ms")
     if "baseline" in figures:
         figures["baseline"]["ref"] = args.baseline
@@ -238,6 +280,11 @@ def main() -> None:
             f"{variant}: first model request {f['first_request_ms']:.0f} ms (CPU {f['first_request_cpu_ms']:.0f}), "
             f"first replayed turn {f['first_replayed_turn_ms']:.0f} ms (CPU {f['first_replayed_turn_cpu_ms']:.0f}); CPU ms by phase: {phases}"
         )
+        if sb := f.get("standby"):
+            print(
+                f"{variant}, standby: ready {sb['ready_ms']:.0f} ms after its start; go → first replayed turn "
+                f"{sb['go_to_first_replayed_turn_ms']:.0f} ms (CPU {sb['go_to_first_replayed_turn_cpu_ms']:.0f})"
+            )
     for name in ("ratio", "no_bytecode_ratio"):
         if name in figures:
             print(f"{name}: " + ", ".join(f"{k} ×{v}" for k, v in figures[name].items()))

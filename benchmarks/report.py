@@ -519,6 +519,12 @@ def pod_start_rows(results: dict) -> list[str]:
                 f"({g['first_replayed_turn_cpu_ms']:.0f}) | {p['interpreter']:.0f} / {p['runtime_imports']:.0f} / "
                 f"{p['framework_imports']:.0f} / {p['to_first_request']:.0f} / {p['to_first_replayed_turn']:.0f} |"
             )
+        if sb := f["tree"].get("standby"):
+            out += [
+                "",
+                f"Standby (`tether exec --standby`, this tree): ready {sb['ready_ms']:.0f} ms after its start; told to go → first "
+                f"replayed turn {sb['go_to_first_replayed_turn_ms']:.0f} ms (CPU {sb['go_to_first_replayed_turn_cpu_ms']:.0f}).",
+            ]
         for key in ("ratio", "no_bytecode_ratio"):
             if key in f:
                 out.append("")

@@ -704,6 +704,12 @@ def summary(results: dict) -> list[str]:
                 else ""
             )
             + (f"; without bytecode ×{f['no_bytecode_ratio']['first_request_cpu_ms']} CPU" if "no_bytecode_ratio" in f else "")
+            + (
+                f"; a standby (`--standby`) told to go → first replayed turn {sb['go_to_first_replayed_turn_ms']:.0f} ms "
+                f"(CPU {sb['go_to_first_replayed_turn_cpu_ms']:.0f} ms)"
+                if (sb := t.get("standby"))
+                else ""
+            )
             + f" | {provenance(results[name])} |"
         )
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):

@@ -288,6 +288,8 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
     if not tolerations:
         del pod["spec"]["tolerations"]
     assert subset(pod, expected) == expected
+    # the agent's container starts beside the store proxy, not once it listens (it waits for the socket itself)
+    assert "startupProbe" not in pod["spec"]["initContainers"][0]
     assert pod["spec"].get("nodeSelector") == want.get("node_selector")
     assert "resources" not in want or pod["spec"]["containers"][0]["resources"] == want["resources"]
     # owned by the AgentRun (garbage-collected with it), labelled for the watch, no GitOps keys

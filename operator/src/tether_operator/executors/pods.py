@@ -256,7 +256,9 @@ def store_proxy_container(sub: Submission, settings: PodSettings) -> tuple[dict[
             {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
         ],
         "securityContext": dict(CONTAINER_SECURITY),
-        "startupProbe": {"exec": {"command": ["python", "-c", LISTENING, STORE_SOCKET]}, "periodSeconds": 1, "failureThreshold": 600},
+        # No startupProbe: the agent's container starts beside it rather than once it listens (its
+        # start and the probe's 1 s period were on the way to the first model call) and waits for
+        # the socket at its first store operation (ProxyStore: up to 30 s), after its own imports.
     }
     return container, [{"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]
 

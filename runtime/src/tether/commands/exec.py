@@ -21,8 +21,8 @@ agent module is imported before ``go``.
 ``spec.standby``): instead of stdin it waits until FILE holds anything (a downward API file of
 the pod's ``tether.dev/go`` annotation, which the operator sets once the attempt before it has
 ended), then runs the attempt. A FILE that holds something from the start (a pod created told to
-go: the run's first) runs the attempt at once, without the warm-up. The journal's attempt claim, not this signal, keeps two attempts
-from writing at once.
+go: the run's first) runs the attempt at once, without the warm-up. The journal's attempt claim,
+not this signal, keeps two attempts from writing at once.
 """
 
 from __future__ import annotations

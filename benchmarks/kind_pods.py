@@ -1,14 +1,15 @@
 """Runs in real pods on the kind e2e cluster (tests/e2e/run.sh up + install first): issue 9's figures.
 
     KUBECONFIG=~/.cache/tether/e2e/kubeconfig PATH=<go-bins dir>:$PATH \
-      python benchmarks/kind_pods.py [--runs 50] [--kills 5]
+      python benchmarks/kind_pods.py [--runs 50] [--kills 5] [--standby]
 
 For each of --runs weather runs (one at a time, so the fake provider's ledger tells whose call is
 whose): apply → runner pod Running (the pod's container startedAt) and apply → first model call
 (the fake provider's ledger time of the run's first request), p50/p95. For each of --kills research
 runs: the runner pod is deleted once a tool finished; time from the deletion to the retry's first
 replayed turn (the moment status.steps.modelReplayed first counts one, polled every 0.2 s: it
-includes the operator's status interval) and to Succeeded.
+includes the operator's status interval) and to Succeeded; with --standby the same for runs with
+spec.standby (the next attempt's pod waiting beside the first), interleaved with those without.
 Apply times are the host's clock; pod and ledger times are the same machine's clock (kind nodes
 are containers).
 """
@@ -52,14 +53,14 @@ def one_run(i: int) -> tuple[float, float]:
     return ts(started) - applied, first_call - applied
 
 
-def one_kill(i: int) -> tuple[float, float]:
+def one_kill(i: int, standby: bool = False) -> tuple[float, float]:
     name = f"bench-kill-{i}-{int(time.time() * 1000) % 10**8}"
-    run, tools = example("openai", "research", name)
+    run, tools = example("openai", "research", name, **({"standby": True} if standby else {}))
     # Turn 2's answer held back a minute, so the deletion lands mid-run (as in tests/e2e).
     fake_provider("/_control/faults", "POST", [{"kind": "slow_first_byte:60", "after": 1}])
     apply(run, tools)
     poll("a finished tool", lambda: (status(name).get("steps") or {}).get("toolLive", 0) >= 1, 300, 0.2)
-    first = pods(name)[0]["metadata"]["name"]
+    first = next(p for p in pods(name) if p["metadata"]["labels"].get("tether.dev/attempt") == "1")["metadata"]["name"]
     killed = time.time()
     kubectl("delete", "pod", first, "-n", NS, "--wait=false")
     poll("a replayed turn", lambda: (status(name).get("steps") or {}).get("modelReplayed", 0) >= 1, 300, 0.2)
@@ -74,6 +75,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--standby", action="store_true", help="also --kills runs with spec.standby, interleaved")
     args = parser.parse_args()
     running, first_call = [], []
     for i in range(args.runs):
@@ -81,12 +83,17 @@ def main() -> int:
         running.append(r)
         first_call.append(f)
         print(f"run {i}: pod running {r:.2f}s, first model call {f:.2f}s", file=sys.stderr)
-    to_replay, to_done = [], []
+    to_replay, to_done, standby_replay, standby_done = [], [], [], []
     for i in range(args.kills):
         r, d = one_kill(i)
         to_replay.append(r)
         to_done.append(d)
         print(f"kill {i}: first replayed turn {r:.2f}s, succeeded {d:.2f}s after the pod kill", file=sys.stderr)
+        if args.standby:
+            r, d = one_kill(i, standby=True)
+            standby_replay.append(r)
+            standby_done.append(d)
+            print(f"kill {i} (standby): first replayed turn {r:.2f}s, succeeded {d:.2f}s after the pod kill", file=sys.stderr)
     nodes = json.loads(kubectl("get", "nodes", "-o", "json"))["items"]
     figures = {
         "benchmark": "kind_pods",
@@ -102,6 +109,10 @@ def main() -> int:
         "pod_kill_to_succeeded_p50_s": pct(to_done, 0.5),
         "apply_to_first_model_call_mean_s": round(statistics.mean(first_call), 2),
     }
+    if standby_replay:
+        figures["standby_pod_kill_to_first_replayed_turn_p50_s"] = pct(standby_replay, 0.5)
+        figures["standby_pod_kill_to_first_replayed_turn_max_s"] = round(max(standby_replay), 2)
+        figures["standby_pod_kill_to_succeeded_p50_s"] = pct(standby_done, 0.5)
     save("kind_pods", figures)
     print(json.dumps(figures, sort_keys=True))
     return 0

@@ -44,8 +44,10 @@ $V/bin/python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_load.py [--steps 200] [--repeat 7] [--s3-latency 0.02]
 $(scripts/env.sh langgraph)/bin/python benchmarks/journal_size.py [--turns 20,200,1000] [--no-dbos]
 $(scripts/env.sh langgraph)/bin/python benchmarks/peer_turns.py [--turns 20] [--latency 0.1] [--repeat 5]
+$(scripts/env.sh openai)/bin/python benchmarks/pod_start.py [--repeat 3] [--s3] [--no-bytecode] [--baseline REF]
+$(scripts/env.sh langgraph)/bin/python benchmarks/pod_start.py --framework langgraph [--repeat 3] [...]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
-$V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5]
+$V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5] [--standby]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -274,6 +276,19 @@ then removed once packed) cost 20.3 vs 16.7 ms of CPU a turn (A/B in one process
 contended with the tools phase: gone (a
 `run_agent` run keeps a single copy). Starting the answer's record at once as it is handed back
 (instead of when the tool call asks) was tried: no gain measurable at that load.
+## pod_start.py — the runner pod's path, phase by phase (issue 27)
+
+What a runner pod runs (`python -m tether exec REQUEST --progress --store URL`), without a
+cluster: an AgentRun request against the fake provider, killed after its first step; then its
+retry, killed after its first (replayed) step. Wall time from the process's spawn to the first
+model request (the fake provider's ledger) and to the first replayed turn (its step line), and
+each process's CPU time (`wait4`: on a loaded machine CPU time moves far less than wall time).
+Beside them the floors, each its own process: the interpreter, + the runtime's imports on that
+path, + the framework adapter loaded; the phases are differences of the medians (CPU ms).
+`--no-bytecode` runs everything again without cached bytecode (what a read-only image without
+`.pyc` files pays on every start); `--baseline REF` runs git REF's runtime and adapters in the same
+loop (`ratio`: this tree / REF). One more attempt under `-X importtime` names the slowest imports.
+Results per framework: `pod_start-<framework>`.
 
 ## operator_submit.py — the operator with 1,000 AgentRuns
 
@@ -319,12 +334,17 @@ Flyte executor reads each run's Flyte phase with one `Run.get` per look, a look 
 | `store_requests_per_s_per_run` | the operator's `tether_operator_store_requests_total` over `store_window_s` with every run running, per run |
 | `error_events` | Warning Events in the namespace (by reason in `error_event_reasons`) |
 
-## kind_pods.py — issue 9 (Kubernetes executor on a real cluster)
+## kind_pods.py — issues 9 and 27 (Kubernetes executor on a real cluster)
 
 On the kind e2e cluster (tests/e2e/run.sh: three nodes, runs in real pods, S3 and the fake
 provider in the cluster): apply → runner pod Running and apply → first model call (the fake
 provider's ledger), p50/p95 over `--runs` weather runs one at a time; runner pod deleted mid-run →
-the retry's first replayed turn (status.steps.modelReplayed, polled every 0.2 s) and → Succeeded.
+the retry's first replayed turn (status.steps.modelReplayed, polled every 0.2 s) and → Succeeded;
+with `--standby` the same kills on runs with `spec.standby` (the next attempt's pod waiting
+beside the first, told to go instead of created), interleaved. Issue 27's goals: apply → first
+model call p50 ≤ 2 s; pod deleted → first replayed turn p50 ≤ 3 s, with a standby ≤ 1 s. The
+replayed-turn figures include the operator's status interval (progress read every 0.5 s) and
+the 0.2 s poll. Where the pod's time goes before its first model call: pod_start.py.
 
 """
 
@@ -548,6 +568,41 @@ def import_rows(results: dict) -> list[str]:
                 f"| {t['adapter_import_ms']:.0f} |"
             )
     return [*out, ""]
+
+
+def pod_start_rows(results: dict) -> list[str]:
+    out: list[str] = []
+    for name in sorted(n for n in results if n.startswith("pod_start-")):
+        r = results[name]
+        f = r["figures"]
+        variants = [v for v in ("tree", "baseline", "no_bytecode") if v in f]
+        out += [
+            f"**{name}** — {provenance(r)}; {f['framework']}, {f['store']} store, medians of {f['repeat']}, ms",
+            "",
+            "| code | → first model request (CPU) | → first replayed turn (CPU) | CPU by phase: interpreter / runtime imports / framework imports / → request / → replayed turn |",
+            "|---|---|---|---|",
+        ]
+        for v in variants:
+            g, p = f[v], f[v]["phases_cpu_ms"]
+            label = {"tree": "this tree", "baseline": f"git {g.get('ref', '')}", "no_bytecode": "this tree, no bytecode"}[v]
+            out.append(
+                f"| {label} | {g['first_request_ms']:.0f} ({g['first_request_cpu_ms']:.0f}) | {g['first_replayed_turn_ms']:.0f} "
+                f"({g['first_replayed_turn_cpu_ms']:.0f}) | {p['interpreter']:.0f} / {p['runtime_imports']:.0f} / "
+                f"{p['framework_imports']:.0f} / {p['to_first_request']:.0f} / {p['to_first_replayed_turn']:.0f} |"
+            )
+        if sb := f["tree"].get("standby"):
+            out += [
+                "",
+                f"Standby (`tether exec --standby`, this tree): ready {sb['ready_ms']:.0f} ms after its start; told to go → first "
+                f"replayed turn {sb['go_to_first_replayed_turn_ms']:.0f} ms (CPU {sb['go_to_first_replayed_turn_cpu_ms']:.0f}).",
+            ]
+        for key in ("ratio", "no_bytecode_ratio"):
+            if key in f:
+                out.append("")
+                out.append(f"`{key}`: " + ", ".join(f"{k} ×{v}" for k, v in f[key].items()) + ".")
+        slowest = sorted(f["slowest_imports_ms"].items(), key=lambda kv: -kv[1])
+        out += ["", "Slowest imports (self ms, one attempt under `-X importtime`): " + ", ".join(f"{k} {v}" for k, v in slowest) + ".", ""]
+    return out
 
 
 def mcp_rows(results: dict) -> list[str]:
@@ -776,6 +831,27 @@ def summary(results: dict) -> list[str]:
             if isinstance(v, dict) and "statement" in v
         )
         out.append(f"| a framework's imports, alone → with a plain install of Tether beside it | {figures} | {provenance(r)} |")
+    for name in sorted(n for n in results if n.startswith("pod_start-")):
+        f = results[name]["figures"]
+        t = f["tree"]
+        out.append(
+            f"| runner pod's path without a cluster ({f['framework']}): `tether exec` spawn → first model request / → first replayed turn "
+            f"| {t['first_request_ms']:.0f} / {t['first_replayed_turn_ms']:.0f} ms (CPU {t['first_request_cpu_ms']:.0f} / "
+            f"{t['first_replayed_turn_cpu_ms']:.0f} ms, of which framework imports {t['phases_cpu_ms']['framework_imports']:.0f})"
+            + (
+                f"; ×{f['ratio']['first_request_cpu_ms']} / ×{f['ratio']['first_replayed_turn_cpu_ms']} CPU of git {f['baseline']['ref']}'s"
+                if "ratio" in f
+                else ""
+            )
+            + (f"; without bytecode ×{f['no_bytecode_ratio']['first_request_cpu_ms']} CPU" if "no_bytecode_ratio" in f else "")
+            + (
+                f"; a standby (`--standby`) told to go → first replayed turn {sb['go_to_first_replayed_turn_ms']:.0f} ms "
+                f"(CPU {sb['go_to_first_replayed_turn_cpu_ms']:.0f} ms)"
+                if (sb := t.get("standby"))
+                else ""
+            )
+            + f" | {provenance(results[name])} |"
+        )
     for name in ("mcp_overhead", "mcp_overhead-no-fsync"):
         if r := results.get(name):
             f = r["figures"]
@@ -857,6 +933,12 @@ def summary(results: dict) -> list[str]:
             f"(max {f['pod_kill_to_first_replayed_turn_max_s']} s) over {f['kills']} kills; → Succeeded p50 "
             f"{f['pod_kill_to_succeeded_p50_s']} s | {provenance(r)} |"
         )
+        if "standby_pod_kill_to_first_replayed_turn_p50_s" in f:
+            out.append(
+                f"| kind: the same with `spec.standby` (the next attempt's pod waiting at its imports) | p50 "
+                f"{f['standby_pod_kill_to_first_replayed_turn_p50_s']} s (max {f['standby_pod_kill_to_first_replayed_turn_max_s']} s) "
+                f"over {f['kills']} kills; → Succeeded p50 {f['standby_pod_kill_to_succeeded_p50_s']} s | {provenance(r)} |"
+            )
     return out
 
 
@@ -869,6 +951,7 @@ def render_readme(results: dict) -> str:
         *parallel_rows(results),
         *startup_rows(results),
         *import_rows(results),
+        *pod_start_rows(results),
         *mcp_rows(results),
         *load_rows(results),
         *size_rows(results),

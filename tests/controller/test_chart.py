@@ -224,7 +224,7 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_gets_secrets_by_name_on
                 *(("tether.dev", "agentapprovals", v) for v in ("get", "list", "watch", "patch")),
                 *(("tether.dev", "agentapprovals/status", v) for v in ("get", "patch")),
                 *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
-                *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete")),
+                *(("", "pods", v) for v in ("get", "list", "watch", "create", "delete", "patch")),
                 *(("", "configmaps", v) for v in ("get", "create", "delete")),
                 *(("", "serviceaccounts", v) for v in ("get", "create")),
                 ("", "secrets", "get"),  # metadata only (PartialObjectMetadata): exists, labelled for Tether

@@ -288,6 +288,8 @@ def test_pod_spec(kube: ControlPlane, k8s_operator: Operator, case: str) -> None
     if not tolerations:
         del pod["spec"]["tolerations"]
     assert subset(pod, expected) == expected
+    # the agent's container starts beside the store proxy, not once it listens (it waits for the socket itself)
+    assert "startupProbe" not in pod["spec"]["initContainers"][0]
     assert pod["spec"].get("nodeSelector") == want.get("node_selector")
     assert "resources" not in want or pod["spec"]["containers"][0]["resources"] == want["resources"]
     # owned by the AgentRun (garbage-collected with it), labelled for the watch, no GitOps keys
@@ -880,6 +882,131 @@ def test_a_pod_the_apiserver_refuses_fails_the_run(kube: ControlPlane, k8s_opera
     failed = condition(get(kube, "agentrun", NS, "bad-pod"), "Failed")
     assert "the runner pod was refused" in failed["message"] and "tolerations" in failed["message"]
     assert not finalizers(kube, "bad-pod")
+
+
+GO = "tether.dev/go"
+
+
+def standby_of(kube: ControlPlane, run: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The run's pod of `attempt`, once it exists as a waiting standby."""
+    name = f"{execution_name(run['metadata']['uid'])}-{attempt}"
+    return wait_for(
+        lambda: (p := pods_of(kube, run).get(name)) and p["metadata"]["annotations"].get(GO) == "" and p, what=f"standby {name}"
+    )
+
+
+def told_to_go(pod: dict[str, Any]) -> float:
+    return float(pod["metadata"]["annotations"][GO])
+
+
+def test_a_standby_pod_waits_beside_the_attempt_and_becomes_the_next(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """spec.standby: the next attempt's pod is started beside the running one, preferably on
+    another node, and waits (no deadline ticking); when the running pod dies it is told to go —
+    no new pod is created for the attempt — and a new standby follows; the run's end deletes the
+    waiting one."""
+    run = apply_run(kube, "standby", retries=2, standby=True, timeout="10m")
+    execution = execution_name(run["metadata"]["uid"])
+    first = wait_pod(kube, run, 1)
+    assert told_to_go(first) > 0 and first["spec"]["activeDeadlineSeconds"] == 600
+    waiting = standby_of(kube, run, 2)
+    spec = waiting["spec"]
+    assert "activeDeadlineSeconds" not in spec, "a standby's deadline starts when it is told to go"
+    command = spec["containers"][0]["command"]
+    assert command[-2:] == ["--standby", "/etc/tether/standby/go"] and command == first["spec"]["containers"][0]["command"]
+    go_file = {"path": "go", "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{GO}']"}}
+    assert {"name": "standby", "downwardAPI": {"items": [go_file], "defaultMode": 420}} in spec["volumes"]
+    term = {"labelSelector": {"matchLabels": {"tether.dev/execution": execution}}, "topologyKey": "kubernetes.io/hostname"}
+    assert spec["affinity"] == {
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
+    }
+    assert waiting["metadata"]["ownerReferences"] == first["metadata"]["ownerReferences"]
+    assert waiting["metadata"]["labels"]["tether.dev/attempt"] == "2"
+    kubelet(kube, first, "Running")
+    kubelet(kube, waiting, "Running")  # started: imports done, waiting for its go file
+    obj = wait_for(lambda: (o := get(kube, "agentrun", NS, "standby"))["status"].get("phase") == "Running" and o, what="Running")
+    assert obj["status"]["attempts"] == 1, "a standby is not an attempt"
+    time.sleep(1.5)
+    assert pods_of(kube, run)[f"{execution}-2"]["metadata"]["annotations"][GO] == "", "not told to go while attempt 1 runs"
+    before = time.time()
+    kubelet(kube, first, "Failed", 137)  # the attempt's pod died
+    promoted = wait_for(lambda: (p := pods_of(kube, run)[f"{execution}-2"])["metadata"]["annotations"][GO] and p, what="told to go")
+    assert promoted["metadata"]["uid"] == waiting["metadata"]["uid"], "the standby itself runs the attempt: no new pod"
+    assert told_to_go(promoted) >= before - 1
+    assert 600 <= promoted["spec"]["activeDeadlineSeconds"] <= 600 + 60, "the timeout counts from the go"
+    third = standby_of(kube, run, 3)  # the next standby
+    assert third["metadata"]["labels"]["tether.dev/attempt"] == "3"
+    wait_for(lambda: get(kube, "agentrun", NS, "standby")["status"].get("attempts") == 2, what="attempts 2")
+    kubelet(kube, promoted, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/standby")
+    wait_for(lambda: f"{execution}-3" not in pods_of(kube, run), what="the waiting standby deleted at the end")
+    assert sorted(pods_of(kube, run)) == [f"{execution}-1", f"{execution}-2"]
+    assert get(kube, "agentrun", NS, "standby")["status"]["attempts"] == 2
+
+
+def test_a_standby_that_died_waiting_is_replaced_not_used(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """A standby that died while it waited (evicted, its node lost) is never told to go: it is
+    deleted, its number skipped, and the attempt gets a new pod."""
+    run = apply_run(kube, "standby-lost", retries=2, standby=True)
+    execution = execution_name(run["metadata"]["uid"])
+    first = wait_pod(kube, run, 1)
+    kubelet(kube, standby_of(kube, run, 2), "Failed", pod_reason="Evicted")
+    kubelet(kube, first, "Failed", 137)
+    third = wait_pod(kube, run, 3)
+    assert told_to_go(third) > 0 and third["spec"]["activeDeadlineSeconds"] == 3600
+    wait_for(lambda: f"{execution}-2" not in pods_of(kube, run), what="the dead standby deleted")
+    standby_of(kube, run, 4)
+    wait_for(lambda: get(kube, "agentrun", NS, "standby-lost")["status"].get("attempts") == 3, what="attempts 3")
+    kubelet(kube, third, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/standby-lost")
+    wait_for(lambda: sorted(pods_of(kube, run)) == [f"{execution}-1", f"{execution}-3"], what="standby 4 deleted")
+
+
+def test_a_pod_put_in_a_standbys_place_is_never_told_to_go(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """Someone who may create and delete pods in the namespace (not AgentRuns) replaces the
+    waiting standby with her own pod under its name, labels and owner: the operator checks it
+    before telling it to go, and fails the run (OwnedObjectConflict) instead of running her pod
+    as the next attempt with the run's request."""
+    user = "tether-test-user-2"
+    kube.kubectl("create", "role", "pod-editor", "-n", NS, "--verb=get,list,create,delete", "--resource=pods", check=False)
+    kube.kubectl("create", "rolebinding", "pod-editor", "-n", NS, "--role=pod-editor", f"--user={user}", check=False)
+    run = apply_run(kube, "standby-squat", retries=2, standby=True)
+    first = wait_pod(kube, run, 1)
+    waiting = standby_of(kube, run, 2)
+    meta = waiting["metadata"]
+    mine = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in ("name", "labels", "annotations", "ownerReferences")},
+        "spec": {"containers": [{"name": "runtime", "image": "registry.example/mine:1", "command": ["sh", "-c", "cat /etc/tether/request/request.json"]}],
+                 "volumes": [v for v in waiting["spec"]["volumes"] if v["name"] == "request"]},
+    }  # fmt: skip
+    mine["spec"]["containers"][0]["volumeMounts"] = [{"name": "request", "mountPath": "/etc/tether/request"}]
+    as_user = kube.kubeconfig_for(user)
+    kube.kubectl("delete", "pod", meta["name"], "-n", NS, "--grace-period=0", "--force", kubeconfig=as_user)
+    kube.kubectl("create", "-n", NS, "-f", "-", input=json.dumps(mine), kubeconfig=as_user)
+    kubelet(kube, first, "Failed", 137)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/standby-squat")
+    failed = condition(get(kube, "agentrun", NS, "standby-squat"), "Failed")
+    assert failed["reason"] == "OwnedObjectConflict" and meta["name"] in failed["message"], failed
+    hers = pods_of(kube, run)[meta["name"]]
+    assert hers["metadata"]["annotations"][GO] == "", "her pod was never told to go"
+    assert "activeDeadlineSeconds" not in hers["spec"]
+
+
+def test_standby_with_a_gpu_tool_is_refused(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """A standby would hold its GPU tool's pod (one per attempt) too: refused, not ignored. The
+    run's own GPUs with standby are what it asked for (its pod spec in test_pod_spec's terms)."""
+    apply_tool(kube, "embed-gpu-standby", description="Embed on a GPU", implementation="shop.tools:embed",
+               resources={"gpu": {"type": "A100", "count": 1}})  # fmt: skip
+    run = apply_run(kube, "standby-gpu-tool", standby=True, tools=["embed-gpu-standby"])
+    kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", "agentrun/standby-gpu-tool")
+    accepted = condition(get(kube, "agentrun", NS, "standby-gpu-tool"), "Accepted")
+    assert accepted["status"] == "False" and accepted["reason"] == "UnsupportedByExecutor", accepted
+    assert "spec.standby with AgentTool embed-gpu-standby's GPU" in accepted["message"]
+    assert not pods_of(kube, run)
+    gpu_run = apply_run(kube, "standby-gpu", standby=True, resources={"gpu": {"type": "A100", "count": 1}})
+    assert wait_pod(kube, gpu_run, 1)["spec"]["nodeSelector"] == {"gpu": "a100"}
+    assert standby_of(kube, gpu_run, 2)["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
 
 
 def test_k8s_operator_never_crashed(k8s_operator: Operator) -> None:

@@ -126,6 +126,15 @@ def test_capabilities_name_every_unsupported_field() -> None:
         "spec.tolerations",
         "spec.mcp of AgentTool hotel",
     ]
+    # spec.standby: a pod waiting beside the running one, the kubernetes executor's alone; never
+    # with a GPU tool (its tool pods are per attempt: a standby would hold them too)
+    standby = spec.model_copy(update={"standby": True})
+    assert unsupported(standby, tools, KubernetesExecutor.supports) == []
+    assert unsupported(standby, {"gpu": gpu}, KubernetesExecutor.supports) == [
+        "spec.standby with AgentTool gpu's GPU (a standby would hold its GPU pod too)"
+    ]
+    assert "spec.standby" in unsupported(standby, {}, FlyteExecutor.supports)
+    assert "spec.standby" in unsupported(standby, {}, LocalExecutor.supports)
 
 
 def test_pod_outcomes_map_to_the_exit_code_contract() -> None:
@@ -144,6 +153,28 @@ def test_pod_outcomes_map_to_the_exit_code_contract() -> None:
     assert pod_outcome(pod("Failed", 137, "OOMKilled"), 60) == (137, "exit code 137 (OOMKilled)")
     assert pod_outcome(pod("Failed", pod_reason="Evicted"), 60) == (-1, "pod Evicted")
     assert pod_outcome(pod("Failed", 137, pod_reason="DeadlineExceeded"), 90) == (-1, "timed out after 90s")
+
+
+def test_a_pod_taken_away_is_retried_without_the_backoff() -> None:
+    """The retry backoff spaces out an agent that keeps failing; a runner pod deleted, evicted or
+    drained (stopped on SIGTERM: 130, or gone without an exit code) did not fail, and neither
+    waits a standby that is started already."""
+    from tether.api import AgentRunSpec
+    from tether.contract import ExecRequest
+    from tether_operator.executors.base import Submission
+    from tether_operator.executors.kubernetes import KubernetesExecutor, _Execution
+
+    executor = KubernetesExecutor(runtime_image="tether-runtime:test", retry_backoff=4.0)
+
+    def backoff(exit_code: int, failures: int = 1, **spec: Any) -> float:
+        body = {"framework": "openai", "model": {"name": "gpt-4.1"}, "input": "hi", **spec}
+        request = ExecRequest(run_id="u", namespace="ns", name="r", spec=AgentRunSpec.model_validate(body))
+        return executor._backoff(_Execution(Submission(name="x", request=request), failures=failures, exit_code=exit_code))
+
+    assert [backoff(code) for code in (130, -1)] == [0.0, 0.0]  # SIGTERM'd (a deletion, a drain); evicted, deleted, node lost
+    assert [backoff(code) for code in (1, 137, 143)] == [4.0, 4.0, 4.0]  # the agent or its process failed
+    assert backoff(1, failures=2) == 8.0
+    assert backoff(1, standby=True) == 0.0
 
 
 def test_kopf_daemon_finalizer_is_switched_off_for_agentruns() -> None:

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,6 +100,38 @@ def test_a_run_reaches_only_its_own_keys_through_the_proxy(tmp_path: Path, s3: s
             stop(proxy)
     assert real.get("approvals/other-run/a1.decision.json") is None and real.get("approvals/run-1/x.decision.json") is None
     assert real.get("runs/other-run/progress.json") == b"{}"
+
+
+def test_the_agent_may_start_before_the_proxy_listens(tmp_path: Path, s3: str) -> None:
+    """In a runner pod the agent's container starts beside the store proxy, not once it listens:
+    a store operation made before the proxy listens waits for its socket (ProxyStore), and a run
+    started first goes through."""
+    store_url = f"s3://{new_bucket(s3)}/tether/ns?endpoint_url={s3}"
+    socket_path = str(tmp_path / "store.sock")
+    with FakeProvider(SCRIPT, seed=5) as fake:
+        pod = Pod(tmp_path, fake.url, "oslo: weather?")
+        runner = pod.runner()
+        proxy = None
+        try:
+            env = pod.env(TETHER_SECRETS_DIR=str(pod.agent_secrets), TETHER_TOOL_RUNNERS=json.dumps({"forecast": pod.socket}))
+            proc = subprocess.Popen([sys.executable, "-m", "tether", "exec", str(pod.request), "--store", f"tether+unix://{socket_path}"],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # fmt: skip
+            early: list[object] = []
+            waiting = threading.Thread(target=lambda: early.append(ProxyStore(socket_path).get("runs/run-1/early")))
+            waiting.start()
+            time.sleep(1)
+            assert waiting.is_alive() and proc.poll() is None, "an operation before the proxy listens waits for it"
+            proxy = start_proxy(pod, store_url, socket_path)
+            waiting.join(30)
+            assert early == [None], "answered once the proxy listens"
+            code, outcome, err = finish(proc)
+            assert code == EXIT_SUCCEEDED, err
+            assert "Oslo: sunny" in outcome["output"]
+            assert open_store(store_url).get("runs/run-1/progress.json") is not None
+        finally:
+            stop(runner)
+            if proxy is not None:
+                stop(proxy)
 
 
 def test_run_keys() -> None:

@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # not at run time: the probe counts what importing loads
 REPO = Path(__file__).resolve().parents[2]
 
 #: Heavy or out-of-layer modules a plain agent process must not load (Flyte only under Flyte or
-#: for a Flyte task, the proxy only when an SDK is pointed at it, Kubernetes never in the runtime).
-HEAVY = ("flyte", "kopf", "kubernetes", "tether.wire.proxy", "tether_operator", "boto3")
+#: for a Flyte task, the proxy only when an SDK is pointed at it, Kubernetes never in the runtime,
+#: YAML only for a manifest or a price file: a runner pod reads JSON).
+HEAVY = ("flyte", "kopf", "kubernetes", "tether.wire.proxy", "tether_operator", "boto3", "yaml")
 
 
 def probe(package: str, store: str, upstream: str) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """The benchmarks that need LangGraph (parallel_tools.py, startup.py, journal_load.py,
-import_time.py, journal_size.py, peer_turns.py) at their smallest scale: each fails when its
-benchmark breaks. Figures are not checked (tests/support/benchmarks.py), but for import_time.py's
-module count, which load does not move."""
+import_time.py, journal_size.py, peer_turns.py, pod_start.py) at their smallest scale: each fails
+when its benchmark breaks. Figures are not checked (tests/support/benchmarks.py), but for
+import_time.py's module count, which load does not move."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ def test_parallel_tools(tmp_path: Path) -> None:
 
 def test_startup(tmp_path: Path) -> None:
     smoke("startup.py", "--repeat", "1", results=tmp_path, name="startup")
+
+
+def test_pod_start(tmp_path: Path) -> None:
+    figures = smoke("pod_start.py", "--framework", "langgraph", "--repeat", "1", results=tmp_path, name="pod_start-langgraph", timeout=900)
+    assert figures["framework"] == "langgraph" and figures["tree"]["first_replayed_turn_cpu_ms"] > 0
 
 
 def test_journal_load(tmp_path: Path) -> None:

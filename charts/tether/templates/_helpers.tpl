@@ -86,7 +86,7 @@ for the configured executor. */}}
 # Runner pods (one per attempt) and the request ConfigMap of each execution.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]  # patch: a standby pod told to go (spec.standby)
 # `get`: a request ConfigMap that already exists is checked to be the operator's before use.
 - apiGroups: [""]
   resources: ["configmaps"]

@@ -17,8 +17,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .usage import Usage
 
 
@@ -90,5 +88,7 @@ class PriceTable:
 
 def load_prices(path: str | Path) -> dict[str, Price]:
     """``{model: {input: 2.5, output: 10, cached_input: 1.25, cache_write: 3.75}}`` (USD / 1M tokens)."""
+    import yaml  # here: only with $TETHER_PRICES set
+
     raw = yaml.safe_load(Path(path).read_text()) or {}
     return {model: Price(**fields) for model, fields in raw.items()}

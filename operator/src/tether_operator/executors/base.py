@@ -38,7 +38,8 @@ from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from tether.api import AgentRunSpec, AgentToolSpec
-from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED  # the executors' outcomes
+from tether.contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the executors' outcomes
+from tether.contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from tether.contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
 from tether.contract import AttemptEnd, ExecRequest, attempt_end
@@ -71,6 +72,8 @@ class Capability(str, Enum):
     TOOL_RESOURCES = "AgentTool spec.resources"
     TOOL_GPU = "AgentTool spec.resources.gpu"
     TOOL_MCP = "AgentTool spec.mcp"
+    STANDBY = "spec.standby"
+    STANDBY_TOOL_GPU = "spec.standby with a GPU AgentTool"  # no executor: its tool pods are per attempt
 
 
 def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports: frozenset[Capability]) -> list[str]:
@@ -84,6 +87,13 @@ def unsupported(spec: AgentRunSpec, tools: Mapping[str, AgentToolSpec], supports
         asked.append((Capability.NODE_SELECTOR, "spec.nodeSelector"))
     if spec.tolerations:
         asked.append((Capability.TOLERATIONS, "spec.tolerations"))
+    if spec.standby:
+        asked.append((Capability.STANDBY, "spec.standby"))
+        for name, tool in sorted(tools.items()):
+            if tool.resources is not None and tool.resources.gpu is not None and tool.resources.gpu.count > 0:
+                asked.append(
+                    (Capability.STANDBY_TOOL_GPU, f"spec.standby with AgentTool {name}'s GPU (a standby would hold its GPU pod too)")
+                )
     for name, tool in sorted(tools.items()):
         if tool.mcp is not None:
             asked.append((Capability.TOOL_MCP, f"spec.mcp of AgentTool {name}"))
@@ -305,6 +315,10 @@ class AttemptingExecutor(FollowingExecutor[E]):
     async def _suspended(self, run: E) -> None:
         """The attempt ended suspended (before the run says so)."""
 
+    def _backoff(self, run: E) -> float:
+        """Seconds between an attempt's recoverable end and the next attempt."""
+        return min(self.retry_backoff * 2.0 ** (run.failures - 1), 10.0)
+
     def _terminal_error(self, run: E) -> str | None:
         """The cause of the attempt's terminal failure, if the executor can read it."""
         return None
@@ -365,4 +379,4 @@ class AttemptingExecutor(FollowingExecutor[E]):
             run.retried.append(code)
             log.info("execution %s attempt %d %s; retrying", sub.name, run.attempts, happened)
             run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {happened}; retrying")
-            await asyncio.sleep(min(self.retry_backoff * 2 ** (run.failures - 1), 10.0))
+            await asyncio.sleep(self._backoff(run))

@@ -11,6 +11,13 @@ is recoverable: the next attempt (a new pod, attempt + 1) replays the journal, w
 retries. A pod that cannot start (unschedulable, image not pullable, a Secret missing) for
 `start_grace_seconds` fails the run with that reason (terminal). An object found under one of
 the operator's names that is not what it would create fails the run with OwnedObjectConflict.
+
+With `spec.standby` the next attempt's pod is created beside the running one (`pods`: waiting at
+its imports) and, once the attempt has ended and is to be retried, told to go instead of a new pod
+being created; then a new standby follows. A standby that died or is being deleted when it is
+needed is deleted and its attempt number skipped; a waiting standby is deleted when the run ends
+or is suspended. Only the operator tells a standby to go, after the attempt before it ended: the
+journal's attempt claim in the store keeps a late writer of an older attempt out regardless.
 """
 
 from __future__ import annotations
@@ -25,14 +32,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kube
-from .base import EXIT_SUCCEEDED, AttemptingExecutor, Capability, Execution, ExecutionState, Submission, execution_name, retried
+from .base import (
+    EXIT_INTERRUPTED,
+    EXIT_SUCCEEDED,
+    AttemptingExecutor,
+    Capability,
+    Execution,
+    ExecutionState,
+    Submission,
+    execution_name,
+    retried,
+)
 from .pods import (
     EXECUTION_LABEL,
+    GO_ANNOTATION,
     NO_EXIT_CODE,
     NO_SIDECARS,
     TOOL_POD_LABEL,
     PodSettings,
     RunFailure,
+    active_deadline,
     conflict,
     not_ours,
     pod_age,
@@ -45,6 +64,8 @@ from .pods import (
     runner_pod,
     sidecars_kept,
     start_problem,
+    waiting_standby,
+    with_go,
 )
 from .tool_pods import ToolPods
 
@@ -79,6 +100,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             Capability.TOOL_RESOURCES,
             Capability.TOOL_GPU,
             Capability.TOOL_MCP,
+            Capability.STANDBY,
         }
     )
     refusal_hint = "it places a run by spec.resources, spec.nodeSelector and spec.tolerations, and a GPU tool on its GPU node pool"
@@ -196,6 +218,8 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         for pod in await self._pods(sub.request.namespace, sub.name):
             if TOOL_POD_LABEL in pod["metadata"].get("labels", {}):
                 continue  # a GPU tool's pod: self.tools'
+            if waiting_standby(pod):
+                continue  # not an attempt (yet): `_promote` checks it before it is used
             attempt = pod_attempt(pod)
             why = "no attempt number" if attempt is None else not_ours(pod, self._pod(sub, attempt, self.tools.claimed(sub, pod)))
             if why is None and attempt is not None:
@@ -213,15 +237,17 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             raise
         except RunFailure as exc:  # terminal: a conflict or a pod that cannot start stays so
             log.warning("execution %s: %s", run.sub.name, exc)
-            return run.set(ExecutionState.FAILED, str(exc), exc.reason)
+            run.set(ExecutionState.FAILED, str(exc), exc.reason)
         except Exception as exc:
-            if isinstance(exc, kube.KubeError) and exc.status in (400, 422):  # an invalid pod stays invalid
-                return run.set(ExecutionState.FAILED, f"the runner pod was refused: {exc}")
-            # the apiserver unreachable, a quota, an admission webhook: say so, try again later
-            log.warning("execution %s: %s", run.sub.name, exc)
-            run.set(ExecutionState.QUEUED, f"cannot create the runner pod: {exc}")
-            await asyncio.sleep(min(self.pod_settings.resync_seconds, RETRY_SECONDS))
-            self._start(run, adopt=True)
+            if not (isinstance(exc, kube.KubeError) and exc.status in (400, 422)):
+                # the apiserver unreachable, a quota, an admission webhook: say so, try again later
+                log.warning("execution %s: %s", run.sub.name, exc)
+                run.set(ExecutionState.QUEUED, f"cannot create the runner pod: {exc}")
+                await asyncio.sleep(min(self.pod_settings.resync_seconds, RETRY_SECONDS))
+                return self._start(run, adopt=True)
+            run.set(ExecutionState.FAILED, f"the runner pod was refused: {exc}")  # an invalid pod stays invalid
+        if run.sub.request.spec.standby:  # ended or suspended: nothing waits for a next attempt
+            await self._discard_standby(run.sub, run.attempts + 1)
 
     async def _prepare(self, run: _Execution, adopt: bool) -> None:
         """The namespace's runner ServiceAccount and the request ConfigMap (`_objects`); the pods
@@ -241,21 +267,33 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         run.failures = max(run.failures, sum(1 for o in outcomes if o is not None and retried(o[0])))
 
     async def _attempt(self, run: _Execution) -> tuple[int, str]:
-        """The attempt's pod (created, unless adopted), followed to its end."""
+        """The attempt's pod (created, unless adopted or a standby told to go), followed to its
+        end; with spec.standby the next attempt's pod waits beside it."""
         sub = run.sub
+        standby = sub.request.spec.standby
         current, run.adopted = run.adopted, 0
         if not current:
             current = run.attempts + 1
-            await self._create(run, current)
+            promoted: bool | None = False
+            while standby and (promoted := await self._promote(sub, current)) is None:
+                current += 1  # its standby died waiting: that number is used
+            if promoted:
+                run.attempts = current
+            else:
+                await self._create(run, current)
+        if standby:
+            await self._standby(sub, current + 1)
         return await self.tools.around(sub, current, self._follow(run, pod_name(sub.name, current)))
 
     async def _create(self, run: _Execution, attempt: int) -> None:
-        """The attempt's pod (and its tool pods). Its own frame: the pod's manifest and the created
-        object are not held while the attempt is followed (2,000 runs x 2 pods: ~100 MiB)."""
+        """The attempt's pod (and its tool pods), created told to go when a standby follows it. Its
+        own frame: the pod's manifest and the created object are not held while the attempt is
+        followed (2,000 runs x 2 pods: ~100 MiB)."""
         sub = run.sub
         namespace = sub.request.namespace
         expected = self._pod(sub, attempt, await self.tools.start(sub, attempt, run.pod_changed))
-        pod, created = await kube.create(kube.core_path(namespace, "pods"), expected)
+        created_as = with_go(expected, f"{time.time():.3f}", sub.timeout_seconds) if sub.request.spec.standby else expected
+        pod, created = await kube.create(kube.core_path(namespace, "pods"), created_as)
         if not created and (why := not_ours(pod, expected)):
             raise conflict("Pod", namespace, pod_name(sub.name, attempt), why)
         run.attempts = attempt
@@ -267,6 +305,61 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             await kube.delete(kube.core_path(namespace, "pods", pod_name(sub.name, attempt)))
             await self.tools.stop(sub, attempt)
             raise RunFailure("", f"the runner pod was refused: {NO_SIDECARS}")
+
+    async def _promote(self, sub: Submission, attempt: int) -> bool | None:
+        """spec.standby: tell the standby pod of `attempt` to go. True: it runs the attempt now;
+        False: there is none (create the attempt's pod); None: it cannot run it (it died, or is
+        being deleted): it is deleted and the number skipped. A pod under its name that is not
+        what the operator creates fails the run (RunFailure)."""
+        namespace, name = sub.request.namespace, pod_name(sub.name, attempt)
+        path = kube.core_path(namespace, "pods", name)
+        pod = await kube.request("GET", path)
+        if pod is None:
+            return False
+        if why := not_ours(pod, self._pod(sub, attempt)):
+            raise conflict("Pod", namespace, name, why)
+        meta = pod["metadata"]
+        if waiting_standby(pod) and not meta.get("deletionTimestamp") and pod_outcome(pod, sub.timeout_seconds) is None:
+            go = {
+                # resourceVersion: refused (409) if the pod changed since it was read (e.g. its deletion began)
+                "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {GO_ANNOTATION: f"{time.time():.3f}"}},
+                # the kubelet counts the deadline from the pod's start: add the time it waited
+                "spec": {"activeDeadlineSeconds": active_deadline(sub.timeout_seconds, pod_age(pod))},
+            }
+            try:
+                await kube.request("PATCH", path, go, content_type="application/merge-patch+json")
+                return True
+            except kube.KubeError as exc:
+                if exc.status != 409:
+                    raise
+        log.info("execution %s: standby pod %s cannot run attempt %d: deleted, the number skipped", sub.name, name, attempt)
+        await kube.delete(path)
+        return None
+
+    async def _standby(self, sub: Submission, attempt: int) -> None:
+        """spec.standby: the pod of `attempt`, waiting beside the running attempt (created once)."""
+        expected = self._pod(sub, attempt)
+        pod, created = await kube.create(kube.core_path(sub.request.namespace, "pods"), with_go(expected, ""))
+        if not created and (why := not_ours(pod, expected)):
+            raise conflict("Pod", sub.request.namespace, pod_name(sub.name, attempt), why)
+
+    async def _discard_standby(self, sub: Submission, attempt: int) -> None:
+        """The run ended or is suspended: its standby (if any, still waiting) is not needed."""
+        path = kube.core_path(sub.request.namespace, "pods", pod_name(sub.name, attempt))
+        try:
+            pod = await kube.request("GET", path)
+            if pod is not None and waiting_standby(pod) and not_ours(pod, self._pod(sub, attempt)) is None:
+                await kube.delete(path)
+        except kube.KubeError as exc:  # it waits, harmless, until the AgentRun is deleted (it owns it)
+            log.warning("execution %s: standby pod not deleted: %s", sub.name, exc)
+
+    def _backoff(self, run: _Execution) -> float:
+        # The backoff spaces out an agent that keeps failing. A pod that was taken away (deleted,
+        # evicted, drained: stopped on SIGTERM or gone without an exit code) did not fail: its
+        # retry starts at once. So does a standby's: it is started and waiting already.
+        if run.sub.request.spec.standby or run.exit_code in (EXIT_INTERRUPTED, NO_EXIT_CODE):
+            return 0.0
+        return super()._backoff(run)
 
     async def _suspended(self, run: _Execution) -> None:
         await kube.delete(kube.core_path(run.sub.request.namespace, "pods", pod_name(run.sub.name, run.attempts)))

@@ -7,6 +7,13 @@ executor's objects; `kubernetes` drives the attempts, `tool_pods` a GPU tool's p
     ConfigMap <execution>-<h>   the exec request (the spec and its AgentTools; no secret values),
                                 h: 10 hex digits of its sha256
 
+With `spec.standby` every runner pod of the run waits at its imports (`tether exec --standby
+/etc/tether/standby/go`, a downward API file of the pod's `tether.dev/go` annotation) until that
+annotation holds the time it was told to go: an attempt's pod is created with it set; the next
+attempt's pod (its standby) is created beside it with it empty, without activeDeadlineSeconds and
+preferably on another node (pod anti-affinity on the execution label), and is told to go (the
+annotation and its deadline patched) once the attempt before it has ended (`kubernetes`).
+
 A pod carries `resources` as requests/limits (`gpu.count` as `nvidia.com/gpu`), the placement
 (spec + GPU node pool), `timeout` as activeDeadlineSeconds, the namespace's runner
 ServiceAccount (no token mounted, no RBAC) and a restricted security context. Secrets reach it
@@ -30,6 +37,7 @@ sha256, which the runtime checks against the file it reads.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -78,6 +86,8 @@ STORE_SOCKET = f"{STORE_DIR}/store.sock"
 TOOLS_DIR = "/var/run/tether/tools"  # the tool runners' sockets: an emptyDir the agent shares with them
 TOKENS_DIR = "/var/run/tether/tool-tokens"  # the agent's tokens for its GPU tools' pods, one file per tool
 TOOL_POD_LABEL = "tether.dev/tool-pod"  # a GPU tool's pod (tool_pods), not an attempt's runner pod
+GO_ANNOTATION = "tether.dev/go"  # spec.standby: when the pod was told to run its attempt ("": a standby, waiting)
+STANDBY_DIR = "/etc/tether/standby"  # the go annotation as a file (downward API), read by `tether exec --standby`
 CONTAINER_SECURITY: dict[str, Any] = {  # every container of a runner pod ("restricted")
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -246,7 +256,9 @@ def store_proxy_container(sub: Submission, settings: PodSettings) -> tuple[dict[
             {"name": "request", "mountPath": REQUEST_DIR, "readOnly": True},
         ],
         "securityContext": dict(CONTAINER_SECURITY),
-        "startupProbe": {"exec": {"command": ["python", "-c", LISTENING, STORE_SOCKET]}, "periodSeconds": 1, "failureThreshold": 600},
+        # No startupProbe: the agent's container starts beside it rather than once it listens (its
+        # start and the probe's 1 s period were on the way to the first model call) and waits for
+        # the socket at its first store operation (ProxyStore: up to 30 s), after its own imports.
     }
     return container, [{"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]
 
@@ -303,12 +315,17 @@ def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: 
     if own_files:
         volumes.append(_secrets_volume("secrets", own_files))
         mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
+    command = ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--progress", "--store", store_url]
+    if spec.standby:  # waits at its imports until its go annotation is set
+        volumes.append({"name": "standby", "downwardAPI": {"items": [{"path": "go", "fieldRef": {"fieldPath": GO_FIELD}}]}})
+        mounts.append({"name": "standby", "mountPath": STANDBY_DIR, "readOnly": True})
+        command += ["--standby", f"{STANDBY_DIR}/go"]
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image or settings.runtime_image,
         "imagePullPolicy": settings.pull_policy,
         # --progress: the pod's log shows each step as it completes (`kubectl logs`, `tether logs` says so).
-        "command": ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--progress", "--store", store_url],
+        "command": command,
         "workingDir": WORK_DIR,  # the same on every attempt: some SDKs put it in the prompt
         "env": env,
         "volumeMounts": mounts,
@@ -321,11 +338,18 @@ def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: 
         "serviceAccountName": settings.service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "activeDeadlineSeconds": max(1, math.ceil(sub.timeout_seconds)),
         "securityContext": dict(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
     }
+    if spec.standby:  # the deadline is set when the pod is told to go (a standby may wait longer)
+        # Preferably not on the node of the run's other pods: a lost node takes one of them only.
+        term = {"labelSelector": {"matchLabels": {EXECUTION_LABEL: sub.name}}, "topologyKey": "kubernetes.io/hostname"}
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
+        }
+    else:
+        pod_spec["activeDeadlineSeconds"] = active_deadline(sub.timeout_seconds)
     if sidecars:
         pod_spec["initContainers"] = sidecars
     if sub.node_selector:
@@ -344,6 +368,30 @@ def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: 
         },
         "spec": pod_spec,
     }
+
+
+GO_FIELD = f"metadata.annotations['{GO_ANNOTATION}']"
+
+
+def active_deadline(timeout_seconds: float, waited: float = 0.0) -> int:
+    """activeDeadlineSeconds of an attempt's pod (counted by the kubelet from the pod's start; a
+    standby's includes the time it waited)."""
+    return max(1, math.ceil(timeout_seconds + waited))
+
+
+def with_go(pod: dict[str, Any], go: str, timeout_seconds: float | None = None) -> dict[str, Any]:
+    """`pod` (a spec.standby run's) as created: told to go at `go` (epoch seconds) with the
+    attempt's deadline, or a standby (go "", no deadline)."""
+    meta = pod["metadata"]
+    created = {**pod, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), GO_ANNOTATION: go}}}
+    if timeout_seconds is not None:
+        created["spec"] = {**pod["spec"], "activeDeadlineSeconds": active_deadline(timeout_seconds)}
+    return created
+
+
+def waiting_standby(pod: Mapping[str, Any]) -> bool:
+    """A standby not yet told to go (whatever its phase)."""
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(GO_ANNOTATION) == ""
 
 
 NO_SIDECARS = (
@@ -500,7 +548,16 @@ def start_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def pod_age(pod: Mapping[str, Any]) -> float:
-    """Seconds since the pod's creation (0 for one without a creationTimestamp)."""
+    """Seconds since the pod's creation (0 for one without a creationTimestamp), or since a
+    standby was told to go (its attempt's timeout counts from then)."""
+    go = ((pod.get("metadata") or {}).get("annotations") or {}).get(GO_ANNOTATION) or ""
+    with contextlib.suppress(ValueError):
+        if go:
+            return time.time() - float(go)
+    return pod_age_since_creation(pod)
+
+
+def pod_age_since_creation(pod: Mapping[str, Any]) -> float:
     now = time.time()
     stamp = (pod.get("metadata") or {}).get("creationTimestamp")
     return now - (datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else now)

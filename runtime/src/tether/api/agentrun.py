@@ -177,6 +177,13 @@ class AgentRunSpec(_Wire):
         description="Journal model turns and tool calls so a retry replays them. False runs without a journal (every attempt starts over).",
     )
     limits: Limits | None = Field(default=None, description="Turn and cost limits.")
+    standby: bool = Field(
+        default=False,
+        strict=True,
+        description="Kubernetes executor: keep the next attempt's pod started beside the running one (preferably "
+        "on another node), its imports done, so a retry after a lost pod resumes within about a second. It "
+        "holds the run's resources twice (its GPUs too, when spec.resources asks for them).",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -143,6 +142,8 @@ def load_manifests(path_or_text: str | Path) -> list[Manifest]:
     source, text = "manifest", str(path_or_text)
     if isinstance(path_or_text, Path) or _is_file(path_or_text):
         source, text = str(path_or_text), Path(path_or_text).read_text()
+    import yaml  # here: a runner pod (`tether exec`) reads JSON and never needs it
+
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:

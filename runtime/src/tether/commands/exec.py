@@ -16,10 +16,18 @@ task and the framework's adapter, runs one no-op Flyte task (Flyte's first local
 what every later one reuses) and the adapter's ``warm_up`` (the framework's first-use costs), then waits for a line on stdin. ``go`` runs the attempt in this
 already started process; end of input exits with code 0 without running anything. No tool or
 agent module is imported before ``go``.
+
+``--standby FILE`` is the same warm start for a standby pod (the Kubernetes executor's
+``spec.standby``): instead of stdin it waits until FILE holds anything (a downward API file of
+the pod's ``tether.dev/go`` annotation, which the operator sets once the attempt before it has
+ended), then runs the attempt. A FILE that holds something from the start (a pod created told to
+go: the run's first) runs the attempt at once, without the warm-up. The journal's attempt claim,
+not this signal, keeps two attempts from writing at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -39,6 +47,10 @@ GO = "go"
 
 def main(argv: list[str]) -> int:
     started = time.time()
+    # Start-up allocates hundreds of thousands of objects (the runtime's, Flyte's and the
+    # framework's modules and models) and frees next to none: no collections until the framework
+    # is imported (~15 % of a runner pod's CPU to its first model request, benchmarks/pod_start.py).
+    gc.disable()
     stopping.install()  # SIGINT/SIGTERM: a clean stop, not a traceback (tether.stopping)
     secrets = secrets_or_refusal("tether exec")
     if secrets is None:
@@ -52,7 +64,14 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help=f"start now, import everything, then wait for '{GO}' on stdin before running the attempt (end of input: exit 0)",
     )
+    p.add_argument(
+        "--standby",
+        metavar="FILE",
+        help="like --warm, but wait until FILE is not empty (a standby pod: the operator's go) instead of reading stdin",
+    )
     args = p.parse_args(argv)
+    if args.warm and args.standby:
+        p.error("--warm and --standby: one or the other")
     if args.warm and args.request == "-":
         p.error("--warm reads 'go' from stdin: give the request as a file")
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
@@ -76,20 +95,30 @@ def main(argv: list[str]) -> int:
     on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None, log)
     flyte.init()
     worker: dict[str, float] | None = None
-    if args.warm:
+    # A spec.standby run's pod that was created already told to go (its first attempt, or a standby
+    # that died) runs at once: a warm-up first would only delay its first turn.
+    if args.warm or (args.standby and not _told(Path(args.standby))):
         _warm_up(request.spec.framework)
         # What is here now lives as long as the process: the collector need not walk it again
         # during the attempt (a full collection of the SDK's and Flyte's heap: milliseconds).
         gc.collect()
         gc.freeze()
+        gc.enable()
         ready = time.time()
-        if sys.stdin.readline().strip() != GO:
+        if args.standby:
+            print(f"tether exec: standing by (imports done), waiting for {args.standby}", file=sys.stderr, flush=True)
+            _wait_for(Path(args.standby))
+        elif sys.stdin.readline().strip() != GO:
             return EXIT_SUCCEEDED  # not needed: the run ended without this attempt
         if stopping.requested():
             return EXIT_INTERRUPTED
         go, go_cpu = time.time(), time.process_time()
         # What the parent and tests read: this process was started (and ready) before its turn.
         worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
+    else:
+        _import_framework(request.spec.framework)
+        gc.freeze()  # the modules' objects live as long as the process: later collections skip them
+        gc.enable()
     outcome = run_here(request, args.store, on_step)
     if worker is not None:
         # CPU time from 'go' to the outcome: what the retry costs apart from waiting for a core.
@@ -113,6 +142,33 @@ def main(argv: list[str]) -> int:
     # reading to the end of output (tether run) has the outcome without waiting for that (~20 ms).
     os.closerange(0, 3)
     os._exit(outcome.exit_code)
+
+
+#: How often a standby reads its go file: a stat and a read of a tmpfs file, nothing remote.
+STANDBY_POLL_SECONDS = 0.05
+
+
+def _told(go: Path) -> bool:
+    """Whether ``go`` holds anything (the operator's go)."""
+    try:
+        return bool(go.read_text().strip())
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(go: Path) -> None:
+    """Until ``go`` holds anything (or a stop is asked: SIGTERM, the pod deleted)."""
+    while not stopping.requested() and not _told(go):
+        time.sleep(STANDBY_POLL_SECONDS)
+
+
+def _import_framework(framework: str) -> None:
+    """The framework's adapter (its imports) now, while the collector is off; a failure is left for
+    the attempt to report."""
+    from ..agent import load_adapter
+
+    with contextlib.suppress(Exception):
+        load_adapter(framework)
 
 
 def _warm_up(framework: str) -> None:

@@ -1,0 +1,99 @@
+"""`tether exec --standby FILE`: what a standby pod runs (the Kubernetes executor's spec.standby).
+It starts, imports everything and waits, running nothing, until FILE holds anything (the pod's
+`tether.dev/go` annotation as a downward API file); then it runs the attempt in the process that
+was ready before it was needed. Stopped while it waits (its pod deleted: SIGTERM), it exits 130
+having run nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.cli import REPO
+from tether.progress import read_progress
+from tether.stores import open_store
+from tether.testing.fake_provider import FakeProvider
+from tether.testing.script import Script
+
+SCRIPT = {"conversations": [{"match": "", "turns": [{"text": "Done: standing by paid off."}]}]}
+
+
+def standby(tmp_path: Path, base_url: str, go_at_start: str = "") -> tuple[subprocess.Popen[str], Path, Path]:
+    request = {
+        "runId": "standby-1",
+        "namespace": "default",
+        "name": "standby",
+        "spec": {"framework": "openai", "model": {"name": "gpt-4o-mini", "provider": "openai", "baseURL": base_url}, "input": "hi"},
+    }
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    go, store = tmp_path / "go", tmp_path / "store"
+    go.write_text(go_at_start)  # the annotation's file exists from the pod's start, empty while it waits
+    clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
+    proc = subprocess.Popen(
+        ["./tether", "exec", str(tmp_path / "request.json"), "--standby", str(go), "--store", str(store)],
+        cwd=REPO,
+        env={**clean, "OPENAI_API_KEY": "sk-standby", "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, go, store
+
+
+def ready(proc: subprocess.Popen[str]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:  # what its pod's log says once the imports are done
+        if line.startswith("tether exec: standing by (imports done), waiting for "):
+            return
+    raise AssertionError(f"exited {proc.wait()} without standing by")
+
+
+def still_waiting(proc: subprocess.Popen[str], fake: FakeProvider, store: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        assert fake.live_calls() == 0 and read_progress(open_store(str(store)), "standby-1") is None, "it ran before its go"
+        time.sleep(0.2)
+
+
+def test_a_standby_runs_its_attempt_only_once_told_to_go(tmp_path: Path) -> None:
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, go, store = standby(tmp_path, fake.base_url("openai"))
+        ready(proc)
+        still_waiting(proc, fake, store, 2)
+        told = time.time()
+        go.write_text("1764921600.0")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert outcome["status"] == "succeeded" and outcome["output"] == "Done: standing by paid off."
+        worker = outcome["warm_worker"]
+        assert worker["ready"] < told <= worker["go"], "ready before it was told to go, and ran only after"
+        assert fake.live_calls() == 1
+
+
+def test_a_standby_stopped_while_it_waits_runs_nothing(tmp_path: Path) -> None:
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, go, store = standby(tmp_path, fake.base_url("openai"))
+        ready(proc)
+        still_waiting(proc, fake, store, 1)
+        proc.send_signal(signal.SIGTERM)  # its pod deleted
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        assert fake.live_calls() == 0 and read_progress(open_store(str(store)), "standby-1") is None
+
+
+def test_a_pod_created_told_to_go_runs_at_once(tmp_path: Path) -> None:
+    """A spec.standby run's first pod is created with its go set: it runs its attempt without
+    the warm-up (and without standing by)."""
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, _, _ = standby(tmp_path, fake.base_url("openai"), go_at_start="1764921600.0")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert outcome["status"] == "succeeded" and "warm_worker" not in outcome
+        assert "standing by" not in err and fake.live_calls() == 1

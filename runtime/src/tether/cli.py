@@ -19,6 +19,7 @@ COMMANDS = {
     "ui": ("tether.commands.ui", "Serve a read-only view of a store's runs in the browser (127.0.0.1)."),
     "logs": ("tether.commands.logs", "Print (or follow) the step lines of a run's attempt."),
     "cancel": ("tether.commands.cancel", "Stop a run for good: a running tether run stops cleanly, the run is marked cancelled."),
+    "image": ("tether.commands.image", "Build a framework's runtime image (docker build), with your own tool modules."),
     "crds": ("tether_operator.crds", "Write crds/*.yaml and docs/reference/ from tether.api and the docstrings (--check: fail on drift)."),
     "fake-provider": ("tether.testing.fake_provider", "Serve scripted fake model providers on loopback."),
 }

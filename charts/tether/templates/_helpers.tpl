@@ -109,3 +109,44 @@ for the configured executor. */}}
   verbs: ["get"]
 {{- end }}
 {{- end -}}
+
+{{/* `helm test` (templates/tests/): the served namespace its run goes to, its names, and the
+fake provider's URL. */}}
+{{- define "tether.testNamespace" -}}
+{{- .Values.tests.namespace | default (first .Values.watchNamespaces) | default .Release.Namespace -}}
+{{- end -}}
+
+{{- define "tether.testName" -}}
+{{- printf "%s-test" (include "tether.fullname" . | trunc 40 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "tether.testProviderURL" -}}
+http://{{ include "tether.testName" . }}-provider.{{ include "tether.testNamespace" . }}.svc:8080
+{{- end -}}
+
+{{/* tools.allowedModules, with the weather tool of `helm test` when the list is set (an empty
+list allows what the image declares, the weather tool among them). */}}
+{{- define "tether.toolModules" -}}
+{{- $modules := .Values.tools.allowedModules -}}
+{{- if and $modules .Values.tests.enabled -}}{{- $modules = append $modules "tether.testing.weather" | uniq -}}{{- end -}}
+{{- join "," $modules -}}
+{{- end -}}
+
+{{/* providers.allowedBaseURLs, with the fake provider of `helm test` when the list is set (an
+empty list allows it already). */}}
+{{- define "tether.allowedBaseURLs" -}}
+{{- $urls := .Values.providers.allowedBaseURLs -}}
+{{- if and $urls .Values.tests.enabled -}}{{- $urls = append $urls (include "tether.testProviderURL" .) | uniq -}}{{- end -}}
+{{- toJson $urls -}}
+{{- end -}}
+
+{{/* Labels of the `helm test` objects: not the operator's selector labels (its metrics Service
+selects by those). */}}
+{{- define "tether.testLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "tether.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tether
+{{- end -}}

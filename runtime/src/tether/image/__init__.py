@@ -23,6 +23,9 @@ DOCKERFILE = Path(__file__).with_name("Dockerfile")
 #: installs; from a checkout the lock already holds them.
 RUNTIME_EXTRAS = "s3,otel"
 
+#: The tool module of the chart's `helm test` (tether-testing, in every image): declared with yours.
+HELM_TEST_TOOL = "tether.testing.weather"
+
 #: Never copied from a source tree: caches, build output, virtual environments, tests.
 _SKIP = {"__pycache__", ".venv", ".pytest_cache", ".mypy_cache", ".ruff_cache", "build", "dist", "tests", ".git"}
 
@@ -221,13 +224,15 @@ def _add_tools(ctx: Context, sources: Sequence[Path]) -> None:
             ctx.add_tree(f"tools/site-packages/{name}", path)
         else:
             ctx.files[f"tools/site-packages/{name}.py"] = path
-    if modules:
-        info = "tools/site-packages/tether_image_tools-0.dist-info"
-        ctx.files[f"{info}/METADATA"] = b"Metadata-Version: 2.1\nName: tether-image-tools\nVersion: 0\nSummary: Tool modules added by tether image build\n"
-        ctx.files[f"{info}/INSTALLER"] = b"tether image build\n"
-        ctx.files[f"{info}/entry_points.txt"] = ("[tether.tools]\n" + "".join(f"{m} = {m}\n" for m in sorted(modules))).encode()
-        ctx.files[f"{info}/RECORD"] = b""
-    ctx.files["tools/modules.txt"] = "".join(f"{m}\n" for m in sorted(modules)).encode()
+    # Declared in the image (so allowed with the chart's default tools.allowedModules: []): your
+    # modules and the weather tool of tether-testing that `helm test` runs.
+    declared = [*sorted(modules), HELM_TEST_TOOL]
+    info = "tools/site-packages/tether_image_tools-0.dist-info"
+    ctx.files[f"{info}/METADATA"] = b"Metadata-Version: 2.1\nName: tether-image-tools\nVersion: 0\nSummary: Tool modules added by tether image build\n"
+    ctx.files[f"{info}/INSTALLER"] = b"tether image build\n"
+    ctx.files[f"{info}/entry_points.txt"] = ("[tether.tools]\n" + "".join(f"{m} = {m}\n" for m in declared)).encode()
+    ctx.files[f"{info}/RECORD"] = b""
+    ctx.files["tools/modules.txt"] = "".join(f"{m}\n" for m in declared).encode()
     ctx.tools, ctx.tool_packages = tuple(sorted(modules)), tuple(packages)
 
 

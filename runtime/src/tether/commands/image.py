@@ -31,8 +31,15 @@ def main(argv: list[str]) -> int:
     )
     b.add_argument("--tag", help="image name and tag (default tether-runtime-FRAMEWORK:VERSION)")
     b.add_argument("--base-image", help="FROM this image: Debian-like with Python 3.11 and venv (default python:3.11-slim)")
-    b.add_argument("--dist", type=Path, metavar="DIR", help="install Tether from these wheels (scripts/build-dist.sh) instead of a checkout's sources")
-    b.add_argument("--checkout", type=Path, metavar="DIR", help="the Tether checkout (default: the one this tether runs from, or the working directory's)")
+    b.add_argument(
+        "--dist", type=Path, metavar="DIR", help="install Tether from these wheels (scripts/build-dist.sh) instead of a checkout's sources"
+    )
+    b.add_argument(
+        "--checkout",
+        type=Path,
+        metavar="DIR",
+        help="the Tether checkout (default: the one this tether runs from, or the working directory's)",
+    )
     b.add_argument(
         "--wheels",
         type=Path,
@@ -64,7 +71,10 @@ def main(argv: list[str]) -> int:
         print(f"context written to {args.context}; build it with: docker build --tag {tag} {args.context}", file=sys.stderr)
         return 0
     if shutil.which(cmd[0]) is None:
-        print(f"{command_name()} image build: no docker on PATH; write the context with --context DIR and build it with your builder", file=sys.stderr)
+        print(
+            f"{command_name()} image build: no docker on PATH; write the context with --context DIR and build it with your builder",
+            file=sys.stderr,
+        )
         return 2
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
     assert proc.stdin is not None
@@ -89,5 +99,7 @@ def _tools_note(ctx: Context) -> str:
             f"or list them there: [{listed}])"
         )
     if ctx.tool_packages:
-        parts.append(f"tool projects {', '.join(ctx.tool_packages)} (installed: their own tether.tools entry points, or tools.allowedModules)")
+        parts.append(
+            f"tool projects {', '.join(ctx.tool_packages)} (installed: their own tether.tools entry points, or tools.allowedModules)"
+        )
     return "; " + "; ".join(parts) if parts else ""

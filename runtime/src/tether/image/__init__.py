@@ -228,7 +228,9 @@ def _add_tools(ctx: Context, sources: Sequence[Path]) -> None:
     # modules and the weather tool of tether-testing that `helm test` runs.
     declared = [*sorted(modules), HELM_TEST_TOOL]
     info = "tools/site-packages/tether_image_tools-0.dist-info"
-    ctx.files[f"{info}/METADATA"] = b"Metadata-Version: 2.1\nName: tether-image-tools\nVersion: 0\nSummary: Tool modules added by tether image build\n"
+    ctx.files[f"{info}/METADATA"] = (
+        b"Metadata-Version: 2.1\nName: tether-image-tools\nVersion: 0\nSummary: Tool modules added by tether image build\n"
+    )
     ctx.files[f"{info}/INSTALLER"] = b"tether image build\n"
     ctx.files[f"{info}/entry_points.txt"] = ("[tether.tools]\n" + "".join(f"{m} = {m}\n" for m in declared)).encode()
     ctx.files[f"{info}/RECORD"] = b""
@@ -250,7 +252,9 @@ def _check_module_name(name: str, source: Path) -> None:
     if not name.isidentifier():
         raise ImageError(f"--tools-from {source}: {name!r} is not a Python module name")
     if name in sys.stdlib_module_names or name in _RESERVED:
-        raise ImageError(f"--tools-from {source}: module {name} would shadow {'the standard library' if name in sys.stdlib_module_names else name}: rename it")
+        raise ImageError(
+            f"--tools-from {source}: module {name} would shadow {'the standard library' if name in sys.stdlib_module_names else name}: rename it"
+        )
 
 
 def dockerfile(framework: str, base_image: str | None = None) -> str:

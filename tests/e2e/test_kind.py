@@ -6,7 +6,8 @@ agent's pod staying on a CPU worker); a runner pod deleted mid-run and the retry
 every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
 in its tool runner's container only; an MCP server as a Service called once across a pod kill,
 its header in the tool runner only; a standby pod (spec.standby) becoming the next attempt after a
-pod kill, replaying with no upstream call; `kubectl wait`; the operator's run view through
+pod kill, replaying with no upstream call; `helm test` (the weather example against the fake
+provider); `kubectl wait`; the operator's run view through
 `kubectl port-forward` (a viewer with `get agentruns`, one without); and `helm uninstall`
 keeping CRDs and journals (last: it removes the operator).
 """
@@ -14,6 +15,7 @@ keeping CRDs and journals (last: it removes the operator).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 
@@ -62,6 +64,19 @@ def test_chart_pods_ready():
     for pod in out["items"]:
         ready = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}.get("Ready")
         assert ready == "True", f"{pod['metadata']['name']} not Ready: {pod['status']}"
+
+
+def test_helm_test_runs_the_weather_example():
+    """`helm test` (charts/tether/templates/tests/): the test pod, on the chart's runtime image,
+    serves the fake provider as a sidecar and runs the weather example as an AgentRun, Succeeded
+    with the tool's answer; everything it made is gone once it passes."""
+    out = helm("test", RELEASE, "-n", NS, "--logs", "--timeout", "600s")
+    assert re.search(r"Phase:\s+Succeeded", out), out
+    assert "Succeeded: Here is the weather in Paris: Paris: sunny, 21 C, light wind from the west." in out, out
+    for kind in ("pod", "agenttool", "agentrun", "secret", "service", "role", "rolebinding", "serviceaccount"):
+        left = kubectl("get", kind, "-n", NS, "-l", "app.kubernetes.io/component=test", "-o", "name")
+        assert not left.strip(), f"helm test left {left}"
+    assert not kubectl("get", "agentrun", "-n", NS, "-l", "tether.dev/helm-test", "-o", "name").strip()
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)

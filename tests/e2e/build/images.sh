@@ -8,8 +8,8 @@
 #                    kube-proxy}:K8S_VERSION, etcd, coredns/coredns, pause  (from go-bins.sh)
 #   node image       tether-e2e/node:<key>: tests/e2e/images/node + the control-plane images
 #                    imported into its containerd (what `kind build node-image` does)
-#   Tether           tether-e2e/runtime-<framework>:e2e (runtime/Dockerfile, one per framework env),
-#                    tether-e2e/operator:e2e (operator/Dockerfile), tether-e2e/fake-provider:e2e,
+#   Tether           tether-e2e/examples-<framework>:e2e (`tether image build`, one per framework env,
+#                    with the examples' tools), tether-e2e/operator:e2e (operator/Dockerfile), tether-e2e/fake-provider:e2e,
 #                    tether-e2e/s3:e2e (moto server)
 # Usage: images.sh [framework ...]   (default: every envs/<id>.txt but core)
 # Prints "NODE_IMAGE=..." as its last line.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Tether's images for the e2e, from the repository's Dockerfiles FROM a local Python base image:
-#   tether-e2e/runtime-<framework>:e2e   runtime/Dockerfile, ADAPTER=<framework> (image variant)
-#   tether-e2e/examples-<framework>:e2e  + the examples' tool module
+# Tether's images for the e2e, FROM a local Python base image:
+#   tether-e2e/examples-<framework>:e2e  `tether image build --framework <framework> --tools-from
+#                                        examples/<framework>` (docs/images.md): the runtime image
+#                                        a user builds, with the examples' tool module
 #   tether-e2e/operator:e2e              operator/Dockerfile (ADAPTERS="": Kubernetes executor)
 #   tether-e2e/fake-provider:e2e         the operator image + tether-testing
 #   tether-e2e/s3:e2e                    the operator image running moto's server
@@ -31,10 +32,10 @@ py_build tether-e2e/operator:e2e operator/Dockerfile core --build-arg ADAPTERS=
 # Both FROM the operator image: its core environment already holds their dependencies.
 py_build tether-e2e/fake-provider:e2e tests/e2e/images/fake-provider.Dockerfile core --build-arg BASE=tether-e2e/operator:e2e
 py_build tether-e2e/s3:e2e tests/e2e/images/s3.Dockerfile core --build-arg BASE=tether-e2e/operator:e2e
+# The runtime images as docs/images.md builds them, with the wheels downloaded on the host.
+python="$("$REPO/scripts/env.sh" core | tail -n1)/bin/python"
 for fw in "${FRAMEWORKS[@]}"; do
-  py_build "tether-e2e/runtime-$fw:e2e" runtime/Dockerfile "$fw" --build-arg "ADAPTER=$fw"
   log "build tether-e2e/examples-$fw:e2e"
-  docker build -q -t "tether-e2e/examples-$fw:e2e" -f "$REPO/tests/e2e/images/examples.Dockerfile" \
-    --build-arg "BASE=tether-e2e/runtime-$fw:e2e" \
-    "$(dirname "$(readlink -f "$REPO/examples/$fw/example_tools.py")")" >/dev/null
+  "$python" -m tether image build --framework "$fw" --tools-from "$REPO/examples/$fw" --checkout "$REPO" \
+    --base-image "$PYTHON_BASE" --wheels "$("$HERE/wheels.sh" "$fw")" --tag "tether-e2e/examples-$fw:e2e" --quiet >/dev/null
 done

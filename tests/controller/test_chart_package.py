@@ -296,3 +296,22 @@ def test_the_test_runs_in_the_namespace_and_image_asked_for() -> None:
     assert {c["imagePullPolicy"] for c in (*pod["spec"]["containers"], *pod["spec"]["initContainers"])} == {"Never"}
     assert "--framework=langgraph" in pod["spec"]["containers"][0]["command"]
     assert "--base-url=http://t-tether-test-provider.team-b.svc:8080" in pod["spec"]["containers"][0]["command"]
+
+
+def test_with_network_policies_runner_pods_reach_the_tests_provider_in_its_namespace_only() -> None:
+    peers = {"cidr": "10.0.0.0/8", "ports": [443]}
+    docs = render(
+        "watchNamespaces={team-a,team-b}",
+        "networkPolicy.enabled=true",
+        f"networkPolicy.store[0].cidr={peers['cidr']}",
+        "networkPolicy.store[0].ports[0]=443",
+        f"networkPolicy.providers[0].cidr={peers['cidr']}",
+        "networkPolicy.providers[0].ports[0]=443",
+    )
+    runners = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-runners")}
+    to_test = {
+        "to": [{"podSelector": {"matchLabels": {"tether.dev/helm-test": "t-tether-test"}}}],
+        "ports": [{"protocol": "TCP", "port": 8080}],
+    }
+    assert to_test in runners["team-a"]["spec"]["egress"]
+    assert to_test not in runners["team-b"]["spec"]["egress"]

@@ -24,8 +24,9 @@ def helm() -> Path:
 
 
 def render(helm: Path, *sets: str, check: bool = True, scope: str = "watchNamespaces={team-a}") -> list[dict[str, Any]] | str:
-    """`helm template` with `sets`; `scope` is the namespaces value every install must give."""
-    argv = [str(helm), "template", "tether", str(CHART), "-n", "tether-system"]
+    """`helm template` with `sets`; `scope` is the namespaces value every install must give. The
+    objects `helm install` makes: the test hooks are `helm test`'s (test_chart_package.py)."""
+    argv = [str(helm), "template", "tether", str(CHART), "-n", "tether-system", "--skip-tests"]
     for s in ("store.s3.bucket=test-runs", *([scope] if scope else []), *sets):  # the kubernetes executor needs a store pods reach
         argv += ["--set", s]
     proc = subprocess.run(argv, capture_output=True, text=True)
@@ -98,7 +99,12 @@ def test_allowed_base_urls_reach_the_operator(helm: Path) -> None:
     docs = render(helm, "providers.allowedBaseURLs={https://llm.internal/v1,http://127.0.0.1}")
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert json.loads(env["TETHER_ALLOWED_BASE_URLS"]["value"]) == ["https://llm.internal/v1", "http://127.0.0.1"]
+    # and helm test's fake provider (tests.enabled; test_chart_package.py)
+    assert json.loads(env["TETHER_ALLOWED_BASE_URLS"]["value"]) == [
+        "https://llm.internal/v1",
+        "http://127.0.0.1",
+        "http://tether-test-provider.team-a.svc:8080",
+    ]
 
 
 def test_crds_switch_and_keep_policy(helm: Path) -> None:
@@ -306,7 +312,8 @@ def test_tool_allowlist_runtime_env_and_secret_policy(helm: Path) -> None:
     docs = render(helm, "tools.allowedModules={shop.tools,billing}", "executor.runtimeEnv={HTTPS_PROXY}")
     (deploy,) = of_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["TETHER_TOOL_MODULES"] == "shop.tools,billing" and env["TETHER_RUNTIME_ENV"] == "HTTPS_PROXY"
+    # and helm test's tool (tests.enabled; test_chart_package.py)
+    assert env["TETHER_TOOL_MODULES"] == "shop.tools,billing,tether.testing.weather" and env["TETHER_RUNTIME_ENV"] == "HTTPS_PROXY"
     policies = {p["metadata"]["name"] for p in of_kind(docs, "ValidatingAdmissionPolicy")}
     assert policies == {"tether-secret-access", "tether-allowed-code", "tether-approvals"}
     for binding in of_kind(docs, "ValidatingAdmissionPolicyBinding"):

@@ -5,6 +5,8 @@
 #              min cold), in the background from the start;
 #   health-tools  tether-health (tests/support/health: Argo CD's Lua engine and Flux's kstatus), built
 #              or reused (cached by its source; 45 s of CPU cold), in the background from the start;
+#   oci-registry  the OCI registry the chart's `helm push` test uses (scripts/oci-registry.sh:
+#              go-containerregistry's, cached by version; a minute cold), in the background from the start;
 #   otel-collector  the OpenTelemetry Collector the telemetry tests export to (scripts/otel-collector.sh:
 #              an OTLP receiver and a file exporter, cached by version; a few minutes cold), in the
 #              background from the start;
@@ -15,8 +17,8 @@
 #              otel-collector), MCP against the TypeScript reference server from npm
 #              (scripts/mcp-everything.sh, cached); it needs no control plane, so on a cold machine
 #              it runs while k8s-tools builds;
-#   controller the operator on a real apiserver (tests/controller; waits for k8s-tools and
-#              health-tools): its metrics scraped by Debian's Prometheus (installed when missing);
+#   controller the operator on a real apiserver (tests/controller; waits for k8s-tools,
+#              health-tools and oci-registry): its metrics scraped by Debian's Prometheus (installed when missing);
 #   <adapter>  for each folder under adapters/: mypy --strict on the adapter's package (in its own
 #              environment, against the framework's real types; langgraph's adds benchmarks/) and
 #              mypy on its tests, its own tests and the shared conformance suite;
@@ -74,6 +76,8 @@ k8s_pid=$!
 # them. Its outcome is the flyte group's to report (exit 3: no sources here, NOT RUN).
 scripts/flyte-backend.sh >"$out/flyte-backend.log" 2>&1 &
 flyte_build_pid=$!
+# The OCI registry of the chart's push/pull test (its lock makes the controller group wait for it).
+scripts/oci-registry.sh >"$out/oci-registry.log" 2>&1 &
 # The Argo CD/Flux health judge the controller group's GitOps tests use (its lock makes the controller group wait for it).
 scripts/health-tools.sh >"$out/health-tools.log" 2>&1 &
 health_build_pid=$!
@@ -137,6 +141,8 @@ controller() {
   echo "kube-apiserver and etcd from $TETHER_K8S_BIN ($((SECONDS - began)) s into the run)"
   TETHER_HEALTH_BIN=$(scripts/health-tools.sh 2>/dev/null | tail -n1) || { echo "health tools build failed (see health-tools.log)"; return 2; }
   export TETHER_HEALTH_BIN
+  TETHER_OCI_REGISTRY_BIN=$(scripts/oci-registry.sh 2>/dev/null | tail -n1) || { echo "OCI registry build failed (see oci-registry.log)"; return 2; }
+  export TETHER_OCI_REGISTRY_BIN
   "$venv/bin/python" -m pytest tests/controller tests/test_kube_control_plane.py -q --durations=15 --junitxml="$out/controller.xml"
 }
 

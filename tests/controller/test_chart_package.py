@@ -86,11 +86,43 @@ def test_the_package_holds_the_chart_its_crds_and_its_test(packaged: Path) -> No
 
 
 @pytest.fixture(scope="module")
-def installed(kube: ControlPlane, tether_release: Release, packaged: Path) -> Iterator[dict[str, dict[str, Any]]]:
-    """The packaged chart installed (CRDs come with the session's release); its test hooks by kind."""
+def registry() -> Iterator[str]:
+    """A real OCI registry on loopback (go-containerregistry's, scripts/oci-registry.sh): host:port."""
+    where = (
+        os.environ.get("TETHER_OCI_REGISTRY_BIN")
+        or subprocess.run(["bash", str(REPO / "scripts" / "oci-registry.sh")], capture_output=True, text=True, check=True, timeout=900)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    proc = subprocess.Popen([str(Path(where) / "oci-registry")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("READY "), line
+    yield line.split()[1]
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pushed(kube: ControlPlane, packaged: Path, registry: str) -> str:
+    """`helm push` of the package, as docs/images.md says: the chart's oci:// reference."""
+    out = kube.helm("push", str(packaged), f"oci://{registry}/charts", "--plain-http")
+    assert f"Pushed: {registry}/charts/tether:{VERSION}" in out.stdout + out.stderr
+    return f"oci://{registry}/charts/tether"
+
+
+def test_the_pushed_chart_is_the_package(kube: ControlPlane, packaged: Path, pushed: str, tmp_path: Path) -> None:
+    kube.helm("pull", pushed, "--version", VERSION, "--plain-http", "--destination", str(tmp_path))
+    assert (tmp_path / packaged.name).read_bytes() == packaged.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def installed(kube: ControlPlane, tether_release: Release, pushed: str) -> Iterator[dict[str, dict[str, Any]]]:
+    """The chart installed from the registry (CRDs come with the session's release); its test hooks by kind."""
     kube.kubectl("create", "namespace", RUNS_NS, check=False)
-    kube.helm("install", RELEASE, str(packaged), "-n", RELEASE_NS, "--create-namespace", "--set", "crds.enabled=false",
-              "--set", f"watchNamespaces={{{RUNS_NS}}}", "--set", "store.s3.bucket=runs", "--wait=false")  # fmt: skip
+    kube.helm("install", RELEASE, pushed, "--version", VERSION, "--plain-http", "-n", RELEASE_NS, "--create-namespace",
+              "--set", "crds.enabled=false", "--set", f"watchNamespaces={{{RUNS_NS}}}", "--set", "store.s3.bucket=runs",
+              "--wait=false")  # fmt: skip
     wait_for_secret_access_policy(kube, f"{RELEASE}-secret-access")
     hooks = [d for d in yaml.safe_load_all(kube.helm("get", "hooks", RELEASE, "-n", RELEASE_NS).stdout) if d]
     yield {d["kind"]: d for d in hooks}

@@ -78,6 +78,7 @@ scripts/flyte-backend.sh >"$out/flyte-backend.log" 2>&1 &
 flyte_build_pid=$!
 # The OCI registry of the chart's push/pull test (its lock makes the controller group wait for it).
 scripts/oci-registry.sh >"$out/oci-registry.log" 2>&1 &
+oci_pid=$!
 # The Argo CD/Flux health judge the controller group's GitOps tests use (its lock makes the controller group wait for it).
 scripts/health-tools.sh >"$out/health-tools.log" 2>&1 &
 health_build_pid=$!
@@ -202,7 +203,7 @@ gates() {
 }
 
 phase gates gates &
-side=("$k8s_pid" "$flyte_build_pid" "$health_build_pid" "$otel_pid" "$!")  # not counted against the pool: builds, and gates take a minute
+side=("$k8s_pid" "$flyte_build_pid" "$health_build_pid" "$oci_pid" "$otel_pid" "$!")  # not counted against the pool: builds, and gates take a minute
 # The controller group first: it is the longest and waits for the control plane; core beside it.
 for group in controller core "${ADAPTERS[@]}" flyte; do
   while [ "$(jobs -rp | grep -vxFc -f <(printf '%s\n' "${side[@]}"))" -ge "$jobs" ]; do wait -n; done

@@ -36,7 +36,7 @@ bins() { BIN="$("$HERE/build/go-bins.sh" | tail -n1)"; export PATH="$BIN:$PATH";
 
 cmd_build() {
   local out; out="$("$HERE/build/images.sh" "${FRAMEWORKS[@]}")"
-  echo "$out" | tail -n1 >"$CACHE/node-image.env"
+  echo "$out" | tail -n2 >"$CACHE/node-image.env"  # PYTHON_BASE= and NODE_IMAGE=
 }
 
 node_image() { sed -n 's/^NODE_IMAGE=//p' "$CACHE/node-image.env"; }

@@ -12,7 +12,7 @@
 #                    with the examples' tools), tether-e2e/operator:e2e (operator/Dockerfile), tether-e2e/fake-provider:e2e,
 #                    tether-e2e/s3:e2e (moto server)
 # Usage: images.sh [framework ...]   (default: every envs/<id>.txt but core)
-# Prints "NODE_IMAGE=..." as its last line.
+# Prints "PYTHON_BASE=..." (the Python base image) and "NODE_IMAGE=..." as its last two lines.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
@@ -102,4 +102,5 @@ fi
 "$HERE/py-images.sh" "$PYTHON_BASE" "$@"
 
 log "ready in $((SECONDS - t0))s"
+echo "PYTHON_BASE=$PYTHON_BASE"
 echo "NODE_IMAGE=$NODE_IMAGE"

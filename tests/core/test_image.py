@@ -65,6 +65,10 @@ def test_your_tool_modules_are_declared_as_the_runtime_reads_them(tmp_path: Path
     mine = tmp_path / "mine"
     (mine / "shop").mkdir(parents=True)
     (mine / "shop" / "__init__.py").write_text("def refund(order: str) -> str:\n    return 'refunded ' + order\n")
+    (mine / "shop" / "build").mkdir()  # a subpackage named like build output is still the package's
+    (mine / "shop" / "build" / "__init__.py").write_text("")
+    (mine / "shop" / "__pycache__").mkdir()
+    (mine / "shop" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
     (mine / "rates.py").write_text("def rate(c: str) -> str:\n    return '1.08'\n")
     (mine / "notes.txt").write_text("not a module")
     ctx = build_context("openai", checkout=REPO, tools_from=[mine, EXAMPLE_TOOLS])
@@ -72,7 +76,8 @@ def test_your_tool_modules_are_declared_as_the_runtime_reads_them(tmp_path: Path
     out = tmp_path / "ctx"
     ctx.write(out)
     site = out / "tools" / "site-packages"
-    assert files(site) >= {"shop/__init__.py", "rates.py", "example_tools.py"} and "notes.txt" not in files(site)
+    assert files(site) >= {"shop/__init__.py", "shop/build/__init__.py", "rates.py", "example_tools.py"}
+    assert "notes.txt" not in files(site) and not [f for f in files(site) if "__pycache__" in f]
     probe = (
         "import sys; from tether.tools import allowed_tool_modules, probe_implementation as p; "
         "print(','.join(allowed_tool_modules({}))); print(p('shop:refund') or 'ok'); print(p('json:dumps'))"

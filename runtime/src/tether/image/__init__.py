@@ -26,8 +26,9 @@ RUNTIME_EXTRAS = "s3,otel"
 #: The tool module of the chart's `helm test` (tether-testing, in every image): declared with yours.
 HELM_TEST_TOOL = "tether.testing.weather"
 
-#: Never copied from a source tree: caches, build output, virtual environments, tests.
-_SKIP = {"__pycache__", ".venv", ".pytest_cache", ".mypy_cache", ".ruff_cache", "build", "dist", "tests", ".git"}
+#: Never copied: caches, at any depth; a project's build output, environments and tests, at its root.
+_CACHES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+_PROJECT_ONLY = frozenset({"build", "dist", "tests", ".git", ".venv"})
 
 #: Tool modules that would shadow what the image runs on.
 _RESERVED = {"tether", "tether_operator", "site", "sitecustomize", "usercustomize"}
@@ -48,8 +49,10 @@ class Context:
     tool_packages: tuple[str, ...] = ()  #: tool projects (a pyproject.toml) installed as packages
     files: dict[str, Path | bytes] = field(default_factory=dict)
 
-    def add_tree(self, prefix: str, root: Path) -> None:
-        for path in sorted(_walk(root)):
+    def add_tree(self, prefix: str, root: Path, *, project: bool = False) -> None:
+        """Every file under ``root`` as ``prefix/...``; a ``project`` (a pyproject.toml's folder)
+        without its build output, environments and tests."""
+        for path in sorted(_walk(root, _PROJECT_ONLY if project else frozenset())):
             self.files[f"{prefix}/{path.relative_to(root).as_posix()}"] = path
 
     def write(self, directory: Path) -> None:
@@ -83,9 +86,9 @@ class Context:
                         archive.addfile(info, f)
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path, skip_here: frozenset[str] = frozenset()) -> Iterator[Path]:
     for path in root.iterdir():
-        if path.name in _SKIP or path.name.endswith((".egg-info", ".pyc")):
+        if path.name in _CACHES or path.name in skip_here or path.name.endswith((".egg-info", ".pyc")):
             continue
         if path.is_dir():
             yield from _walk(path)
@@ -151,10 +154,10 @@ def build_context(
     else:
         assert checkout is not None and lock is not None
         ctx = Context(framework, _version_of(checkout / "runtime"), f"the checkout {checkout}")
-        ctx.add_tree("src/runtime", checkout / "runtime")
-        ctx.add_tree("src/testing", checkout / "testing")
+        ctx.add_tree("src/runtime", checkout / "runtime", project=True)
+        ctx.add_tree("src/testing", checkout / "testing", project=True)
         for adapter in _lock_adapters(lock):
-            ctx.add_tree(f"src/adapters/{adapter}", checkout / "adapters" / adapter)
+            ctx.add_tree(f"src/adapters/{adapter}", checkout / "adapters" / adapter, project=True)
     ctx.files[f"envs/{framework}.txt"] = lock if lock is not None else _NO_PINS
     _add_tools(ctx, tools_from)
     if wheels is not None:
@@ -206,7 +209,7 @@ def _add_tools(ctx: Context, sources: Sequence[Path]) -> None:
             if name in packages:
                 raise ImageError(f"--tools-from {source}: a second tool project named {name}")
             packages.append(name)
-            ctx.add_tree(f"tools/packages/{name}", source)
+            ctx.add_tree(f"tools/packages/{name}", source, project=True)
             continue
         found = _modules_in(source)
         if not found:

@@ -156,8 +156,16 @@ def test_the_test_hooks_and_the_rights_they_carry(kube: ControlPlane, installed:
     )
     assert installed["AgentTool"]["spec"]["implementation"] == "tether.testing.weather:get_weather"
     assert installed["Secret"]["metadata"]["labels"]["tether.dev/usable"] == "true"
+    # The pod is one the apiserver takes in a namespace enforcing the `restricted` Pod Security Standard.
+    kube.kubectl("label", "namespace", RUNS_NS, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    try:
+        apply_hooks(kube, installed)
+        dry = kube.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(installed["Pod"]), check=False)
+        assert dry.returncode == 0, dry.stderr
+        assert "Warning" not in dry.stderr, dry.stderr
+    finally:
+        kube.kubectl("label", "namespace", RUNS_NS, "pod-security.kubernetes.io/enforce-")
     # Its ServiceAccount's rights, asked of the apiserver once the hooks exist (as helm creates them).
-    apply_hooks(kube, installed)
     who = f"--as=system:serviceaccount:{RUNS_NS}:{TEST}"
 
     def can(*args: str, ns: str = RUNS_NS) -> bool:

@@ -85,15 +85,15 @@ def tether_release(kube: ControlPlane) -> Release:
     return Release(RELEASE_NS, SA, SERVED, UNSERVED)
 
 
-def install_release(kube: ControlPlane, release: Release, *values: str) -> None:
-    """The chart installed as a release of its own beside the session's (named after its
-    ServiceAccount, the CRDs left to the session release) serving ``release.served``, with
-    ``values`` (more Helm arguments); its namespaces are made first. Returns once its runs may
-    be created (``wait_for_secret_access_policy``)."""
+def install_release(kube: ControlPlane, release: Release, *values: str, chart: str = str(CHART)) -> None:
+    """The chart (this checkout's, or ``chart``: a .tgz, an oci:// reference) installed as a
+    release of its own beside the session's (named after its ServiceAccount, the CRDs left to the
+    session release) serving ``release.served``, with ``values`` (more Helm arguments); its
+    namespaces are made first. Returns once its runs may be created (``wait_for_secret_access_policy``)."""
     for ns in (*release.served, release.unserved):
         if ns:
             kube.kubectl("create", "namespace", ns, check=False)
-    kube.helm("upgrade", "--install", release.service_account, str(CHART), "-n", release.namespace, "--create-namespace",
+    kube.helm("upgrade", "--install", release.service_account, chart, "-n", release.namespace, "--create-namespace",
               "--set", "watchNamespaces={" + ",".join(release.served) + "}", "--set", "crds.enabled=false", *values,
               "--wait=false")  # fmt: skip
     wait_for_secret_access_policy(kube, f"{release.service_account}-secret-access")

@@ -32,12 +32,13 @@ import yaml
 from tests.support.kube import ControlPlane, ensure_k8s_tools
 from tether.testing.helm_test import EXPECTED
 
-from .conftest import CHART, REPO, Release, wait_for, wait_for_secret_access_policy
+from .conftest import CHART, REPO, Release, install_release, uninstall_release, wait_for
 
 pytestmark = pytest.mark.kube
 
 RELEASE, RELEASE_NS, RUNS_NS = "tether-pkg", "tether-pkg", "pkg-runs"
 TEST = "tether-pkg-test"  # the test objects' names: <fullname>-test
+PKG = Release(RELEASE_NS, RELEASE, (RUNS_NS,), "")  # the release's ServiceAccount is named after it
 VERSION = re.search(r'^version = "([^"]+)"', (REPO / "runtime" / "pyproject.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
 
 
@@ -119,14 +120,10 @@ def test_the_pushed_chart_is_the_package(kube: ControlPlane, packaged: Path, pus
 @pytest.fixture(scope="module")
 def installed(kube: ControlPlane, tether_release: Release, pushed: str) -> Iterator[dict[str, dict[str, Any]]]:
     """The chart installed from the registry (CRDs come with the session's release); its test hooks by kind."""
-    kube.kubectl("create", "namespace", RUNS_NS, check=False)
-    kube.helm("install", RELEASE, pushed, "--version", VERSION, "--plain-http", "-n", RELEASE_NS, "--create-namespace",
-              "--set", "crds.enabled=false", "--set", f"watchNamespaces={{{RUNS_NS}}}", "--set", "store.s3.bucket=runs",
-              "--wait=false")  # fmt: skip
-    wait_for_secret_access_policy(kube, f"{RELEASE}-secret-access")
+    install_release(kube, PKG, "--version", VERSION, "--plain-http", "--set", "store.s3.bucket=runs", chart=pushed)
     hooks = [d for d in yaml.safe_load_all(kube.helm("get", "hooks", RELEASE, "-n", RELEASE_NS).stdout) if d]
     yield {d["kind"]: d for d in hooks}
-    kube.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait=false")
+    uninstall_release(kube, PKG)
 
 
 def test_the_installed_release_is_the_packaged_version(kube: ControlPlane, installed: dict[str, dict[str, Any]]) -> None:
@@ -256,21 +253,7 @@ def test_helm_tests_command_passes_when_the_weather_run_succeeds_with_the_tools_
             {"phase": "Succeeded", "result": {"output": "Here is the weather in Paris: (none)"}},
             "the AgentRun succeeded without the tool's answer",
         ),
-        (
-            {
-                "phase": "Failed",
-                "conditions": [
-                    {
-                        "type": "Accepted",
-                        "status": "False",
-                        "reason": "ToolNotAllowed",
-                        "message": "module x",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z",
-                    }
-                ],
-            },
-            "the AgentRun failed: Accepted=False ToolNotAllowed: module x",
-        ),
+        ({"phase": "Failed", "conditions": [ACCEPTED_FALSE]}, "the AgentRun failed: Accepted=False ToolNotAllowed: module x"),
     ],
 )
 def test_helm_tests_command_fails_naming_why(

@@ -146,7 +146,7 @@ def test_built_from_wheels_the_context_holds_them_and_their_requirements(tmp_pat
         "src/tether_openai-0.1.0-py3-none-any.whl",
     }
     assert (ctx / "src" / "requirements.txt").read_text().split() == [
-        "tether[s3,otel]==0.1.0",
+        "tether[s3,otel,cli]==0.1.0",  # tether exec needs the cli extra (Flyte)
         "tether-testing==0.1.0",
         "tether-openai==0.1.0",
     ]

@@ -50,7 +50,7 @@ def test_an_image_built_from_wheels_holds_their_tether_and_your_tools(tmp_path: 
     assert build.stdout.strip().splitlines()[-1] == TAG
     try:
         probe = (
-            "import json, tether, tether_openai, acme.tools, example_tools; from importlib.metadata import version; "
+            "import json, tether, tether.entrypoint, tether_openai, acme.tools, example_tools; from importlib.metadata import version; "
             "from tether.tools import allowed_tool_modules, probe_implementation as p; "
             "print(json.dumps({'tether': tether.__file__, 'version': version('tether'), 'allowed': allowed_tool_modules({}), "
             "'refund': p('acme.tools:refund'), 'weather': p('tether.testing.weather:get_weather'), 'uid': __import__('os').getuid()}))"

@@ -19,9 +19,10 @@ from typing import IO
 
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
 
-#: The runtime's extras a runner pod needs (the S3 store, OpenTelemetry export): what envs/core.in
-#: installs; from a checkout the lock already holds them.
-RUNTIME_EXTRAS = "s3,otel"
+#: The runtime's extras a runner pod needs: `tether exec` (cli: Flyte, which runs each attempt), the
+#: S3 store and OpenTelemetry export; what envs/core.in installs, so from a checkout the lock already
+#: holds them. A plain `tether` wheel leaves them out (README "Install").
+RUNTIME_EXTRAS = "s3,otel,cli"
 
 #: The tool module of the chart's `helm test` (tether-testing, in every image): declared with yours.
 HELM_TEST_TOOL = "tether.testing.weather"

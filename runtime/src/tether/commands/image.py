@@ -13,11 +13,18 @@ from pathlib import Path
 from ..image import Context, ImageError, build_context, docker_command, find_checkout
 from . import command_name, parser
 
+#: What --help says (the module docstring's markup aside).
+DESCRIPTION = (
+    "Build a framework's runtime image (what runner pods run) with docker build, from a checkout or from "
+    "Tether's wheels, with your own tool modules (docs/images.md). --context DIR writes the build context "
+    "instead, for another builder (docker build DIR, buildah, kaniko)."
+)
+
 
 def main(argv: list[str]) -> int:
-    p = parser("image", __doc__.split("\n\n")[0])
+    p = parser("image", DESCRIPTION)
     sub = p.add_subparsers(dest="action", metavar="build", required=True)
-    b = sub.add_parser("build", help="build a framework's runtime image", description=__doc__.split("\n\n")[0])
+    b = sub.add_parser("build", help="build a framework's runtime image", description=DESCRIPTION)
     b.prog = f"{command_name()} image build"
     b.add_argument("--framework", required=True, help="the agent framework (an environment of envs/: openai, langgraph, ...)")
     b.add_argument(

@@ -49,7 +49,7 @@ import httpx  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 from benchmarks.results import save  # noqa: E402
-from tether.journal import Record  # noqa: E402
+from tether.journal import read_records  # noqa: E402
 from tether.run import Run  # noqa: E402
 from tether.stores import open_store  # noqa: E402
 from tether.testing import FakeProvider, Script  # noqa: E402
@@ -209,7 +209,7 @@ async def main_async(args: argparse.Namespace, stores: dict[str, str], provider:
             recorded_s = await record(store, scope, steps, upstream)
             if not clients:  # the floors answer with the recorded bytes of one step
                 st = open_store(store)
-                body = cast(Record, Record.decode(cast(bytes, st.get(st.list(f"journal/{scope}/model/")[0])))).body
+                body = next(r for r in read_records(st, scope) if r.kind == "model").body
                 canned = httpx.MockTransport(
                     lambda request: httpx.Response(200, headers={"content-type": "application/json"}, content=body)
                 )

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -123,7 +122,7 @@ def main() -> int:
     p.add_argument("--latency", type=float, default=0.0, help="fake provider latency per model turn, seconds")
     args = p.parse_args()
 
-    from tether.journal import Record
+    from tether.journal import read_records
     from tether.stores import open_store
     from tether.testing import FakeProvider
 
@@ -160,7 +159,7 @@ def main() -> int:
         turns = provider.ledger.snapshot()
         assert [e.turn for e in turns] == [0, 1], "expected turn 1 = two tool calls, turn 2 = the answer"
         store = open_store(store_url)
-        recorded = [Record.decode(cast(bytes, store.get(k))) for k in store.list(f"journal/{scope}/") if k.endswith(".rec")]
+        recorded = read_records(store, scope)
         executions_before = len(tool_log.read_text().splitlines())
 
         retry_s, retry = wall(base, env)

@@ -4,17 +4,20 @@ the same figure for a Tether tool.
     python benchmarks/mcp_overhead.py [--calls 200] [--block 10] [--no-fsync]
 
 MCP: the official Python SDK's client (``mcp.Client``) calls ``charge`` on a server built with the
-same SDK (tests/support/mcp_ledger.py, Streamable HTTP, its own process) two ways, in interleaved
-blocks of ``--block`` calls so drift in the machine's load hits both alike: straight to the server,
-and through ``tether.mcp_url`` inside a run (the loopback proxy, ``tether.mcp``: every call a new
-tool step, live, recorded in a local store before its answer is handed back). Each call has new
-arguments, so none replays. Medians per call; ``overhead_ms`` is the difference.
+same SDK (tests/support/mcp_ledger.py, Streamable HTTP, its own process) three ways, in interleaved
+blocks of ``--block`` calls so drift in the machine's load hits all alike: straight to the server;
+through ``tether.mcp_url`` inside a run with ``tether.mcp_http_client()`` (``mcp``: served in the
+client's task, what a Python MCP client does); and through the same URL with the SDK's own HTTP
+client (``mcp_proxy``: the loopback proxy, what a client in another process, e.g. the Claude CLI,
+goes through). Journaled, every call is a new tool step, live, recorded in a local store before
+its answer is handed back. Each call has new arguments, so none replays. Medians per call;
+``overhead_ms`` is the difference from direct.
 
 Tether tool: the same for an async tool that returns at once, called through the tool seam
 (``tether.tools.call_tool``, live and recorded) vs awaited directly.
 
 Both recorded ways write one record per call to the local store, which fsyncs it (a record must
-survive a node crash); ``--no-fsync`` shows what that costs. Goal: ``overhead_ms`` ≤ 2 for MCP. The
+survive a node crash); ``--no-fsync`` shows what that costs. Goal: ``overhead_ms`` ≤ 2 for MCP (in process). The
 last line is one JSON object.
 """
 
@@ -34,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 import tether  # noqa: E402
 from benchmarks.results import save  # noqa: E402
@@ -57,28 +61,36 @@ async def timed(calls: list[Any]) -> list[float]:
     return out
 
 
-async def measure_mcp(url: str, run: Run, calls: int, block: int) -> dict[str, Any]:
-    direct: list[float] = []
-    journaled: list[float] = []
+async def measure_mcp(url: str, run: Run, calls: int, block: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(in process, through the proxy)``, each beside the same direct calls."""
+    samples: dict[str, list[float]] = {"direct": [], "in_process": [], "proxy": []}
     n = 0
     with run.activate():
-        async with Client(url) as plain, Client(tether.mcp_url(url, name="bench")) as through:
-            for client in (plain, through):  # warm both paths (connections, the SDK's first-call work)
-                await client.call_tool("charge", {"customer": "warm", "amount": id(client) % 1000})
-            while len(direct) < calls:
-                for client, samples in ((plain, direct), (through, journaled)):
+        through = tether.mcp_url(url, name="bench")
+        async with (
+            Client(url) as plain,
+            Client(streamable_http_client(through, http_client=tether.mcp_http_client())) as in_process,
+            Client(through) as proxied,
+        ):
+            ways = {"direct": plain, "in_process": in_process, "proxy": proxied}
+            for way, client in ways.items():  # warm every path (connections, the SDK's first-call work)
+                await client.call_tool("charge", {"customer": "warm", "amount": len(way)})
+            while len(samples["direct"]) < calls:
+                for way, client in ways.items():
 
                     def one(client: Client = client) -> Any:
                         nonlocal n
                         n += 1
                         return client.call_tool("charge", {"customer": "bench", "amount": n})
 
-                    samples += await timed([one] * block)
-    return {
-        "direct_ms": median_ms(direct),
-        "journaled_ms": median_ms(journaled),
-        "overhead_ms": round(median_ms(journaled) - median_ms(direct), 3),
-    }
+                    samples[way] += await timed([one] * block)
+    direct = median_ms(samples["direct"])
+
+    def figures(way: str) -> dict[str, Any]:
+        journaled = median_ms(samples[way])
+        return {"direct_ms": direct, "journaled_ms": journaled, "overhead_ms": round(journaled - direct, 3)}
+
+    return figures("in_process"), figures("proxy")
 
 
 async def measure_tool(run: Run, calls: int, block: int) -> dict[str, Any]:
@@ -123,17 +135,25 @@ async def main() -> int:
             run = Run("mcp-bench", store)
             mcp.serve(run)
             try:
-                figures_mcp = await measure_mcp(server.url, run, args.calls, args.block)
+                figures_mcp, figures_proxy = await measure_mcp(server.url, run, args.calls, args.block)
                 figures_tool = await measure_tool(run, args.calls, args.block)
             finally:
                 await run.aclose()
         executed = len(charges(ledger))
-    expected = 2 + 2 * ((args.calls + args.block - 1) // args.block) * args.block
+    expected = 3 + 3 * ((args.calls + args.block - 1) // args.block) * args.block
     assert executed == expected, f"the server ran {executed} calls, expected {expected}: every call must be live"
-    figures = {"calls": args.calls, "block": args.block, "fsync": not args.no_fsync, "mcp": figures_mcp, "tether_tool": figures_tool}
+    figures = {
+        "calls": args.calls,
+        "block": args.block,
+        "fsync": not args.no_fsync,
+        "mcp": figures_mcp,
+        "mcp_proxy": figures_proxy,
+        "tether_tool": figures_tool,
+    }
     print(
         f"MCP tools/call, SDK client → SDK server over Streamable HTTP: direct {figures_mcp['direct_ms']} ms, "
-        f"journaled {figures_mcp['journaled_ms']} ms, overhead {figures_mcp['overhead_ms']} ms per call"
+        f"journaled in process {figures_mcp['journaled_ms']} ms (overhead {figures_mcp['overhead_ms']} ms per call), "
+        f"through the proxy {figures_proxy['journaled_ms']} ms (overhead {figures_proxy['overhead_ms']} ms)"
     )
     print(
         f"Tether tool (async, returns at once): direct {figures_tool['direct_ms']} ms, journaled {figures_tool['journaled_ms']} ms, "

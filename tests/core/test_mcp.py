@@ -20,6 +20,7 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 import tether
 from tests.support.mcp_ledger import KEY, charges, free_port, http_server, stdio_command, wait_for_port
@@ -69,13 +70,22 @@ def check_replayed(first: list, second: list, ledger: Path, store: str) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", charges(ledger)[0]["key"])  # the idempotency key, in _meta
 
 
+def through(url: str, in_process: bool) -> Any:
+    """The SDK client's transport to the server at ``url`` through Tether: the proxy's URL, or the
+    same URL with ``tether.mcp_http_client()`` (served in the client's task, no loopback hop)."""
+    if in_process:
+        return streamable_http_client(tether.mcp_url(url, name="ledger"), http_client=tether.mcp_http_client())
+    return tether.mcp_url(url, name="ledger")
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["proxy", "in-process"])
 @pytest.mark.parametrize("json_response", [False, True], ids=["event-stream", "json"])
-async def test_http_tools_call_runs_once_and_its_answers_replay(tmp_path: Path, json_response: bool) -> None:
+async def test_http_tools_call_runs_once_and_its_answers_replay(tmp_path: Path, json_response: bool, in_process: bool) -> None:
     ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
     with http_server(ledger, json_response=json_response) as server:
 
-        def connect() -> str:
-            return tether.mcp_url(server.url, name="ledger")
+        def connect() -> Any:
+            return through(server.url, in_process)
 
         first = await attempt(store, "s", connect, CALLS)
         second = await attempt(store, "s", connect, CALLS, reads=2, meta={"progressToken": "another"})
@@ -160,7 +170,27 @@ async def test_without_a_run_requests_reach_the_server_unjournaled(tmp_path: Pat
         for _ in range(2):
             async with Client(url) as client:
                 await client.call_tool(*CALLS[0])
-    assert len(charges(ledger)) == 2
+        async with Client(streamable_http_client(url, http_client=tether.mcp_http_client())) as client:
+            await client.call_tool(*CALLS[0])
+    assert len(charges(ledger)) == 3
+
+
+async def test_the_in_process_client_sends_other_urls_out_and_refuses_an_unknown_run(tmp_path: Path) -> None:
+    """``tether.mcp_http_client()`` serves only the URLs mcp_url handed out: any other URL is an
+    ordinary request (here the server itself, straight), and a run no longer served gets the
+    proxy's own 404, not a journal of another run."""
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    with http_server(ledger) as server:
+        async with Client(streamable_http_client(server.url, http_client=tether.mcp_http_client())) as client:
+            assert text(await client.call_tool(*CALLS[0])) == "charged alice 5 cents"
+        run = Run("gone", store)
+        url = mcp._proxy().mcp_url(run, "ledger", server.url)
+        await run.aclose()
+        mcp._proxy().unregister(run)
+        async with tether.mcp_http_client() as http:
+            answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "charge"}})
+    assert answer.status_code == 404 and "unknown run" in answer.text
+    assert len(charges(ledger)) == 1 and tool_records(store, "gone") == []
 
 
 def test_server_names_and_urls_are_checked() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 import tether
 from tests.core.test_mcp import text, tool_records
@@ -96,6 +97,40 @@ async def test_http(tmp_path: Path, everything: str) -> None:
         with http_everything(everything) as url:  # a new server process for each attempt
             answers.append(await attempt(store, lambda url=url: tether.mcp_url(url, name="everything")))
     check(store, *answers)
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["proxy", "in-process"])
+async def test_progress_notifications_reach_the_client_during_a_journaled_call(tmp_path: Path, everything: str, in_process: bool) -> None:
+    """The long-running tool sends a progress notification per step before its answer: through
+    Tether the client sees each one while the call runs (its answer is recorded and comes last);
+    the replay answers at once, with no progress (nothing runs)."""
+    store = str(tmp_path / "store")
+    seen: list[list[tuple[float, float]]] = []
+    with http_everything(everything) as url:
+        for _ in range(2):
+            run = Run("s", store)
+            mcp.serve(run)
+            progress: list[tuple[float, float]] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None, progress: list = progress) -> None:
+                progress.append((done, time.monotonic()))
+
+            try:
+                with run.activate():
+                    target = tether.mcp_url(url, name="everything")
+                    connect = streamable_http_client(target, http_client=tether.mcp_http_client()) if in_process else target
+                    async with Client(connect) as client:
+                        answer = await client.call_tool(*LONG, progress_callback=on_progress)
+                        ended = time.monotonic()
+            finally:
+                await run.aclose()
+            assert "completed" in text(answer).lower()
+            seen.append([(done, ended - at) for done, at in progress])
+    live, replayed = seen
+    assert [done for done, _ in live] == [1, 2, 3, 4]  # every step's notification, in order
+    assert live[0][1] >= 1.0  # the first came while the call ran (1.5 s before its answer), not with it
+    assert replayed == []
+    assert [(r.response["tool"], r.outcome) for r in tool_records(store, "s")] == [("mcp:everything/trigger-long-running-operation", "ok")]
 
 
 async def test_stdio(tmp_path: Path, everything: str) -> None:

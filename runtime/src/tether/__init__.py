@@ -15,7 +15,7 @@ __path__ = extend_path(__path__, __name__)
 
 from .agent import Adapter, AgentResult, AgentSession, AgentSpec, Tool, load_adapter, run_agent, run_agent_sync, tool
 from .errors import ConfigError, StoreAccessDenied, StoreError, StoreUnavailable, Suspended, TetherError, ToolError
-from .mcp import mcp_stdio, mcp_url
+from .mcp import mcp_http_client, mcp_stdio, mcp_url
 from .secrets import secret
 from .tools import idempotency_key
 
@@ -34,6 +34,7 @@ __all__ = [
     "ToolError",
     "idempotency_key",
     "load_adapter",
+    "mcp_http_client",
     "mcp_stdio",
     "mcp_url",
     "run_agent",

@@ -27,10 +27,15 @@ divergence is reported), never replay an old answer to a new question.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
+import importlib
+import importlib.metadata
 import json
 import re
 import sys
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -41,9 +46,11 @@ from .tools import ToolFailed, ToolSpec, call_tool, idempotency_key
 from .wire.messages import WireRequest, WireResponse, classify
 from .wire.protocols.base import sse_data
 from .wire.seam import WireSeam
-from .wire.upstream import Upstream, passed_through, passthrough_headers, read_whole
+from .wire.upstream import Upstream, passed_through, passthrough_headers, read_whole, transport_errors
 
 if TYPE_CHECKING:
+    import httpx
+
     from .wire.proxy import WireProxy
 
 #: The ``_meta`` key a tools/call carries its idempotency key under (stable across attempts: a
@@ -102,6 +109,35 @@ def mcp_stdio(command: str, args: list[str] | tuple[str, ...] = (), *, name: str
     name = server_name(command, name)
     base = mcp_url("http://relay.invalid/", name).rsplit("/", 1)[0]  # the relay appends its own URL
     return {"command": sys.executable, "args": ["-m", "tether", "mcp-relay", "--via", base, "--", command, *args]}
+
+
+def mcp_http_client(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> Any:
+    """An HTTP client for a Python MCP client: requests to the URLs :func:`mcp_url` hands out are
+    served in this process, in the client's own task, instead of through the proxy's loopback
+    server (the journal is the same; the hop cost ~1 ms a call: benchmarks/mcp_overhead.py); any
+    other URL goes out as usual. Its signature is the ``mcp`` SDK's ``httpx_client_factory``, so
+    pass the function where a framework takes a factory, or call it where it takes a client. An
+    ``httpx2`` client under ``mcp`` 2.x, an ``httpx`` one under 1.x (each SDK's own)."""
+    from .wire.transport import mcp_transport_for
+
+    _proxy()  # the handler is mounted before the first request
+    http: Any = importlib.import_module(_sdk_http())
+    return http.AsyncClient(
+        transport=mcp_transport_for(http)(),
+        headers=headers,
+        timeout=timeout if timeout is not None else http.Timeout(30.0, read=300.0),  # the SDK's defaults
+        auth=auth,
+    )
+
+
+@functools.cache
+def _sdk_http() -> str:
+    """The httpx flavour the installed ``mcp`` SDK builds its clients with."""
+    try:
+        major = int(importlib.metadata.version("mcp").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        major = 2
+    return "httpx2" if major >= 2 else "httpx"
 
 
 def follows_active() -> bool:
@@ -178,10 +214,48 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
     message = _tool_call(request)
     if message is None or seam is None:
         return await upstream.forward(request)
+    if not isinstance(message["params"].get("arguments") or {}, dict):
+        return _rpc(message["id"], {"error": {"code": -32602, "message": "tools/call arguments must be an object"}})
+    # The server's notifications before its answer (progress) reach the client as they come: once
+    # one arrives, the client is answered with an event stream that ends with the call's answer.
+    early: asyncio.Queue[bytes] = asyncio.Queue()
+    call = asyncio.ensure_future(_journaled_call(seam, upstream, server, request, message, early.put_nowait))
+    notified = asyncio.ensure_future(_first(early))
+    try:
+        await asyncio.wait({call, notified}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        notified.cancel()  # (a call left running when the client hangs up ends, and is recorded, on its own)
+    if call.done():
+        return call.result()
+    return WireResponse(200, [("content-type", "text/event-stream"), ("cache-control", "no-cache")], _events(early, call))
+
+
+async def _first(queue: asyncio.Queue[bytes]) -> None:
+    item = await queue.get()
+    queue.put_nowait(item)  # only peeked: _events hands it on
+
+
+async def _events(early: asyncio.Queue[bytes], call: asyncio.Future[WireResponse]) -> AsyncIterator[bytes]:
+    """The server's notifications as they come, then the call's answer as the last event."""
+    while True:
+        getting = asyncio.ensure_future(early.get())
+        either: set[asyncio.Future[Any]] = {getting, call}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not getting.done():
+            getting.cancel()
+            break
+        yield getting.result()
+    while not early.empty():
+        yield early.get_nowait()
+    answer = call.result()  # a RecoverableStepError breaks the stream: the client sees a failed call
+    yield b"event: message\ndata: " + (answer.body or b"") + b"\n\n"
+
+
+async def _journaled_call(
+    seam: WireSeam, upstream: Upstream, server: str, request: WireRequest, message: dict[str, Any], notify: Callable[[bytes], None]
+) -> WireResponse:
     params: dict[str, Any] = message["params"]
     arguments = params.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        return _rpc(message["id"], {"error": {"code": -32602, "message": "tools/call arguments must be an object"}})
 
     async def live(**_: Any) -> Any:
         # The call as the client sent it, its idempotency key added to _meta.
@@ -191,8 +265,12 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
         status = response.status_code
         if classify(status) not in ("success", "terminal"):  # 404 (session gone), 401, 429, 5xx: not the tool's answer
             raise _Unanswered(passed_through(response))
-        answered = await read_whole(response, f"MCP server {server}'s answer")
-        answer = answer_of(answered, response.headers.get("content-type", ""), message["id"])
+        content_type = response.headers.get("content-type", "")
+        if classify(status) == "success" and content_type.startswith("text/event-stream"):
+            answer = await _answer_in_stream(response, server, message["id"], notify)
+        else:
+            answered = await read_whole(response, f"MCP server {server}'s answer")
+            answer = answer_of(answered, content_type, message["id"])
         if answer is None and classify(status) == "success":
             raise RecoverableStepError(f"MCP server {server} answered tools/call {params['name']} with no JSON-RPC response")
         if answer is None:  # a 4xx that answers no request of ours (a transport-level refusal)
@@ -220,3 +298,49 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
     except Interrupted as e:  # the attempt is stopping: the call is not made (the client sees a failure, not an answer)
         return _rpc(message["id"], {"error": {"code": -32603, "message": f"tether: {e}"}}, status=503)
     return _rpc(message["id"], {"result": result})
+
+
+#: Event streams still being read to their end after their answer was handed on (see below).
+_tails: set[asyncio.Future[None]] = set()
+
+
+async def _answer_in_stream(
+    response: httpx.Response, server: str, message_id: Any, notify: Callable[[bytes], None]
+) -> dict[str, Any] | None:
+    """The JSON-RPC response to ``message_id`` in an event stream, taken as soon as its event
+    arrives (a server closes the stream a little later: waiting for that cost ~1 ms a call);
+    the events before it are handed to ``notify`` as they come. The rest of the stream is read
+    in the background, so the connection goes back to the pool."""
+    chunks = response.aiter_bytes()
+    buffer = b""
+    try:
+        async for chunk in chunks:
+            buffer = (buffer + chunk).replace(b"\r\n", b"\n")
+            while b"\n\n" in buffer:
+                block, buffer = buffer.split(b"\n\n", 1)
+                answer = answer_of(block, "text/event-stream", message_id)
+                if answer is not None:
+                    tail = asyncio.ensure_future(_read_rest(response, chunks))
+                    _tails.add(tail)
+                    tail.add_done_callback(_tails.discard)
+                    return answer
+                if block.strip():
+                    notify(block + b"\n\n")
+    except transport_errors() as e:
+        await response.aclose()
+        raise RecoverableStepError(f"MCP server {server}'s answer broke: {type(e).__name__}") from e
+    except BaseException:
+        await response.aclose()
+        raise
+    await response.aclose()
+    return None
+
+
+async def _read_rest(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    try:
+        async for _ in chunks:
+            pass
+    except Exception:  # nobody reads it: a broken tail costs only its connection
+        pass
+    finally:
+        await response.aclose()

@@ -14,6 +14,7 @@ mounts the handler that decides (:attr:`WireProxy.mcp`).
 from __future__ import annotations
 
 import base64
+import re
 import secrets
 import threading
 from collections.abc import Awaitable, Callable
@@ -34,8 +35,28 @@ def encode_upstream(url: str) -> str:
     return base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
+_MCP_PATH = re.compile(r"^/r/([^/]+)/mcp/([^/]+)/([^/]+)$")
+
+
+def mcp_route(host: str, port: int | None, path: str) -> tuple[str, str, str] | None:
+    """``(token, server, upstream segment)`` of a URL this process's proxy hands out for an MCP
+    server (:meth:`WireProxy.mcp_url`), or None: any other URL."""
+    if _proxy is None or host != "127.0.0.1" or port != _proxy.port:
+        return None
+    found = _MCP_PATH.match(path)
+    return (found[1], found[2], found[3]) if found else None
+
+
 def decode_upstream(segment: str) -> str:
     return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode()
+
+
+class McpRefused(Exception):
+    """An MCP request the proxy has no run or server for (its HTTP status: 404, 409)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class WireProxy:
@@ -128,26 +149,36 @@ class WireProxy:
         )
         return await self._answer(seam.handle(wire))
 
-    async def _handle_mcp(self, request: Request, token: str, server: str, encoded: str) -> Response:
-        """An MCP server's request. With no run active (an MCP client that connects before its run
-        starts) the handler forwards it unjournaled, as a tool called outside a run just runs."""
+    def mcp_target(self, token: str, segment: str) -> tuple[WireSeam | None, str, str]:
+        """The run (``None``: no run to journal in) and the server's URL and query an MCP request
+        under ``/r/<token>/mcp/<server>/<segment>`` is for; :class:`McpRefused` when there is none."""
         seam: WireSeam | None
         if token == "active":
             active = self._active()
             if len(active) > 1:
-                return _error(409, f"tether proxy: /r/active/ needs at most one active run in this process, found {len(active)}")
+                raise McpRefused(409, f"tether proxy: /r/active/ needs at most one active run in this process, found {len(active)}")
             seam = active[0] if active else None
         else:
             seam = self._seams.get(token)
             if seam is None:
-                return _error(404, "tether proxy: unknown run")
+                raise McpRefused(404, "tether proxy: unknown run")
         try:
-            upstream = decode_upstream(encoded)
+            upstream = decode_upstream(segment)
         except ValueError:
-            return _error(404, "tether proxy: malformed MCP server URL")
+            raise McpRefused(404, "tether proxy: malformed MCP server URL") from None
         if self.mcp is None:
-            return _error(404, "tether proxy: MCP is not mounted")
+            raise McpRefused(404, "tether proxy: MCP is not mounted")
         url, _, query = upstream.partition("?")
+        return seam, url, query
+
+    async def _handle_mcp(self, request: Request, token: str, server: str, encoded: str) -> Response:
+        """An MCP server's request. With no run active (an MCP client that connects before its run
+        starts) the handler forwards it unjournaled, as a tool called outside a run just runs."""
+        try:
+            seam, url, query = self.mcp_target(token, encoded)
+        except McpRefused as e:
+            return _error(e.status, str(e))
+        assert self.mcp is not None
         wire = WireRequest(
             method=request.method,
             provider="mcp",

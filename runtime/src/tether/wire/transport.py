@@ -52,9 +52,19 @@ def _wire_request(seam: WireSeam, provider: str, request: Any, body: bytes) -> W
     )
 
 
-@functools.cache
 def transports_for(module: ModuleType | str) -> tuple[type, type]:
     """``(AsyncWireTransport, WireTransport)`` built on an httpx-compatible module."""
+    built = _built(module)
+    return built["async"], built["sync"]
+
+
+def mcp_transport_for(module: ModuleType | str) -> type:
+    """``AsyncMcpTransport`` built on an httpx-compatible module (what ``tether.mcp_http_client`` uses)."""
+    return _built(module)["mcp"]
+
+
+@functools.cache
+def _built(module: ModuleType | str) -> dict[str, type]:
     # Any: the module is chosen at run time (httpx, or a vendored copy such as httpx2).
     http: Any = importlib.import_module(module) if isinstance(module, str) else module
 
@@ -154,7 +164,53 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
             if self._plain is not None:
                 self._plain.close()
 
-    return AsyncWireTransport, WireTransport
+    class AsyncMcpTransport(http.AsyncBaseTransport):  # type: ignore[misc]
+        """Async transport for a Python MCP client: a request to a URL ``tether.mcp_url`` handed
+        out is served in the caller's task by the proxy's MCP handler, as the proxy would serve it,
+        without the loopback hop (another HTTP server, another thread); any other URL goes out."""
+
+        def __init__(self) -> None:
+            self._plain: Any = None  # built on first use, as above
+
+        async def handle_async_request(self, request: Any) -> Any:
+            from .proxy import McpRefused, mcp_route, shared_proxy  # the proxy was started by mcp_url
+
+            route = mcp_route(request.url.host, request.url.port, request.url.path)
+            if route is None:
+                if self._plain is None:
+                    self._plain = http.AsyncHTTPTransport()
+                return await self._plain.handle_async_request(request)
+            token, server, segment = route
+            proxy = shared_proxy()
+            try:
+                seam, url, query = proxy.mcp_target(token, segment)
+            except McpRefused as e:
+                return http.Response(e.status, json={"error": {"message": str(e), "type": "tether_proxy"}}, request=request)
+            assert proxy.mcp is not None
+            timeout = request.extensions.get("timeout")
+            wire = WireRequest(
+                method=request.method,
+                provider="mcp",
+                path="",
+                url=url,
+                query="&".join(q for q in (query, request.url.query.decode()) if q),
+                headers=list(request.headers.multi_items()),
+                body=await request.aread(),
+                timeout=dict(timeout) if isinstance(timeout, dict) else None,
+            )
+            try:
+                response = await proxy.mcp(seam, server, wire)
+            except RecoverableStepError as e:
+                raise translate(e) from e
+            if response.body is not None:
+                return http.Response(response.status, headers=response.headers, content=response.body, request=request)
+            return http.Response(response.status, headers=response.headers, stream=AsyncStream(response.stream), request=request)
+
+        async def aclose(self) -> None:
+            if self._plain is not None:
+                await self._plain.aclose()
+
+    return {"async": AsyncWireTransport, "sync": WireTransport, "mcp": AsyncMcpTransport}
 
 
 AsyncWireTransport, WireTransport = transports_for(httpx)

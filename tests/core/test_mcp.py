@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import tether
 from tests.support.mcp_ledger import KEY, charges, free_port, http_server, stdio_command, wait_for_port
-from tether import mcp
+from tether import approvals, mcp
 from tether.journal import Record, read_records
 from tether.run import Run
 from tether.stores import open_store
@@ -143,6 +143,8 @@ async def test_a_json_rpc_error_reaches_the_client_and_is_recorded(tmp_path: Pat
     }
     answers = []
     with http_server(ledger) as server:
+        # No approval asked: the tools/list that would say whether charge is destructive fails as the call does.
+        tether.mcp_url(server.url, name="ledger", destructive_needs_approval=False)
         for attempt_id in (1, 2):
             run = Run("s", store)
             try:
@@ -252,3 +254,67 @@ async def test_a_url_that_follows_the_active_run_refuses_a_call_when_two_runs_ar
                 await run.aclose()
     assert answer.status_code == 409 and "at most one active run" in answer.text
     assert charges(ledger) == [] and tool_records(store, "a") == tool_records(store, "b") == []
+
+
+@pytest.mark.parametrize("decision", ["approve", "decline"])
+async def test_a_destructive_tool_waits_for_a_human_and_the_server_hears_it_only_once_approved(tmp_path: Path, decision: str) -> None:
+    """``void`` carries no annotations, so MCP's defaults make it destructive: the call asks a
+    human (the run is marked suspended, the client gets a failure, the server hears nothing);
+    approved, the next attempt sends it once; declined, the model gets the refusal as the tool's
+    error and the server never hears it. ``charge`` (not destructive) is called without asking."""
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    calls = [("charge", {"customer": "alice", "amount": 5}), ("void", {"customer": "alice"})]
+    with http_server(ledger) as server:
+        run = Run("s", store)
+        mcp.serve(run)
+        try:
+            with run.activate():
+                async with Client(through(server.url, in_process=True)) as client:
+                    assert not (await client.call_tool(*calls[0])).is_error
+                    with pytest.raises(Exception, match="waiting for approval"):
+                        await client.call_tool(*calls[1])
+        finally:
+            await run.aclose()
+        assert run.suspended is not None and run.suspended.tool == "mcp:ledger/void" and run.stopping
+        assert charges(ledger, "void") == [] and len(charges(ledger)) == 1
+        (request,) = approvals.list_approvals(open_store(store), "s")
+        assert request["prompt"] == "Call void of MCP server ledger, which it marks destructive?"
+        approvals.decide(open_store(store), "s", request["id"], decision == "approve", by="alice")
+        first = await attempt(store, "s", lambda: through(server.url, in_process=False), calls)
+        again = await attempt(store, "s", lambda: through(server.url, in_process=False), calls)
+    assert len(charges(ledger)) == 1  # replayed both times
+    if decision == "approve":
+        assert text(first[1]) == text(again[1]) == "voided alice" and len(charges(ledger, "void")) == 1
+    else:
+        assert first[1].is_error and "declined by a human reviewer" in text(first[1]) and again[1].is_error
+        assert charges(ledger, "void") == []
+
+
+async def test_approval_for_every_call_and_no_approval_for_destructive_tools_when_the_policy_says_so(tmp_path: Path) -> None:
+    """``approval=`` asks before every call of the server's tools (even one it marks not
+    destructive), with the prompt given; ``destructive_needs_approval=False`` calls a destructive one at once."""
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    with http_server(ledger) as server:
+        run = Run("every", store)
+        mcp.serve(run)
+        try:
+            with run.activate():
+                url = tether.mcp_url(server.url, name="ledger", approval="Charge {customer} {amount} cents?")
+                async with Client(url) as client:
+                    with pytest.raises(Exception, match="waiting for approval"):
+                        await client.call_tool("charge", {"customer": "bob", "amount": 3})
+        finally:
+            await run.aclose()
+        [request] = approvals.list_approvals(open_store(store), "every")
+        assert request["prompt"] == "Charge bob 3 cents?" and charges(ledger) == []
+
+        run = Run("trusted", store)
+        mcp.serve(run)
+        try:
+            with run.activate():
+                async with Client(tether.mcp_url(server.url, name="ledger", destructive_needs_approval=False)) as client:
+                    assert text(await client.call_tool("void", {"customer": "bob"})) == "voided bob"
+        finally:
+            await run.aclose()
+    assert run.suspended is None and approvals.list_approvals(open_store(store), "trusted") == []
+    assert len(charges(ledger, "void")) == 1

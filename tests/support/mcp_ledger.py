@@ -6,7 +6,9 @@ whose side-effect tool writes one line per call to a ledger file the tests read 
 
 Tools: ``charge(customer, amount)`` (the side effect: a ledger line with the idempotency key the
 call carried in ``_meta``; ``$LEDGER_SLOW_S`` seconds after writing it, it answers), ``refund``
-(always an ``isError`` result: the tool failed), ``balance`` (a read: the number of charges).
+(always an ``isError`` result: the tool failed), ``balance`` (a read: the number of charges) —
+annotated not destructive (their effects only add lines) — and ``void(customer)``, which carries
+no annotations, so MCP's defaults make it destructive (a ledger line too).
 """
 
 from __future__ import annotations
@@ -70,8 +72,19 @@ def build(ledger: Path) -> Any:
         """The number of charges so far."""
         return len(charges(ledger))
 
-    for fn in (charge, refund, balance):
-        server.add_tool(fn)  # not the decorator: mypy sees an untyped one where mcp is not installed
+    def void(customer: str) -> str:
+        """Void every charge of a customer."""
+        with ledger.open("a") as f:
+            f.write(json.dumps({"tool": "void", "customer": customer}) + "\n")
+        return f"voided {customer}"
+
+    from mcp.types import ToolAnnotations
+
+    # Not the decorator: mypy sees an untyped one where mcp is not installed.
+    server.add_tool(charge, annotations=ToolAnnotations(destructiveHint=False))
+    server.add_tool(refund, annotations=ToolAnnotations(destructiveHint=False))
+    server.add_tool(balance, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_tool(void)
     return server
 
 

@@ -40,6 +40,20 @@ SCRIPT = {
         }
     ]
 }
+#: The approval scenario: turn 1 asks for ``void``, which the server marks destructive (MCP's
+#: defaults: no annotations); turn 2 answers from its result (or from the refusal).
+VOID_PROMPT = "void: alice"
+VOID_SCRIPT = {
+    "conversations": [
+        {
+            "match": "void:",
+            "turns": [
+                {"tool_calls": [{"name": "void", "arguments": {"customer": "alice"}}]},
+                {"text_from_tool_results": True, "text": "Result:"},
+            ],
+        }
+    ]
+}
 KEYS = {
     "OPENAI_API_KEY": "sk-mcp",
     "ANTHROPIC_API_KEY": "sk-mcp",
@@ -86,6 +100,56 @@ def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport:
     return result
 
 
+def approve_the_destructive_mcp_tool_then_resume(tmp_path: Path, module: Path, transport: str, approve: bool) -> dict[str, Any]:
+    """The framework's MCP client calls ``void``, which the server marks destructive: the run ends
+    suspended (the process exits, holding nothing) before the server hears the call; after
+    ``tether approve --yes`` the next attempt calls it once, after ``--no`` the model reads the
+    refusal as the tool's error and the server never hears it. Returns the last attempt's result."""
+    from tether.testing.fake_provider import FakeProvider
+    from tether.testing.script import Script
+
+    from .cli import tether
+    from .mcp_ledger import charges, http_server, stdio_command
+
+    ledger, store = tmp_path / "ledger.jsonl", tmp_path / "store"
+    with contextlib.ExitStack() as stack:
+        provider = stack.enter_context(FakeProvider(Script.from_dict(VOID_SCRIPT)))
+        if transport == "http":
+            target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url}
+        else:
+            command, *command_args = stdio_command(ledger)
+            target = {"command": command, "args": command_args}
+        args = {"module": str(module), "target": target, "store": str(store), "origin": provider.url, "prompt": VOID_PROMPT}
+        child_env = {**os.environ, **KEYS, "PYTHONPATH": str(ROOT), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+
+        def attempt() -> dict[str, Any]:
+            argv = [sys.executable, "-m", "tests.support.mcp_scenario", json.dumps({**args, "kill": False})]
+            proc = subprocess.run(argv, env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-4000:]
+            result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+            return result
+
+        first = attempt()
+        assert first["status"] == "suspended" and first["pending_approval"], first
+        assert charges(ledger, "void") == [] and provider.live_calls() == 1  # the server heard nothing
+        listed = tether("approve", "mcp-scenario", store=store)
+        assert "mcp:ledger/void: Call void of MCP server ledger, which it marks destructive?" in listed.stdout, listed.stdout
+        decided = tether("approve", "mcp-scenario", first["pending_approval"], "--yes" if approve else "--no", store=store)
+        assert decided.returncode == 0, decided.stderr
+        second = attempt()
+        assert second["status"] == "succeeded", second
+        assert provider.live_calls() == 2 and (second["model_replayed"], second["model_live"]) == (1, 1), second
+        if approve:
+            assert len(charges(ledger, "void")) == 1 and "voided alice" in second["output"], second
+            assert second["tool_live"] == 1
+        else:
+            assert charges(ledger, "void") == [] and "declined by a human reviewer" in second["output"], second
+        third = attempt()  # the run again: everything replays, the server hears nothing more
+        assert third["status"] == "succeeded" and provider.live_calls() == 2 and third["model_live"] == 0, third
+        assert len(charges(ledger, "void")) == (1 if approve else 0)
+    return second
+
+
 async def _main(args: dict[str, Any]) -> dict[str, Any]:
     from tether.wire.providers import PROVIDERS
 
@@ -100,7 +164,7 @@ async def _main(args: dict[str, Any]) -> dict[str, Any]:
 
     result = await module.run(
         args["target"],
-        prompt=PROMPT,
+        prompt=args.get("prompt", PROMPT),
         run_id="mcp-scenario",
         store=args["store"],
         upstreams={p: f"{args['origin']}/{p}" for p in PROVIDERS},
@@ -114,6 +178,7 @@ async def _main(args: dict[str, Any]) -> dict[str, Any]:
         "model_replayed": result.model_replayed,
         "tool_live": result.tool_live,
         "tool_replayed": result.tool_replayed,
+        "pending_approval": result.pending_approval,
     }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mcp_scenario import kill_after_the_mcp_tool_then_resume
+from tests.support.mcp_scenario import approve_the_destructive_mcp_tool_then_resume, kill_after_the_mcp_tool_then_resume
 
 AGENTS = Path(__file__).with_name("mcp_agents.py")
 
@@ -16,3 +16,9 @@ AGENTS = Path(__file__).with_name("mcp_agents.py")
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_kill_after_an_mcp_tool_then_resume(tmp_path: Path, transport: str) -> None:
     kill_after_the_mcp_tool_then_resume(tmp_path, AGENTS, transport)
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
+def test_a_destructive_mcp_tool_waits_for_approval(tmp_path: Path, transport: str, approve: bool) -> None:
+    approve_the_destructive_mcp_tool_then_resume(tmp_path, AGENTS, transport, approve)

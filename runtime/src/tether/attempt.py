@@ -4,7 +4,8 @@ A seam needs four things of the attempt it serves, and only these:
 
     replay   a step recorded by an earlier attempt (``replay``; a tool call ``claim``s its key first)
     record   a live step's outcome, durably (``record``, ``record_next``, ``answers_recorded``)
-    refuse   a step the attempt may not start (``stopping``, ``announce``, ``cost_refusal``, ``refused``)
+    refuse   a step the attempt may not start (``stopping``, ``announce``, ``cost_refusal``, ``refused``,
+             ``suspend``)
     account  every step, replayed or live: counters, cost, step events (``account_*``)
 
 ``tether.run.Run`` implements it (the run builds the seams, so nothing below it imports it). The
@@ -19,6 +20,7 @@ import contextvars
 from collections.abc import Callable
 from typing import Protocol
 
+from .errors import Suspended
 from .journal import Record, StepKey
 from .stores import Store
 
@@ -90,6 +92,11 @@ class Attempt(Protocol):
 
     def refused(self, reason: str) -> None:
         """A limit refused a live turn: the reason the run fails."""
+        ...
+
+    def suspend(self, waiting: Suspended) -> None:
+        """A step reached outside the framework's own calls (an MCP tools/call at the wire) waits
+        for a human: nothing new starts, and the attempt ends as suspended."""
         ...
 
     # -- account -----------------------------------------------------------------------------

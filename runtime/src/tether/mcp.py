@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from dataclasses import dataclass
 import functools
 import importlib
 import importlib.metadata
 import json
 import re
 import sys
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .canonical import canonical_json
-from .errors import Interrupted, RecoverableStepError, ToolError
+from .errors import Interrupted, RecoverableStepError, Suspended, ToolError
 from .run import Run, current_run
 from .tools import ToolFailed, ToolSpec, call_tool, idempotency_key
 from .wire.messages import WireRequest, WireResponse, classify
@@ -59,11 +61,38 @@ IDEMPOTENCY_META = "tether.dev/idempotency-key"
 #: How the two kinds of tool answer that are errors are recorded (the error's type in the journal).
 RPC_ERROR, TOOL_ERROR = "JSONRPCError", "MCPToolError"
 
+_RELAY = "http://relay.invalid/"  # mcp_stdio's placeholder: the relay appends its own URL
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 #: Set once a URL that follows the active run was handed out: from then on every run of this
 #: process is served by the proxy (``tether.agent.runner`` registers it), so requests find it.
 _follows_active = False
 _plain: Upstream | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When a server's tools/call asks a human first (the policy of an AgentTool with ``mcp``)."""
+
+    #: Every call: ``True``, a prompt template (``"Charge {amount} to {customer}?"``) or a callable,
+    #: as a Tether tool's ``approval``.
+    approval: Any = None
+    #: A tool the server marks destructive (``destructiveHint`` true or absent, ``readOnlyHint`` not
+    #: true: MCP's defaults) asks too.
+    destructive_needs_approval: bool = True
+
+    def approval_for(self, server: str, tool: str, destructive: bool) -> Any:
+        if self.approval is not None and self.approval is not False:
+            return self.approval
+        if destructive and self.destructive_needs_approval:
+            return f"Call {tool} of MCP server {server}, which it marks destructive?"
+        return None
+
+
+#: Each server name's policy (the last mcp_url/mcp_stdio for the name sets it).
+_policies: dict[str, Policy] = {}
+#: What each run learnt of each server's tools from the tools/list answers it carried:
+#: (server, tool) → destructive. A tool it never saw listed is destructive (MCP's default).
+_destructive: weakref.WeakKeyDictionary[WireSeam, dict[tuple[str, str], bool]] = weakref.WeakKeyDictionary()
 
 
 def _proxy() -> WireProxy:
@@ -85,29 +114,37 @@ def server_name(url: str, name: str | None) -> str:
     return name
 
 
-def mcp_url(url: str, name: str | None = None) -> str:
+def mcp_url(url: str, name: str | None = None, *, approval: Any = None, destructive_needs_approval: bool = True) -> str:
     """The URL to give a framework's Streamable HTTP MCP client for the server at ``url``.
 
     Called inside a run (an agent factory), the URL is that run's; called before any run (an
     agent built at import), it follows the run active in this process when a request arrives
     (none: requests go to the server unjournaled; several at once: refused, 409).
+
+    Approvals (:class:`Policy`): ``approval`` asks a human before every call of the server's
+    tools; a tool the server marks destructive asks unless ``destructive_needs_approval=False``.
     """
     global _follows_active
     name = server_name(url, name)
-    if not url.startswith(("http://", "https://")):
+    if not url.startswith(("http://", "https://")) and url != _RELAY:
         raise ValueError(f"MCP server {name}: {url!r} is not an http(s) URL (a stdio server: tether.mcp_stdio)")
+    if not isinstance(destructive_needs_approval, bool):
+        raise ValueError(f"MCP server {name}: destructive_needs_approval must be True or False, not {destructive_needs_approval!r}")
+    _policies[name] = Policy(approval, destructive_needs_approval)
     run = current_run()
     if run is None:
         _follows_active = True
     return _proxy().mcp_url(run, name, url)
 
 
-def mcp_stdio(command: str, args: list[str] | tuple[str, ...] = (), *, name: str) -> dict[str, Any]:
+def mcp_stdio(
+    command: str, args: list[str] | tuple[str, ...] = (), *, name: str, approval: Any = None, destructive_needs_approval: bool = True
+) -> dict[str, Any]:
     """``{"command": ..., "args": [...]}`` that launches the stdio MCP server ``command args``
     behind ``tether mcp-relay``: give it to the framework in the server's place. ``name`` keys
-    the server's tool steps (a command such as ``npx`` names no server)."""
+    the server's tool steps (a command such as ``npx`` names no server). Approvals as :func:`mcp_url`'s."""
     name = server_name(command, name)
-    base = mcp_url("http://relay.invalid/", name).rsplit("/", 1)[0]  # the relay appends its own URL
+    base = mcp_url(_RELAY, name, approval=approval, destructive_needs_approval=destructive_needs_approval).rsplit("/", 1)[0]
     return {"command": sys.executable, "args": ["-m", "tether", "mcp-relay", "--via", base, "--", command, *args]}
 
 
@@ -118,16 +155,44 @@ def mcp_http_client(headers: dict[str, str] | None = None, timeout: Any = None, 
     other URL goes out as usual. Its signature is the ``mcp`` SDK's ``httpx_client_factory``, so
     pass the function where a framework takes a factory, or call it where it takes a client. An
     ``httpx2`` client under ``mcp`` 2.x, an ``httpx`` one under 1.x (each SDK's own)."""
-    from .wire.transport import mcp_transport_for
+    from .wire.transport import routed_transport_for
 
     _proxy()  # the handler is mounted before the first request
     http: Any = importlib.import_module(_sdk_http())
     return http.AsyncClient(
-        transport=mcp_transport_for(http)(),
+        transport=routed_transport_for(http)(_in_process),
         headers=headers,
         timeout=timeout if timeout is not None else http.Timeout(30.0, read=300.0),  # the SDK's defaults
         auth=auth,
     )
+
+
+async def _in_process(request: Any) -> WireResponse | None:
+    """A request of :func:`mcp_http_client`'s, served here as the proxy would serve it; None: a
+    URL that is not the proxy's for an MCP server goes out as usual."""
+    from .wire.proxy import McpRefused, mcp_route
+
+    route = mcp_route(request.url.host, request.url.port, request.url.path)
+    if route is None:
+        return None
+    token, server, segment = route
+    try:
+        seam, url, query = _proxy().mcp_target(token, segment)
+    except McpRefused as e:
+        body = json.dumps({"error": {"message": str(e), "type": "tether_proxy"}}).encode()
+        return WireResponse.whole(e.status, [("content-type", "application/json")], body)
+    timeout = request.extensions.get("timeout")
+    wire = WireRequest(
+        method=request.method,
+        provider="mcp",
+        path="",
+        url=url,
+        query="&".join(q for q in (query, request.url.query.decode()) if q),
+        headers=list(request.headers.multi_items()),
+        body=await request.aread(),
+        timeout=dict(timeout) if isinstance(timeout, dict) else None,
+    )
+    return await handle(seam, server, wire)
 
 
 @functools.cache
@@ -162,20 +227,74 @@ class _Unanswered(RecoverableStepError):
         self.response = response
 
 
-def _tool_call(request: WireRequest) -> dict[str, Any] | None:
-    """The JSON-RPC tools/call request in ``request``, or None (anything else is forwarded)."""
+def _rpc_request(request: WireRequest) -> dict[str, Any] | None:
+    """The JSON-RPC request (a method and an id) in ``request``, or None."""
     if request.method != "POST":
         return None
     try:
         message = request.json
     except ValueError:
         return None
-    if not isinstance(message, dict) or message.get("method") != "tools/call" or "id" not in message:
-        return None
-    params = message.get("params")
-    if not isinstance(params, dict) or not isinstance(params.get("name"), str):
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
         return None
     return message
+
+
+def _named(message: dict[str, Any]) -> bool:
+    """Whether a tools/call names its tool (one that does not is the server's to refuse)."""
+    params = message.get("params")
+    return isinstance(params, dict) and isinstance(params.get("name"), str)
+
+
+async def _listing(seam: WireSeam, upstream: Upstream, server: str, request: WireRequest, message: dict[str, Any]) -> WireResponse:
+    """A tools/list, forwarded unrecorded; the tools' annotations in its answer say which calls
+    the server's policy asks a human about."""
+    response = await upstream.send(request)
+    body = await read_whole(response, f"MCP server {server}'s tool list")
+    _learn(seam, server, answer_of(body, response.headers.get("content-type", ""), message["id"]))
+    return WireResponse.whole(response.status_code, passthrough_headers(response), body)
+
+
+def _learn(seam: WireSeam, server: str, answer: dict[str, Any] | None) -> str | None:
+    """Which of the listed tools are destructive (MCP's defaults); returns the next page's cursor."""
+    result = answer.get("result") if answer is not None else None
+    tools = result.get("tools") if isinstance(result, dict) else None
+    learnt = _destructive.setdefault(seam, {})
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            hints = tool.get("annotations")
+            hints = hints if isinstance(hints, dict) else {}
+            learnt[(server, tool["name"])] = hints.get("readOnlyHint") is not True and hints.get("destructiveHint") is not False
+    cursor = result.get("nextCursor") if isinstance(result, dict) else None
+    return cursor if isinstance(cursor, str) and cursor else None
+
+
+async def _destructive_tool(seam: WireSeam, upstream: Upstream, server: str, request: WireRequest, message: dict[str, Any]) -> bool:
+    """Whether the server marks the called tool destructive: from a tools/list this run carried,
+    else from one sent now in the client's session (a client may call before it lists: the
+    ``mcp`` SDK's does); a tool the server does not list, or a list that fails, counts as destructive."""
+    key = (server, message["params"]["name"])
+    if key not in _destructive.get(seam, {}):
+        # The call's session and protocol headers, as a tools/list (the 2026 protocol names the method in a header).
+        headers = [(k, v) for k, v in request.headers if k.lower() not in ("mcp-method", "mcp-name")]
+        if len(headers) < len(request.headers):
+            headers.append(("mcp-method", "tools/list"))
+        meta = {k: v for k, v in (message["params"].get("_meta") or {}).items() if k != "progressToken"}
+        cursor: str | None = None
+        for page in range(20):
+            params: dict[str, Any] = {**({"cursor": cursor} if cursor else {}), **({"_meta": meta} if meta else {})}
+            listing = {"jsonrpc": "2.0", "id": f"tether-tools-{page}", "method": "tools/list", "params": params}
+            try:
+                response = await upstream.send(dataclasses.replace(request, headers=headers, body=json.dumps(listing).encode()))
+                body = await read_whole(response, f"MCP server {server}'s tool list")
+            except RecoverableStepError:
+                break
+            if classify(response.status_code) != "success":
+                break
+            cursor = _learn(seam, server, answer_of(body, response.headers.get("content-type", ""), listing["id"]))
+            if cursor is None:
+                break
+    return _destructive.get(seam, {}).get(key, True)
 
 
 def _rpc(message_id: Any, payload: dict[str, Any], status: int = 200) -> WireResponse:
@@ -211,7 +330,10 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
         _plain = _plain or Upstream()
     upstream = seam.upstream if seam is not None else _plain
     assert upstream is not None
-    message = _tool_call(request)
+    message = _rpc_request(request)
+    if message is not None and message["method"] == "tools/list" and seam is not None:
+        return await _listing(seam, upstream, server, request, message)
+    message = message if message is not None and message["method"] == "tools/call" and _named(message) else None
     if message is None or seam is None:
         return await upstream.forward(request)
     if not isinstance(message["params"].get("arguments") or {}, dict):
@@ -282,10 +404,19 @@ async def _journaled_call(
             raise ToolFailed(TOOL_ERROR, canonical_json(result).decode())
         return result
 
+    policy = _policies.get(server, Policy())
+    asks = policy.approval is None or policy.approval is False
+    destructive = asks and policy.destructive_needs_approval and await _destructive_tool(seam, upstream, server, request, message)
+    approval = policy.approval_for(server, params["name"], destructive)
     # Not retryable in the tool's sense: a transport failure is simply not the tool's answer.
-    spec = ToolSpec(name=f"mcp:{server}/{params['name']}", fn=live, code="mcp", retryable=(RecoverableStepError,))
+    spec = ToolSpec(name=f"mcp:{server}/{params['name']}", fn=live, code="mcp", retryable=(RecoverableStepError,), approval=approval)
     try:
         result = await call_tool(spec, arguments, run=seam.attempt)
+    except Suspended as e:
+        # The run waits for a human: it ends now (tether.stopping.until_stopped), holding nothing;
+        # the client's answer is a failure nobody acts on (the attempt starts nothing new).
+        seam.attempt.suspend(e)
+        return _rpc(message["id"], {"error": {"code": -32603, "message": f"tether: {e}"}}, status=503)
     except _Unanswered as e:
         return e.response
     except ToolError as e:
@@ -297,6 +428,9 @@ async def _journaled_call(
         return _rpc(message["id"], {"error": {"code": -32603, "message": str(e)}})  # not written by this module: never expected
     except Interrupted as e:  # the attempt is stopping: the call is not made (the client sees a failure, not an answer)
         return _rpc(message["id"], {"error": {"code": -32603, "message": f"tether: {e}"}}, status=503)
+    if isinstance(result, str):  # a human declined the call (the seam's refusal): the tool's error, never sent
+        # resultType: the 2026 protocol's clients require it; earlier ones take results with more keys.
+        result = {"content": [{"type": "text", "text": result}], "isError": True, "resultType": "complete"}
     return _rpc(message["id"], {"result": result})
 
 

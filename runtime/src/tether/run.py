@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .api import McpToolStatus
 from .attempt import Decided, active
 from .cost import PriceTable
-from .errors import Superseded
+from .errors import Superseded, Suspended
 from .journal import Counters, Journal, Record, StepKey
 from .stores import Store, open_store
 from .telemetry import attempt_trace
@@ -118,6 +118,9 @@ class Run:
         self.limit_exceeded: str | None = None
         #: Set when the attempt was asked to stop (``tether.stopping``): no new live step starts.
         self.stopping: str | None = None
+        #: Set when a step reached at the wire waits for a human (:meth:`suspend`).
+        self.suspended: Suspended | None = None
+        self._suspension_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.store = open_store(store)
         self.upstreams = resolve_upstreams(upstreams)
         self.prices = prices or PriceTable.default()
@@ -249,6 +252,32 @@ class Run:
     def refused(self, reason: str) -> None:
         self.limit_exceeded = reason
 
+    def suspend(self, waiting: Suspended) -> None:
+        with self._events_lock:  # from any thread (the proxy's loop)
+            self.suspended = self.suspended or waiting
+            self.stopping = self.stopping or str(waiting)
+            waiters, self._suspension_waiters = self._suspension_waiters, []
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_settle, future)
+            except RuntimeError:
+                pass  # that loop is closed: nothing waits there any more
+
+    async def suspension(self) -> Suspended:
+        """Returns when :meth:`suspend` was called (at once if it was)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._events_lock:
+            if self.suspended is None:
+                self._suspension_waiters.append((loop, future))
+                waiting = True
+            else:
+                waiting = False
+        if waiting:
+            await future
+        assert self.suspended is not None
+        return self.suspended
+
     def account_normalised(self, parts: int) -> None:
         self.normalised_parts += parts
 
@@ -359,3 +388,8 @@ def current_run() -> Run | None:
     """The run attempt active in this context (``with run.activate():``), or ``None``."""
     attempt = active.get()
     return attempt if isinstance(attempt, Run) else None
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -96,26 +96,33 @@ def grace_seconds() -> float:
 async def until_stopped(work: asyncio.Future[T], run: Run | None) -> T:
     """The result of ``work`` (the framework's loop), unless a stop is asked for first: then
     ``run`` starts nothing new, what runs is let finish and be recorded, ``work`` is cancelled
-    and :class:`Interrupted` raised."""
+    and :class:`Interrupted` raised. A step reached at the wire that waits for a human
+    (``Run.suspend``: an MCP tools/call) ends it the same way, raising that :class:`Suspended`."""
     stop: asyncio.Future[None] = asyncio.ensure_future(_wait())
+    either: list[asyncio.Future[Any]] = [work, stop]
+    if run is not None:
+        either.append(asyncio.ensure_future(run.suspension()))
     try:
-        either: list[asyncio.Future[Any]] = [work, stop]
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stop.cancel()
-    if work.done() and not requested():
+        for waiting in either[1:]:
+            waiting.cancel()
+    suspended = run.suspended if run is not None else None
+    if work.done() and not requested() and suspended is None:
         return work.result()
     why = requested() or "interrupted"
     if run is not None:
-        run.stopping = why
+        run.stopping = run.stopping or why
         await _settle_run(run, time.monotonic() + grace_seconds())
-    if work.done() and not work.cancelled() and work.exception() is None:
+    if suspended is None and work.done() and not work.cancelled() and work.exception() is None:
         return work.result()  # it finished while the last tool calls were recorded
     work.cancel()
     try:
         await work
     except BaseException:  # cancelled, or what the stop made it raise
         pass
+    if suspended is not None:
+        raise suspended
     raise Interrupted(why)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from types import ModuleType
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -25,6 +25,7 @@ import httpx
 
 from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
+from .messages import WireResponse
 from .seam import Wired, WireRequest, WireSeam, current_seam, upstream_http
 
 
@@ -58,9 +59,9 @@ def transports_for(module: ModuleType | str) -> tuple[type, type]:
     return built["async"], built["sync"]
 
 
-def mcp_transport_for(module: ModuleType | str) -> type:
-    """``AsyncMcpTransport`` built on an httpx-compatible module (what ``tether.mcp_http_client`` uses)."""
-    return _built(module)["mcp"]
+def routed_transport_for(module: ModuleType | str) -> type:
+    """``AsyncRoutedTransport`` built on an httpx-compatible module (``tether.mcp_http_client``'s)."""
+    return _built(module)["routed"]
 
 
 @functools.cache
@@ -164,44 +165,23 @@ def _built(module: ModuleType | str) -> dict[str, type]:
             if self._plain is not None:
                 self._plain.close()
 
-    class AsyncMcpTransport(http.AsyncBaseTransport):  # type: ignore[misc]
-        """Async transport for a Python MCP client: a request to a URL ``tether.mcp_url`` handed
-        out is served in the caller's task by the proxy's MCP handler, as the proxy would serve it,
-        without the loopback hop (another HTTP server, another thread); any other URL goes out."""
+    class AsyncRoutedTransport(http.AsyncBaseTransport):  # type: ignore[misc]
+        """Async transport that asks ``route`` what answers each request: a ``WireResponse``
+        (served in the caller's task), or None: the request goes out as usual."""
 
-        def __init__(self) -> None:
+        def __init__(self, route: Callable[[Any], Awaitable[WireResponse | None]]) -> None:
+            self.route = route
             self._plain: Any = None  # built on first use, as above
 
         async def handle_async_request(self, request: Any) -> Any:
-            from .proxy import McpRefused, mcp_route, shared_proxy  # the proxy was started by mcp_url
-
-            route = mcp_route(request.url.host, request.url.port, request.url.path)
-            if route is None:
+            try:
+                response = await self.route(request)
+            except RecoverableStepError as e:
+                raise translate(e) from e
+            if response is None:
                 if self._plain is None:
                     self._plain = http.AsyncHTTPTransport()
                 return await self._plain.handle_async_request(request)
-            token, server, segment = route
-            proxy = shared_proxy()
-            try:
-                seam, url, query = proxy.mcp_target(token, segment)
-            except McpRefused as e:
-                return http.Response(e.status, json={"error": {"message": str(e), "type": "tether_proxy"}}, request=request)
-            assert proxy.mcp is not None
-            timeout = request.extensions.get("timeout")
-            wire = WireRequest(
-                method=request.method,
-                provider="mcp",
-                path="",
-                url=url,
-                query="&".join(q for q in (query, request.url.query.decode()) if q),
-                headers=list(request.headers.multi_items()),
-                body=await request.aread(),
-                timeout=dict(timeout) if isinstance(timeout, dict) else None,
-            )
-            try:
-                response = await proxy.mcp(seam, server, wire)
-            except RecoverableStepError as e:
-                raise translate(e) from e
             if response.body is not None:
                 return http.Response(response.status, headers=response.headers, content=response.body, request=request)
             return http.Response(response.status, headers=response.headers, stream=AsyncStream(response.stream), request=request)
@@ -210,7 +190,7 @@ def _built(module: ModuleType | str) -> dict[str, type]:
             if self._plain is not None:
                 await self._plain.aclose()
 
-    return {"async": AsyncWireTransport, "sync": WireTransport, "mcp": AsyncMcpTransport}
+    return {"async": AsyncWireTransport, "sync": WireTransport, "routed": AsyncRoutedTransport}
 
 
 AsyncWireTransport, WireTransport = transports_for(httpx)

@@ -69,12 +69,21 @@ class MistralAgent:
     api: str = "conversations"
     agents: list[MistralAgent] = field(default_factory=list)
     completion_args: dict[str, Any] | None = None
+    #: The SDK's own MCP clients (``mistralai.extra.mcp``: ``MCPClientStreamableHTTP`` with
+    #: ``tether.mcp_url``, ``MCPClientSTDIO`` with ``tether.mcp_stdio``), registered on the run's
+    #: ``RunContext``: their tools/call are journaled at the wire (README.md, "MCP servers").
+    mcp_clients: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise ConfigError(f"MistralAgent api must be one of {APIS}, not {self.api!r}")
         if not all(isinstance(t, Tool) for t in self.tools):
             raise ConfigError("MistralAgent tools must be Tether tools (tether.tool): others would not be journaled")
+        if self.mcp_clients and self.api != "conversations":
+            raise ConfigError(
+                "MistralAgent mcp_clients run on the Conversations API (the SDK registers them on its RunContext); "
+                "chat completions have no MCP client: use api='conversations'"
+            )
         if bool(self.model) == bool(self.agent_id):
             raise ConfigError("MistralAgent needs a model or an agent_id (a server-side Mistral agent), not both")
         if self.agent_id:
@@ -186,6 +195,7 @@ class Runner:
         async with LimitedRunContext(**target, continue_on_fn_error=True, max_turns=self.session.max_turns) as ctx:
             for fn in self.functions(agent):
                 ctx.register_func(fn)
+            await ctx.register_mcp_clients(agent.mcp_clients)
             result: RunResult | None = None
             if self.session.stream:
                 async for event in await self.client.beta.conversations.run_stream_async(run_ctx=ctx, **options):

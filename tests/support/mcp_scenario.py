@@ -28,32 +28,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "charge: alice 5 cents"
+
+
 #: Turn 1 asks for the MCP tool; turn 2 answers from its result.
-SCRIPT = {
-    "conversations": [
-        {
-            "match": "charge:",
-            "turns": [
-                {"tool_calls": [{"name": "charge", "arguments": {"customer": "alice", "amount": 5}}]},
-                {"text_from_tool_results": True, "text": "Done:"},
-            ],
-        }
-    ]
-}
-#: The approval scenario: turn 1 asks for ``void``, which the server marks destructive (MCP's
-#: defaults: no annotations); turn 2 answers from its result (or from the refusal).
+def script(tool: str = "charge", match: str = "charge:", arguments: dict[str, Any] | None = None, text: str = "Done:") -> dict[str, Any]:
+    """The fake provider's script: ``tool`` is the name the framework offers the MCP tool under
+    (most: the server's own; Hermes prefixes it: ``mcp__<server>__<tool>``)."""
+    args = {"customer": "alice", "amount": 5} if arguments is None else arguments
+    turns = [{"tool_calls": [{"name": tool, "arguments": args}]}, {"text_from_tool_results": True, "text": text}]
+    return {"conversations": [{"match": match, "turns": turns}]}
+
+
+#: The approval scenario's prompt: turn 1 asks for ``void``, which the server marks destructive
+#: (MCP's defaults: no annotations); turn 2 answers from its result (or from the refusal).
 VOID_PROMPT = "void: alice"
-VOID_SCRIPT = {
-    "conversations": [
-        {
-            "match": "void:",
-            "turns": [
-                {"tool_calls": [{"name": "void", "arguments": {"customer": "alice"}}]},
-                {"text_from_tool_results": True, "text": "Result:"},
-            ],
-        }
-    ]
-}
 KEYS = {
     "OPENAI_API_KEY": "sk-mcp",
     "ANTHROPIC_API_KEY": "sk-mcp",
@@ -63,7 +51,7 @@ KEYS = {
 }
 
 
-def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport: str, **env: str) -> dict[str, Any]:
+def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport: str, tool: str = "charge", **env: str) -> dict[str, Any]:
     """Run the scenario; returns the retry's result (the assertions every framework shares are made here)."""
     from tether.testing.fake_provider import FakeProvider
     from tether.testing.script import Script
@@ -72,7 +60,7 @@ def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport:
 
     ledger = tmp_path / "ledger.jsonl"
     with contextlib.ExitStack() as stack:
-        provider = stack.enter_context(FakeProvider(Script.from_dict(SCRIPT)))
+        provider = stack.enter_context(FakeProvider(Script.from_dict(script(tool))))
         if transport == "http":
             target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url}
         else:
@@ -100,7 +88,9 @@ def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport:
     return result
 
 
-def approve_the_destructive_mcp_tool_then_resume(tmp_path: Path, module: Path, transport: str, approve: bool) -> dict[str, Any]:
+def approve_the_destructive_mcp_tool_then_resume(
+    tmp_path: Path, module: Path, transport: str, approve: bool, tool: str = "void"
+) -> dict[str, Any]:
     """The framework's MCP client calls ``void``, which the server marks destructive: the run ends
     suspended (the process exits, holding nothing) before the server hears the call; after
     ``tether approve --yes`` the next attempt calls it once, after ``--no`` the model reads the
@@ -113,7 +103,7 @@ def approve_the_destructive_mcp_tool_then_resume(tmp_path: Path, module: Path, t
 
     ledger, store = tmp_path / "ledger.jsonl", tmp_path / "store"
     with contextlib.ExitStack() as stack:
-        provider = stack.enter_context(FakeProvider(Script.from_dict(VOID_SCRIPT)))
+        provider = stack.enter_context(FakeProvider(Script.from_dict(script(tool, "void:", {"customer": "alice"}, "Result:"))))
         if transport == "http":
             target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url}
         else:

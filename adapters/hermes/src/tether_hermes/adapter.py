@@ -229,10 +229,23 @@ class HermesAgent:
     """A Hermes ``AIAgent`` to be built for a run: ``factory(base_url=..., api_key=...)`` is
     called inside the attempt (with its fresh Hermes home) and must pass both to ``AIAgent``."""
 
-    def __init__(self, factory: Callable[..., Any], tools: list[Tool] | None = None, system_message: str | None = None) -> None:
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        tools: list[Tool] | None = None,
+        system_message: str | None = None,
+        mcp_servers: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.factory = factory
         self.tools = tools or []
         self.system_message = system_message
+        #: Hermes' own MCP client: ``{name: {"url": tether.mcp_url(...)}}`` or ``{name:
+        #: tether.mcp_stdio(...)}``, as Hermes' ``mcp_servers`` config takes them; connected by
+        #: Hermes (``tools.mcp_tool.register_mcp_servers``) before the agent is built, its tools in
+        #: toolset ``mcp-<name>`` (name them in ``enabled_toolsets``). Hermes keeps a server
+        #: connected for the process's life, so build the URLs outside a run (they follow the
+        #: active run: README.md, "MCP servers").
+        self.mcp_servers = dict(mcp_servers or {})
 
 
 class HermesAdapter(Adapter):
@@ -286,7 +299,10 @@ class HermesAdapter(Adapter):
             # delegate_task runs its sub-agents within the turn (not detached in the background).
             declare_stateless_channel()
             try:
+                if spec.mcp_servers:
+                    connect_mcp_servers(spec.mcp_servers)
                 hermes = spec.factory(base_url=base_url, api_key=api_key)
+                built.append(hermes)
                 check(hermes, base_url)
                 journal_delegation(hermes, active)
                 if session.max_turns:
@@ -302,13 +318,33 @@ class HermesAdapter(Adapter):
             finally:
                 reset_hermes_home_override(token)
 
+        built: list[Any] = []
         with BRIDGE.active(spec.tools) as active, attempt_home() as home:
-            result = await in_own_thread(converse, home, active)
+            try:
+                result = await in_own_thread(converse, home, active)
+            except asyncio.CancelledError:
+                # The attempt ends (a stop, or an MCP call at the wire waiting for approval) while
+                # Hermes' loop runs on its thread: Hermes' own interrupt ends it, or it would go on
+                # asking for turns the attempt refuses (and the process would wait for the thread).
+                for hermes in built:
+                    hermes.interrupt("the Tether attempt is ending")
+                raise
         if result.get("failed"):
             raise RuntimeError(f"Hermes run failed: {result.get('error') or result.get('turn_exit_reason')}")
         messages = list(result.get("messages") or [])
         memory.add(messages[len(history) :])
         return str(result.get("final_response") or "")
+
+
+def connect_mcp_servers(servers: dict[str, dict[str, Any]]) -> None:
+    """Hermes' own MCP client connects to ``servers`` (once per process, as Hermes does); a server
+    that fails to connect fails the attempt, naming it (Hermes itself would only log it)."""
+    from tools.mcp_tool import _server_connect_errors, register_mcp_servers
+
+    register_mcp_servers(servers)
+    failed = {name: _server_connect_errors[name] for name in servers if name in _server_connect_errors}
+    if failed:
+        raise RuntimeError("Hermes could not connect to MCP server(s): " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
 
 
 async def in_own_thread(fn: Callable[..., Any], *args: Any) -> Any:

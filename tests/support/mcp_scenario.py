@@ -61,8 +61,8 @@ def kill_after_the_mcp_tool_then_resume(tmp_path: Path, module: Path, transport:
     ledger = tmp_path / "ledger.jsonl"
     with contextlib.ExitStack() as stack:
         provider = stack.enter_context(FakeProvider(Script.from_dict(script(tool))))
-        if transport == "http":
-            target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url}
+        if transport.startswith("http"):  # "http-in-process": the agent hands its client tether.mcp_http_client
+            target: dict[str, Any] = {"url": stack.enter_context(http_server(ledger)).url, "in_process": transport == "http-in-process"}
         else:
             command, *command_args = stdio_command(ledger)
             target = {"command": command, "args": command_args}

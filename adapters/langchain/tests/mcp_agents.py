@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from langchain.agents import create_agent
 from langchain_mcp_adapters.client import MultiServerMCPClient
-from langchain_mcp_adapters.sessions import Connection
+from langchain_mcp_adapters.sessions import Connection, StreamableHttpConnection
 from langchain_openai import ChatOpenAI
 
 import tether
@@ -17,7 +17,10 @@ from tether_langchain import openai_base_url, run_agent
 
 async def run(target: dict[str, Any], prompt: str, **run_args: Any) -> Any:
     if "url" in target:
-        server: Connection = {"transport": "streamable_http", "url": tether.mcp_url(target["url"], name="ledger")}
+        http: StreamableHttpConnection = {"transport": "streamable_http", "url": tether.mcp_url(target["url"], name="ledger")}
+        if target.get("in_process"):  # the client's HTTP served in process (no loopback hop)
+            http["httpx_client_factory"] = tether.mcp_http_client
+        server: Connection = http
     else:
         server = cast(Connection, {"transport": "stdio", **tether.mcp_stdio(target["command"], target["args"], name="ledger")})
     tools = await MultiServerMCPClient({"ledger": server}).get_tools()

@@ -18,3 +18,8 @@ HERE = Path(__file__).parent
 @pytest.mark.parametrize("agents", ["mcp_agents.py", "mcp_agents_langgraph.py"], ids=["langchain", "langgraph"])
 def test_kill_after_an_mcp_tool_then_resume(tmp_path: Path, transport: str, agents: str) -> None:
     kill_after_the_mcp_tool_then_resume(tmp_path, HERE / agents, transport)
+
+
+def test_kill_after_an_mcp_tool_then_resume_in_process(tmp_path: Path) -> None:
+    """``tether.mcp_http_client`` under ``mcp`` 1.x (this family's): an ``httpx`` client."""
+    kill_after_the_mcp_tool_then_resume(tmp_path, HERE / "mcp_agents.py", "http-in-process")

@@ -616,7 +616,15 @@ def mcp_rows(results: dict) -> list[str]:
                 "",
                 "| call | direct | journaled | overhead per call |",
                 "|---|---|---|---|",
-                f"| MCP tools/call (SDK client → SDK server, Streamable HTTP) | {m['direct_ms']:.2f} | {m['journaled_ms']:.2f} | {m['overhead_ms']:.2f} |",
+                f"| MCP tools/call (SDK client → SDK server, Streamable HTTP), in process (`tether.mcp_http_client`) "
+                f"| {m['direct_ms']:.2f} | {m['journaled_ms']:.2f} | {m['overhead_ms']:.2f} |",
+                *(
+                    [
+                        f"| the same through the loopback proxy (a client in another process) | {x['direct_ms']:.2f} | {x['journaled_ms']:.2f} | {x['overhead_ms']:.2f} |"
+                    ]
+                    if (x := f.get("mcp_proxy"))
+                    else []
+                ),
                 f"| Tether tool (async, returns at once) | {t['direct_ms']:.2f} | {t['journaled_ms']:.2f} | {t['overhead_ms']:.2f} |",
                 "",
             ]
@@ -856,9 +864,10 @@ def summary(results: dict) -> list[str]:
         if r := results.get(name):
             f = r["figures"]
             m, t = f["mcp"], f["tether_tool"]
+            proxy = f" (through the loopback proxy +{x['overhead_ms']:.2f} ms)" if (x := f.get("mcp_proxy")) else ""
             out.append(
-                f"| journaled MCP tools/call vs direct (SDK client and server, Streamable HTTP), local store fsync {'on' if f['fsync'] else 'off'} "
-                f"| +{m['overhead_ms']:.2f} ms per call ({m['direct_ms']:.2f} → {m['journaled_ms']:.2f} ms); a Tether tool +{t['overhead_ms']:.2f} ms "
+                f"| journaled MCP tools/call vs direct (SDK client and server, Streamable HTTP, in process), local store fsync {'on' if f['fsync'] else 'off'} "
+                f"| +{m['overhead_ms']:.2f} ms per call ({m['direct_ms']:.2f} → {m['journaled_ms']:.2f} ms){proxy}; a Tether tool +{t['overhead_ms']:.2f} ms "
                 f"| {provenance(r)} |"
             )
     if r := results.get("journal_load"):

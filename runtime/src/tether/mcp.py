@@ -4,10 +4,12 @@ Point the framework's MCP client at Tether with one line, whatever the framework
 
     url = tether.mcp_url("https://mcp.shop.example/mcp", name="shop")       # Streamable HTTP
     params = tether.mcp_stdio("npx", ["-y", "some-mcp-server"], name="fs")   # stdio: {"command", "args"}
+    tether.mcp_http_client                                                  # optional: a Python client's HTTP, in process
 
-Streamable HTTP requests reach the loopback proxy (``tether.wire.proxy``), which hands them to
-:func:`handle`; a stdio server is launched by ``tether mcp-relay`` (``tether.commands.mcp_relay``),
-which the framework starts in the server's place and which sends the client's requests the same way.
+Streamable HTTP requests reach the loopback proxy (``tether.wire.proxy``), or, from a client built
+on :func:`mcp_http_client`, a transport in the client's own task; both hand them to :func:`handle`.
+A stdio server is launched by ``tether mcp-relay`` (``tether.commands.mcp_relay``), which the
+framework starts in the server's place and which sends the client's requests through the proxy.
 
     tools/call      → a tool step of the run through the tool seam (``tether.tools.call_tool``):
                       keyed by server name, tool name and canonical arguments (never the JSON-RPC
@@ -16,9 +18,13 @@ which the framework starts in the server's place and which sends the client's re
                       the tool's answer: recorded, and handed to the client (and so the model) on
                       replay too; statuses a model turn would not record either (401/403/404/405,
                       408/409/429, 5xx) and broken connections are not recorded: the next attempt
-                      calls again, with the same idempotency key in ``_meta``
-    anything else   → forwarded unrecorded: ``initialize``, ``tools/list`` and other reads,
-                      notifications, the client's answers to the server, GET streams, DELETE
+                      calls again, with the same idempotency key in ``_meta``. Approvals as for an
+                      AgentTool with ``mcp`` (:class:`Policy`): a call that needs a decision is not
+                      sent; the run is suspended (``Run.suspend``). The server's notifications
+                      before its answer reach the client as they come.
+    tools/list      → forwarded unrecorded; its tools' annotations say which are destructive
+    anything else   → forwarded unrecorded: ``initialize``, other reads, notifications, the
+                      client's answers to the server, GET streams, DELETE
 
 The reads are not recorded: a session must be opened live anyway (its id is the server's), and a
 changed tool list changes the model turns that offer it, which then miss and run live (the first

@@ -9,14 +9,18 @@ event stream over HTTP), and each attempt talks to a new server process."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -138,3 +142,102 @@ async def test_stdio(tmp_path: Path, everything: str) -> None:
     params = tether.mcp_stdio(everything, ["stdio"], name="everything")
     answers = [await attempt(store, lambda: StdioServerParameters(**params)) for _ in range(2)]
     check(store, *answers)
+
+
+TASK_CALL = {"name": "simulate-research-query", "arguments": {"topic": "durable agents"}, "task": {"ttl": 300000}}
+
+#: An attempt that starts the task-augmented call through Tether (the loopback proxy), prints the
+#: task's handle once it is recorded, and waits until it is killed.
+TASK_ATTEMPT = """
+import asyncio, json, sys
+import httpx
+import tether
+from tests.core.test_mcp_everything import rpc, open_session, TASK_CALL
+from tether import mcp
+from tether.run import Run
+
+async def main():
+    run = Run("task", sys.argv[1])
+    mcp.serve(run)
+    with run.activate():
+        url = tether.mcp_url(sys.argv[2], name="everything")
+        async with httpx.AsyncClient(timeout=60) as http:
+            session = await open_session(http, url)
+            created = await rpc(http, url, session, "tools/call", TASK_CALL)
+            print(json.dumps({"task": created["result"]["task"], "session": session}), flush=True)
+            await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def rpc(http: Any, url: str, session: str | None, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One JSON-RPC request as an MCP client sends it over Streamable HTTP; its response."""
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    if session:
+        headers["mcp-session-id"] = session
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params is not None else {})}
+    response = await http.post(url, json=body, headers=headers)
+    answer = mcp.answer_of(response.content, response.headers.get("content-type", ""), 1)
+    assert answer is not None, (response.status_code, response.text[:500])
+    return answer
+
+
+async def open_session(http: Any, url: str) -> str:
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "tasks-test", "version": "1"}}
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    response = await http.post(url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}, headers=headers)
+    session = response.headers["mcp-session-id"]
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers={**headers, "mcp-session-id": session})
+    return str(session)
+
+
+async def test_a_task_killed_while_it_runs_is_polled_on_resume_not_called_again(tmp_path: Path, everything: str) -> None:
+    """MCP tasks (2025-11-25): the reference server's ``simulate-research-query`` runs as a task
+    (4 s). The attempt that called it is killed while it runs, after its handle was recorded; the
+    resume, in a new session, replays the handle (the same task) and its polls reach the session
+    the task lives in: it gets the report of the one task the server ran."""
+    store = str(tmp_path / "store")
+    with http_everything(everything) as url:
+        child = subprocess.Popen(
+            [sys.executable, "-c", TASK_ATTEMPT, store, url],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            first = json.loads(child.stdout.readline() or "null") or pytest.fail(child.stderr.read() if child.stderr else "")
+        finally:
+            child.kill()
+            child.wait(10)
+        assert first["task"]["status"] == "working"
+
+        run = Run("task", store)
+        mcp.serve(run)
+        try:
+            with run.activate():
+                through = tether.mcp_url(url, name="everything")
+                async with httpx.AsyncClient(timeout=60) as http:
+                    session = await open_session(http, through)
+                    assert session != first["session"]
+                    created = await rpc(http, through, session, "tools/call", TASK_CALL)
+                    task_id = created["result"]["task"]["taskId"]
+                    for _ in range(100):
+                        status = (await rpc(http, through, session, "tasks/get", {"taskId": task_id}))["result"]["status"]
+                        if status == "completed":
+                            break
+                        await asyncio.sleep(0.2)
+                    report = await rpc(http, through, session, "tasks/result", {"taskId": task_id})
+        finally:
+            await run.aclose()
+        async with httpx.AsyncClient(timeout=60) as http:  # the server, asked directly in the first session
+            listed = await rpc(http, url, first["session"], "tasks/list", {})
+    assert task_id == first["task"]["taskId"]  # replayed: not called again
+    assert status == "completed" and "Research Report: durable agents" in report["result"]["content"][0]["text"]
+    assert [t["taskId"] for t in listed["result"]["tasks"]] == [task_id]  # the server ran one task
+    [record] = tool_records(store, "task")
+    assert record.request["tool"] == "mcp:everything/simulate-research-query" and record.request["version"] == "task"
+    assert "tether.dev/task-session" not in json.dumps(created)

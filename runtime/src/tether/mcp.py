@@ -339,6 +339,8 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
     message = _rpc_request(request)
     if message is not None and message["method"] == "tools/list" and seam is not None:
         return await _listing(seam, upstream, server, request, message)
+    if message is not None and message["method"] in _TASK_METHODS and seam is not None:
+        request = _to_task_session(seam, server, request, message)
     message = message if message is not None and message["method"] == "tools/call" and _named(message) else None
     if message is None or seam is None:
         return await upstream.forward(request)
@@ -408,6 +410,8 @@ async def _journaled_call(
         result = answer["result"]
         if isinstance(result, dict) and result.get("isError"):
             raise ToolFailed(TOOL_ERROR, canonical_json(result).decode())
+        if tasked and _task_id(result) is not None:  # the task's handle: recorded with the session it lives in
+            result = {**result, TASK_SESSION: _header(request, "mcp-session-id")}
         return result
 
     policy = _policies.get(server, Policy())
@@ -415,7 +419,16 @@ async def _journaled_call(
     destructive = asks and policy.destructive_needs_approval and await _destructive_tool(seam, upstream, server, request, message)
     approval = policy.approval_for(server, params["name"], destructive)
     # Not retryable in the tool's sense: a transport failure is simply not the tool's answer.
-    spec = ToolSpec(name=f"mcp:{server}/{params['name']}", fn=live, code="mcp", retryable=(RecoverableStepError,), approval=approval)
+    # A task-augmented call answers with a task's handle, not the tool's result: its own step.
+    tasked = isinstance(params.get("task"), dict)
+    spec = ToolSpec(
+        name=f"mcp:{server}/{params['name']}",
+        fn=live,
+        version="task" if tasked else "",
+        code="mcp",
+        retryable=(RecoverableStepError,),
+        approval=approval,
+    )
     try:
         result = await call_tool(spec, arguments, run=seam.attempt)
     except Suspended as e:
@@ -437,7 +450,44 @@ async def _journaled_call(
     if isinstance(result, str):  # a human declined the call (the seam's refusal): the tool's error, never sent
         # resultType: the 2026 protocol's clients require it; earlier ones take results with more keys.
         result = {"content": [{"type": "text", "text": result}], "isError": True, "resultType": "complete"}
+    if isinstance(result, dict) and TASK_SESSION in result:
+        result = dict(result)
+        session = result.pop(TASK_SESSION)
+        task_id = _task_id(result)
+        if task_id is not None and isinstance(session, str):
+            _task_sessions.setdefault(seam, {})[(server, task_id)] = session
     return _rpc(message["id"], {"result": result})
+
+
+# -- MCP tasks (2025-11-25: task-augmented tools/call) ----------------------------------------------
+#: Where a recorded task handle keeps the session its task lives in (taken out before the client sees it).
+TASK_SESSION = "tether.dev/task-session"
+_TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
+#: The tasks each run's journaled calls started or replayed: (server, task id) → the session it lives in.
+_task_sessions: weakref.WeakKeyDictionary[WireSeam, dict[tuple[str, str], str]] = weakref.WeakKeyDictionary()
+
+
+def _task_id(result: Any) -> str | None:
+    task = result.get("task") if isinstance(result, dict) else None
+    task_id = task.get("taskId") if isinstance(task, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
+def _header(request: WireRequest, name: str) -> str | None:
+    return next((v for k, v in request.headers if k.lower() == name), None)
+
+
+def _to_task_session(seam: WireSeam, server: str, request: WireRequest, message: dict[str, Any]) -> WireRequest:
+    """A poll of a task a journaled call started (in this attempt or, replayed, in an earlier one),
+    sent in the session the task lives in: a server keeps tasks per session, and a resume opens
+    a new one. Answers are not recorded: polling is a read (the task ran once, when it was called)."""
+    params = message.get("params")
+    task_id = params.get("taskId") if isinstance(params, dict) else None
+    session = _task_sessions.get(seam, {}).get((server, task_id)) if isinstance(task_id, str) else None
+    if session is None or session == _header(request, "mcp-session-id"):
+        return request
+    headers = [(k, v) for k, v in request.headers if k.lower() != "mcp-session-id"] + [("mcp-session-id", session)]
+    return dataclasses.replace(request, headers=headers)
 
 
 #: Event streams still being read to their end after their answer was handed on (see below).

@@ -102,7 +102,7 @@ _destructive: weakref.WeakKeyDictionary[WireSeam, dict[tuple[str, str], bool]] =
 
 
 def _proxy() -> WireProxy:
-    from .wire.proxy import shared_proxy  # here: the proxy (aiohttp) is heavy, and a run without MCP never needs it
+    from .wire.proxy import shared_proxy  # here: a run without MCP never needs the proxy started
 
     proxy = shared_proxy()
     proxy.mcp = handle

@@ -113,13 +113,15 @@ def test_the_built_wheels_install_into_a_clean_venv_and_run_a_bring_your_own_age
         assert done.returncode == 0, done.stderr[-3000:]
 
     # First the plain install (`pip install tether-openai`): what the agent's process needs and
-    # nothing the framework would import on its own because it is there.
+    # nothing the framework would import on its own because it is there; an MCP URL (the proxy
+    # started) and the in-process MCP client included.
     install(wheel["tether"], wheel["tether_openai"])
+    mcp = "tether.mcp_url('https://mcp.example/mcp', name='shop'); tether.mcp_http_client()"
     imported = subprocess.run(
         [
             str(venv / "bin" / "python"),
             "-c",
-            f"import sys, agents, tether_openai; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(FRAMEWORK_OPTIONAL)}))",
+            f"import sys, agents, tether, tether_openai; {mcp}; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(FRAMEWORK_OPTIONAL)}))",
         ],
         cwd=work,
         env=env,

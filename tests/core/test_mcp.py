@@ -29,6 +29,7 @@ from tether.journal import Record, read_records
 from tether.run import Run
 from tether.stores import open_store
 
+REPO = Path(__file__).resolve().parents[2]
 Connect = Callable[[], Any]
 
 
@@ -193,6 +194,32 @@ async def test_the_in_process_client_sends_other_urls_out_and_refuses_an_unknown
             answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "charge"}})
     assert answer.status_code == 404 and "unknown run" in answer.text
     assert len(charges(ledger)) == 1 and tool_records(store, "gone") == []
+
+
+#: One attempt in a process where aiohttp cannot be imported (the default install has none: it
+#: is the cli extra's), in process and through the proxy.
+_NO_AIOHTTP = """
+import asyncio, sys
+sys.modules["aiohttp"] = None
+from tests.core.test_mcp import CALLS, attempt, text, through
+
+async def main() -> None:
+    for in_process in (True, False):
+        [result] = await attempt(sys.argv[1], f"s-{in_process}", lambda: through(sys.argv[2], in_process), CALLS[:1])
+        print(text(result))
+
+asyncio.run(main())
+"""
+
+
+def test_the_in_process_client_and_the_proxy_need_no_aiohttp(tmp_path: Path) -> None:
+    ledger, store = tmp_path / "ledger.jsonl", str(tmp_path / "store")
+    with http_server(ledger) as server:
+        proc = subprocess.run([sys.executable, "-c", _NO_AIOHTTP, store, server.url], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "charged alice 5 cents\n" * 2
+    assert len(charges(ledger)) == 2
+    assert [r.outcome for r in tool_records(store, "s-True") + tool_records(store, "s-False")] == ["ok", "ok"]
 
 
 def test_server_names_and_urls_are_checked() -> None:

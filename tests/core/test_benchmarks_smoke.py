@@ -36,4 +36,4 @@ def test_trace_overhead(tmp_path: Path) -> None:
 
 def test_mcp_overhead(tmp_path: Path) -> None:
     figures = smoke("mcp_overhead.py", "--calls", "2", "--block", "1", results=tmp_path, name="mcp_overhead")
-    assert set(figures["mcp"]) == set(figures["tether_tool"]) == {"direct_ms", "journaled_ms", "overhead_ms"}
+    assert set(figures["mcp"]) == set(figures["mcp_proxy"]) == set(figures["tether_tool"]) == {"direct_ms", "journaled_ms", "overhead_ms"}

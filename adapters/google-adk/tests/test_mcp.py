@@ -13,6 +13,6 @@ from tests.support.mcp_scenario import kill_after_the_mcp_tool_then_resume
 AGENTS = Path(__file__).with_name("mcp_agents.py")
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("transport", ["http", "http-in-process", "stdio"])
 def test_kill_after_an_mcp_tool_then_resume(tmp_path: Path, transport: str) -> None:
     kill_after_the_mcp_tool_then_resume(tmp_path, AGENTS, transport)

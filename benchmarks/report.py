@@ -215,18 +215,23 @@ Goal: with Tether − alone ≤ 50 ms.
 ## mcp_overhead.py — a journaled MCP call (issue 26)
 
 The official Python SDK's MCP client calls a side-effect tool of a server built with the same SDK
-(tests/support/mcp_ledger.py, Streamable HTTP, its own process) straight and through
-`tether.mcp_url` inside a run (the loopback proxy, `tether.mcp`: each call a new tool step, live,
-recorded before its answer is handed back); beside it an async Tether tool that returns at once,
-awaited directly and through the tool seam (`call_tool`, live, recorded). New arguments every call
-(none replays; the benchmark checks the server ran every call), interleaved blocks, medians. The
-local store fsyncs every record, for both; `--no-fsync` (results `mcp_overhead-no-fsync`) shows what
-is left without the disk. Goal: MCP overhead ≤ 2 ms per call. The MCP call pays what the Tether
-tool pays (the record) plus the proxy's loopback HTTP hop (record_overhead.py: 1.0–1.7 ms). Not met:
-at a quiet moment (load average 0.8, 200 calls per way) +3.33 ms with fsync and +2.68 ms without,
-against +1.25 / +0.99 ms for the Tether tool — the second HTTP exchange through the proxy's own
-thread is the ~1.7 ms left over the goal (at load average 8–12 it cost 4–11 ms). An in-process
-transport for Python MCP clients (the way model calls already avoid the hop) is what would close it.
+(tests/support/mcp_ledger.py, Streamable HTTP, its own process) three ways: straight; through
+`tether.mcp_url` inside a run with `tether.mcp_http_client()` as its HTTP client (in process: served
+in the client's task, what a Python MCP client does); and through the same URL with the SDK's own
+HTTP client (the loopback proxy, what a client in another process goes through). Journaled, each
+call is a new tool step, live, recorded before its answer is handed back. Beside it an async Tether
+tool that returns at once, awaited directly and through the tool seam (`call_tool`, live, recorded).
+New arguments every call (none replays; the benchmark checks the server ran every call),
+interleaved blocks, medians. The local store fsyncs every record; `--no-fsync` (results
+`mcp_overhead-no-fsync`) shows what is left without the disk. Goal: MCP overhead ≤ 2 ms per call
+(in process). Not met in the figures below, measured at the quietest moment of a busy day (load
+average 3.2–3.5 on 2 cores, falling from 12; a direct call took 2.9–3.2 ms, against 1.6 ms at load
+0.8): in process +4.34 ms with fsync and +3.66 ms without, through the proxy +5.34 / +4.64 ms, the
+Tether tool +2.67 / +2.04 ms. In process saves the proxy's hop (~1 ms); what is left is the Tether
+tool's own cost (the record, and since the fence the announcement's thread hop: +1.25 / +0.99 ms
+at load 0.8 before it) plus ~1.6 ms of wire work (the request parsed, the key made canonical, the
+answer's event read and re-sent). To be re-measured at a quiet moment before the goal is judged;
+earlier, through the proxy only, at load 0.8: +3.33 / +2.68 ms.
 
 ## journal_load.py — cold journal load (issue 14)
 

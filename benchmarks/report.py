@@ -224,14 +224,14 @@ tool that returns at once, awaited directly and through the tool seam (`call_too
 New arguments every call (none replays; the benchmark checks the server ran every call),
 interleaved blocks, medians. The local store fsyncs every record; `--no-fsync` (results
 `mcp_overhead-no-fsync`) shows what is left without the disk. Goal: MCP overhead ≤ 2 ms per call
-(in process). Not met in the figures below, measured at the quietest moment of a busy day (load
-average 3.2–3.5 on 2 cores, falling from 12; a direct call took 2.9–3.2 ms, against 1.6 ms at load
-0.8): in process +4.34 ms with fsync and +3.66 ms without, through the proxy +5.34 / +4.64 ms, the
-Tether tool +2.67 / +2.04 ms. In process saves the proxy's hop (~1 ms); what is left is the Tether
-tool's own cost (the record, and since the fence the announcement's thread hop: +1.25 / +0.99 ms
-at load 0.8 before it) plus ~1.6 ms of wire work (the request parsed, the key made canonical, the
-answer's event read and re-sent). To be re-measured at a quiet moment before the goal is judged;
-earlier, through the proxy only, at load 0.8: +3.33 / +2.68 ms.
+(in process). Not met in the figures below, measured on the shared machine at load average 3.6–3.8
+on 2 cores (falling from 12; a direct call took 2.6–2.7 ms, against 1.6 ms at load 0.8): in
+process +3.37 ms with fsync and +2.35 ms without, through the proxy +4.82 / +3.28 ms, the Tether
+tool +1.65 / +1.35 ms. In process saves the proxy's hop (~1–1.5 ms); what is left is the Tether
+tool's own cost (the record; +1.25 / +0.99 ms at load 0.8, before the fence) plus ~1–1.7 ms of
+wire work (the request parsed, the key made canonical, the answer's event read and re-sent). To
+be re-measured at a quiet moment before the goal is judged; earlier, through the proxy only, at
+load 0.8: +3.33 / +2.68 ms.
 
 ## journal_load.py — cold journal load (issue 14)
 

@@ -1,9 +1,11 @@
 """Tether on a real kind cluster (tests/e2e/run.sh): runs in real pods on real kubelets.
 
-Every example of every framework to Succeeded in its own pod (the refund one approved with
-kubectl); GPU placement on the A100 worker, of a run and of a GPU tool's pod of its own (the
-agent's pod staying on a CPU worker); a runner pod deleted mid-run and the retry replaying
-every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
+Every example of every framework to Succeeded in its own pod, in one attempt, each scripted turn
+answered once (the refund one approved with kubectl and run once; a declined one never run); GPU
+placement on the A100 worker by the pool's nodeSelector (an H100 run asks for its own pool), of a
+run and of a GPU tool's pod of its own (the agent's pod staying on a CPU worker); for every
+framework, a runner pod deleted mid-run (gracefully, forced, and during a tool) and the retry
+replaying every finished turn with no upstream call and no finished tool re-run; a tool's Secret readable
 in its tool runner's container only; an MCP server as a Service called once across a pod kill,
 its header in the tool runner only; a standby pod (spec.standby) becoming the next attempt after a
 pod kill, replaying with no upstream call; `helm test` (the weather example against the fake
@@ -18,8 +20,10 @@ import json
 import re
 import subprocess
 import uuid
+from collections import Counter
 
 import pytest
+import yaml
 
 from tests.e2e.cluster import (
     FRAMEWORKS,
@@ -86,21 +90,75 @@ def framework(request):
         yield request.param
 
 
+def script_turns(framework: str, stem: str) -> list[dict]:
+    """The turns the fake provider answers the example with (examples/<framework>/<stem>.script.yaml)."""
+    script = yaml.safe_load((REPO / "examples" / framework / f"{stem}.script.yaml").read_text())
+    [conversation] = script["conversations"]
+    return list(conversation["turns"])
+
+
+def answered_turns() -> Counter[int]:
+    """How many times the fake provider answered each turn in full (a held-back answer whose pod
+    was deleted carries its fault and does not count)."""
+    return Counter(c["turn"] for c in ledger() if c["status"] == 200 and not c.get("fault"))
+
+
+def tool_lines(name: str, tool: str) -> int:
+    """How many times `tool` started in the run's pods, from their logs (example_tools prints a
+    line as each call starts)."""
+    return sum(kubectl("logs", "-n", NS, p["metadata"]["name"], "-c", "runtime", check=False).count(f"[tool] {tool}(") for p in pods(name))
+
+
 @pytest.mark.parametrize("stem", ["weather", "research", "refund"])
 def test_example_succeeds_in_a_pod(framework, stem):
+    """Each example in one attempt (the refund one: the attempt that asked for approval, then the
+    one that carried on after it), every scripted turn answered once, its text the run's output,
+    and the refund approved by the kubectl user and run once."""
     name = unique(f"{stem}-{framework}")
     run, tools = example(framework, stem, name)
+    turns = script_turns(framework, stem)
+    fake_provider("/_control/reset", "POST")
     apply(run, tools)
     try:
         if stem == "refund":
             assert approve_pending(name) == 1  # issue-refund asks once
         final = wait_phase(name, "Succeeded", timeout=600)
-        assert final["steps"]["modelLive"] + final["steps"].get("modelReplayed", 0) >= 2  # steps: the last attempt's
+        assert final["attempts"] == (2 if stem == "refund" else 1), final
+        assert answered_turns() == Counter(range(len(turns))), ledger()
+        assert turns[-1]["text"] in final["result"]["output"], final["result"]
         ran = [p for p in pods(name) if p["status"].get("phase") == "Succeeded"]
         assert ran, "no runner pod succeeded"
         pod = ran[-1]
         assert pod["spec"]["containers"][0]["image"] == image(framework)
         assert pod["spec"]["nodeName"], "the pod never ran on a node"
+        if stem == "refund":
+            me = kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").strip()
+            [decided] = final["approvals"]
+            assert (decided["tool"], decided["decision"], decided["by"]) == ("issue-refund", "approved", me), decided
+            assert tool_lines(name, "issue_refund") == 1
+    finally:
+        delete_run(name)
+
+
+def test_a_declined_refund_never_runs():
+    """A decline reaches the model as the tool's error: the run goes on to its answer, and the
+    refund never ran (the lookup ran once, before the approval was asked for)."""
+    name = unique("decline")
+    run, tools = example("openai", "refund", name)
+    fake_provider("/_control/reset", "POST")
+    apply(run, tools)
+    try:
+        s = wait_phase(name, "AwaitingApproval")
+        [pending] = s["approvals"]
+        approve(name, pending["id"], decision="decline")
+        final = wait_phase(name, "Succeeded", timeout=300)
+        [decided] = final["approvals"]
+        assert (decided["tool"], decided["decision"]) == ("issue-refund", "declined"), decided
+        assert tool_lines(name, "issue_refund") == 0
+        # The lookup ran before the approval was asked for; the attempt after the decision replayed it.
+        assert final["steps"].get("toolReplayed", 0) >= 1, final["steps"]
+        last = kubectl("logs", "-n", NS, pods(name)[-1]["metadata"]["name"], "-c", "runtime", check=False)
+        assert "[tool] lookup_order(" not in last, last
     finally:
         delete_run(name)
 
@@ -114,10 +172,31 @@ def test_gpu_run_lands_on_the_a100_worker():
         pod = pods(name)[-1]
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "1"
+        assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}  # the A100 pool's, not H100's
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
         node = json.loads(kubectl("get", "node", pod["spec"]["nodeName"], "-o", "json"))
         assert node["metadata"]["labels"].get("cloud.google.com/gke-accelerator") == "nvidia-tesla-a100"
         assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    finally:
+        delete_run(name)
+
+
+def test_an_h100_run_asks_for_the_h100_pool_and_waits_for_it():
+    """The test pools map H100 to a label no node has: the pod carries that pool's selector and
+    stays Pending (unschedulable), so a run mapped to the A100 pool instead would be caught."""
+    name = unique("h100")
+    run, tools = example("openai", "weather", name, resources={"cpu": "100m", "memory": "512Mi", "gpu": {"type": "H100", "count": 1}})
+    apply(run, tools)
+    try:
+        pod = poll("the run's pod", lambda: (p := pods(name)) and p[-1], 120)
+        assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}, pod["spec"].get("nodeSelector")
+        unschedulable = poll(
+            "the pod found unschedulable",
+            lambda: [c for c in (pods(name)[-1]["status"].get("conditions") or []) if c.get("reason") == "Unschedulable"],
+            120,
+        )
+        assert unschedulable and not pods(name)[-1]["spec"].get("nodeName")
+        assert status(name).get("phase") in ("Pending", "Running"), status(name)
     finally:
         delete_run(name)
 
@@ -184,9 +263,14 @@ def test_a_gpu_tool_lands_on_the_a100_worker_while_the_agent_stays_on_cpu():
         replace_tools(original)  # as the example has it
 
 
-def test_pod_deleted_mid_run_replays_with_no_upstream_call():
-    name = unique("kill")
-    run, tools = example("openai", "research", name)
+@pytest.mark.parametrize("grace", ["graceful", "forced"])
+def test_pod_deleted_mid_run_replays_with_no_upstream_call(framework, grace):
+    """A runner pod deleted while turn 2's answer is held back (after the first tool finished),
+    gracefully or forced (grace period 0): the next attempt replays every finished turn and tool,
+    each scripted turn is answered once across both attempts, and no finished tool runs again."""
+    name = unique(f"kill-{framework}")
+    run, tools = example(framework, "research", name)
+    turns = script_turns(framework, "research")
     fake_provider("/_control/reset", "POST")
     # Turn 2's answer is held back a minute: the pod is deleted while it waits (without this the run
     # could finish before the deletion lands), so the kill always falls mid-run.
@@ -196,19 +280,44 @@ def test_pod_deleted_mid_run_replays_with_no_upstream_call():
         # After the first tool finished (turn 2 asked for): a turn and a tool are journaled.
         before = poll("a finished tool", lambda: (s := status(name).get("steps") or {}).get("toolLive", 0) >= 1 and s, 300)
         first = pods(name)[0]["metadata"]["name"]
-        kubectl("delete", "pod", first, "-n", NS, "--wait=false")
+        kubectl("delete", "pod", first, "-n", NS, "--wait=false", *(["--grace-period=0", "--force"] if grace == "forced" else []))
         final = wait_phase(name, "Succeeded", timeout=300)
         assert final["attempts"] >= 2
-        calls = [c for c in ledger() if c["status"] == 200 and not c.get("fault")]
-        # research has 3 turns: each was answered exactly once across both attempts (the held-back
-        # call of the deleted pod, if the provider finished it, is marked with its fault).
-        assert len(calls) == 3, calls
+        assert answered_turns() == Counter(range(len(turns))), ledger()
         assert final["steps"]["modelReplayed"] >= before["modelLive"]
         assert final["steps"]["toolReplayed"] >= before["toolLive"]
-        # The second attempt's pod ran only the tools that never finished before the kill.
-        second = pods(name)[-1]["metadata"]["name"]
-        log = kubectl("logs", "-n", NS, second)
-        assert log.count("[tool] search(") == 0, log
+        # The later attempts' pods ran only the tools that never finished before the kill.
+        later = "".join(kubectl("logs", "-n", NS, p["metadata"]["name"], "-c", "runtime", check=False) for p in pods(name)[1:])
+        assert later.count("[tool] search(") == 0, later
+        assert tool_lines(name, "read_source") == 1
+    finally:
+        delete_run(name)
+
+
+def test_pod_killed_during_a_tool_runs_it_at_most_once_more(framework):
+    """A runner pod force-deleted while its first tool runs (search sleeps 1.5 s; killed as soon as
+    its start is in the log; the deleted pod's log goes with it): the unfinished call may run once
+    more (the documented window), the finished turn is replayed, and every other step happens once."""
+    name = unique(f"killtool-{framework}")
+    run, tools = example(framework, "research", name)
+    turns = script_turns(framework, "research")
+    fake_provider("/_control/reset", "POST")
+    apply(run, tools)
+    try:
+        first = poll("the first pod", lambda: (p := pods(name)) and p[0]["metadata"]["name"], 300)
+        poll(
+            "search started",
+            lambda: "[tool] search(" in kubectl("logs", "-n", NS, first, "-c", "runtime", check=False),
+            300,
+            every=0.2,
+        )
+        kubectl("delete", "pod", first, "-n", NS, "--wait=false", "--grace-period=0", "--force")
+        final = wait_phase(name, "Succeeded", timeout=300)
+        assert final["attempts"] >= 2
+        assert answered_turns() == Counter(range(len(turns))), ledger()
+        assert final["steps"]["modelReplayed"] >= 1  # turn 1 was journaled before its tool started
+        assert tool_lines(name, "search") <= 1  # the later pods: the unfinished call once more, or not at all
+        assert tool_lines(name, "read_source") == 1
     finally:
         delete_run(name)
 

@@ -205,15 +205,16 @@ def test_a_namespace_reaches_only_its_own_prefix(iam_server, monkeypatch: pytest
 
 
 def test_a_journal_write_denied_is_terminal(iam_server, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Credentials that cannot write the journal (revoked, or a policy too narrow): the model turn
-    that could not be recorded ends the attempt as terminal, not recoverable (the next attempt
-    would only call the model live again and be denied again)."""
+    """Credentials that cannot write the journal (revoked, or a policy too narrow): the attempt's
+    first journal write (its claim on the run, before any model call) is denied, which ends the
+    attempt as terminal, not recoverable (the next attempt would be denied again), and no model
+    turn is paid for a run that could not record it."""
     endpoint, creds = iam_server
     become(monkeypatch, creds["read-only"])
     with FakeProvider(SCRIPT, seed=3) as fake:
         with pytest.raises(Exception) as failed:
             asyncio.run(_refund(store_url(endpoint, "read-only"), fake.url, "r-run", "r-customer", "read-only"))
-        assert len(fake.ledger) == 1  # the one turn that could not be recorded
+        assert len(fake.ledger) == 0  # denied before the first model call
     chain, link = [], failed.value
     while link is not None:
         chain.append(link)

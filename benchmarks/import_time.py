@@ -31,6 +31,7 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -101,7 +102,8 @@ def probe(venv: Path, statement: str, adapter_module: str = "") -> dict:
         text=True,
         check=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    sample: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return sample
 
 
 def measure(framework: str, work: Path, repeat: int) -> dict:
@@ -121,10 +123,11 @@ def measure(framework: str, work: Path, repeat: int) -> dict:
             samples[side].append(probe(venv, statement, module))
 
     def median(side: str, key: str) -> float:
-        return round(statistics.median(s[key] for s in samples[side]), 1)
+        values: list[float] = [s[key] for s in samples[side]]
+        return round(statistics.median(values), 1)
 
     extra = sorted(set(samples["tether"][-1]["modules"]) - set(samples["alone"][-1]["modules"]))
-    figures = {
+    figures: dict[str, Any] = {
         "statement": statement,
         "alone": {
             "wall_ms": median("alone", "wall_ms"),

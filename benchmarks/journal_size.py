@@ -88,6 +88,19 @@ def tether_langgraph(upstream: str, work: Path, turns: int) -> int:
 
 
 def sqlite_saver(upstream: str, work: Path, turns: int) -> int:
+    db = work / f"sqlite-saver-{turns}.db"
+    conn = sqlite3.connect(db, check_same_thread=False)
+    conn.execute("PRAGMA synchronous=OFF")
+    react_graph_run(upstream, conn, turns)
+    conn.close()
+    return file_bytes(db)
+
+
+def react_graph_run(upstream: str, saver_db: sqlite3.Connection | None, turns: int) -> None:
+    """LangGraph's ReAct graph (model node, ToolNode) run to its answer: checkpointed by
+    ``SqliteSaver`` on ``saver_db``, or with no checkpointer at all."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -100,20 +113,16 @@ def sqlite_saver(upstream: str, work: Path, turns: int) -> int:
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
 
-    db = work / f"sqlite-saver-{turns}.db"
-    conn = sqlite3.connect(db, check_same_thread=False)
-    conn.execute("PRAGMA synchronous=OFF")
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
     builder.add_node("tools", ToolNode(tools))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=SqliteSaver(conn))
-    out = graph.invoke({"messages": [("user", QUESTION)]}, {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * turns + 5})
+    graph = builder.compile(checkpointer=SqliteSaver(saver_db) if saver_db is not None else None)
+    config: RunnableConfig = {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * turns + 5}
+    out = graph.invoke({"messages": [HumanMessage(QUESTION)]}, config)
     assert out["messages"][-1].content == "Done.", out["messages"][-1]
-    conn.close()
-    return file_bytes(db)
 
 
 PYDANTIC_CHILD = """

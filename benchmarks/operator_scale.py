@@ -53,7 +53,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -292,7 +292,10 @@ def main() -> int:
             if delay > 0:
                 time.sleep(delay)
             applied[names[i]] = time.perf_counter()
-            made = custom.create_namespaced_custom_object("tether.dev", "v1alpha1", NS, "agentruns", manifest(names[i]))
+            # cast: the client is typed in one environment (object) and untyped in another (Any).
+            made = cast(
+                dict[str, Any], custom.create_namespaced_custom_object("tether.dev", "v1alpha1", NS, "agentruns", manifest(names[i]))
+            )
             with lock:
                 uids.setdefault(names[i], made["metadata"]["uid"])
                 by_execution[execution_name(uids[names[i]])] = names[i]

@@ -43,43 +43,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.journal_size import script  # noqa: E402
+from benchmarks.journal_size import QUESTION, lookup, react_graph_run, script  # noqa: E402
 from benchmarks.results import save  # noqa: E402
-
-QUESTION = "Look up every topic, one at a time."
-
-
-def lookup(topic: str) -> str:
-    """Look a topic up in the knowledge base."""
-    return f"{topic}: well documented"
 
 
 def langgraph_run(upstream: str, db: Path | None, turns: int) -> None:
-    from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    tools = [tool(lookup)]
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=upstream + "/v1", api_key="sk-bench", max_retries=0).bind_tools(tools)
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode(tools))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    checkpointer = None
-    if db is not None:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        checkpointer = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
-    graph = builder.compile(checkpointer=checkpointer)
-    out = graph.invoke({"messages": [("user", QUESTION)]}, {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * turns + 5})
-    assert out["messages"][-1].content == "Done.", out["messages"][-1]
+    saver_db = sqlite3.connect(db, check_same_thread=False) if db is not None else None
+    react_graph_run(upstream, saver_db, turns)
 
 
 def tether_run(upstream: str, store: Path, turns: int, durable: bool = True) -> None:

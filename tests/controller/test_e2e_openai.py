@@ -306,6 +306,10 @@ def test_unreadable_progress_is_a_condition_and_an_event(kube: ControlPlane, fak
     uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
     # Suspended: no runtime rewrites progress now. Make it a document the operator cannot read.
     run_store(agent_operator).put(f"runs/{uid}/progress.json", b'{"steps": {"modelLive": "many"}}')
+    # Nothing runs, so the operator does not read progress again until the run moves (runs.follow);
+    # a restarted operator reads it when it adopts the run.
+    agent_operator.stop()
+    agent_operator.start()
     obj = wait_for(
         lambda: condition(o := get(kube, "agentrun", NS, name), "ProgressReadable").get("status") == "False" and o, what="condition"
     )

@@ -268,7 +268,9 @@ def test_network_policy_template(helm: Path) -> None:
     spec = docs[0]["spec"]
     assert spec["podSelector"] == {"matchExpressions": [{"key": "tether.dev/execution", "operator": "Exists"}]}
     assert spec["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in spec
-    tool_pods, dns, store, gateway, provider = spec["egress"]
+    assert docs[0]["metadata"]["namespace"] == "team-a"  # helm test's namespace: its fake provider is reached too
+    tool_pods, dns, store, gateway, provider, helm_test = spec["egress"]
+    assert helm_test["ports"] == [{"protocol": "TCP", "port": 8080}]  # the rule itself: test_chart_package
     tool_pod = {"matchExpressions": [{"key": "tether.dev/tool-pod", "operator": "Exists"}]}
     assert tool_pods == {"to": [{"podSelector": tool_pod}], "ports": [{"protocol": "TCP", "port": 7070}]}
     # A GPU tool's pod of its own receives on its runner's port from the namespace's runner pods only.

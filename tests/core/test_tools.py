@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -317,17 +318,21 @@ async def test_a_retry_replays_the_parallel_call_that_finished_whatever_the_orde
     identical calls are interchangeable, so the order they finish in changes nothing."""
     started: list[int] = []
     release_first = asyncio.Event()
+    hangs: list[asyncio.Task[Any]] = []
 
     async def work(q: str) -> str:
         started.append(len(started) + 1)
-        if len(started) == 1 and not release_first.is_set():
-            await asyncio.Event().wait()  # the first call hangs until cancelled
+        # The call that arrived first hangs until cancelled, whichever reaches the tool first (the
+        # journal's round trips run in threads, so the two may swap places on the way).
+        if asyncio.current_task() in hangs and not release_first.is_set():
+            await asyncio.Event().wait()
         return f"done {q}"
 
     spec = ToolSpec("work", work)
     run = Run("order", tmp_path)
     first = asyncio.ensure_future(call_tool(spec, {"q": "x"}, run=run))
     second = asyncio.ensure_future(call_tool(spec, {"q": "x"}, run=run))
+    hangs.append(first)
     assert await second == "done x"
     first.cancel()  # the attempt dies with the first call unfinished
     with pytest.raises(asyncio.CancelledError):

@@ -17,7 +17,8 @@ Tether tool: the same for an async tool that returns at once, called through the
 (``tether.tools.call_tool``, live and recorded) vs awaited directly.
 
 Both recorded ways write one record per call to the local store, which fsyncs it (a record must
-survive a node crash); ``--no-fsync`` shows what that costs. Goal: ``overhead_ms`` ≤ 2 for MCP (in process). The
+survive a node crash): the run's journal tail, its one copy in every run (``run_agent`` runs
+``Run(overlap_writes=True)``); ``--no-fsync`` shows what that costs. Goal: ``overhead_ms`` ≤ 2 for MCP (in process). The
 last line is one JSON object.
 """
 
@@ -132,7 +133,7 @@ async def main() -> int:
         store = LocalStore(Path(tmp) / "store", fsync=not args.no_fsync)
         ledger = Path(tmp) / "ledger.jsonl"
         with http_server(ledger) as server:
-            run = Run("mcp-bench", store)
+            run = Run("mcp-bench", store, overlap_writes=True)  # as every run_agent run (tether.agent.runner): the tail is the one copy
             mcp.serve(run)
             try:
                 figures_mcp, figures_proxy = await measure_mcp(server.url, run, args.calls, args.block)

@@ -38,10 +38,18 @@ def tool_records(store: str, scope: str) -> list[Record]:
 
 
 async def attempt(
-    store: str, scope: str, connect: Connect, calls: list[tuple[str, dict]], *, reads: int = 0, meta: dict | None = None
+    store: str,
+    scope: str,
+    connect: Connect,
+    calls: list[tuple[str, dict]],
+    *,
+    reads: int = 0,
+    meta: dict | None = None,
+    counted: list[tuple[int, int]] | None = None,
 ) -> list:
     """One attempt: a Run of ``scope``, a new MCP session, ``reads`` tools/list first (so the
-    calls' JSON-RPC ids differ from the last attempt's), then the calls in order."""
+    calls' JSON-RPC ids differ from the last attempt's), then the calls in order. ``counted``
+    gets the attempt's (live, replayed) tool calls, as its status and cost report count them."""
     run = Run(scope, store)
     mcp.serve(run)
     try:
@@ -52,6 +60,8 @@ async def attempt(
                 return [await client.call_tool(name, args, meta=meta) for name, args in calls]
     finally:
         await run.aclose()
+        if counted is not None:
+            counted.append((run.counters.tool_live, run.counters.tool_replayed))
 
 
 def text(result: Any) -> str:
@@ -88,9 +98,11 @@ async def test_http_tools_call_runs_once_and_its_answers_replay(tmp_path: Path, 
         def connect() -> Any:
             return through(server.url, in_process)
 
-        first = await attempt(store, "s", connect, CALLS)
-        second = await attempt(store, "s", connect, CALLS, reads=2, meta={"progressToken": "another"})
+        counted: list[tuple[int, int]] = []
+        first = await attempt(store, "s", connect, CALLS, counted=counted)
+        second = await attempt(store, "s", connect, CALLS, reads=2, meta={"progressToken": "another"}, counted=counted)
     check_replayed(first, second, ledger, store)
+    assert counted == [(2, 0), (0, 2)]  # counted like Tether tools: live, then replayed
 
 
 async def test_stdio_server_through_the_relay_runs_once_and_its_answers_replay(tmp_path: Path) -> None:
@@ -102,9 +114,11 @@ async def test_stdio_server_through_the_relay_runs_once_and_its_answers_replay(t
     def connect() -> StdioServerParameters:
         return StdioServerParameters(**params)
 
-    first = await attempt(store, "s", connect, CALLS)
-    second = await attempt(store, "s", connect, CALLS, reads=2)
+    counted: list[tuple[int, int]] = []
+    first = await attempt(store, "s", connect, CALLS, counted=counted)
+    second = await attempt(store, "s", connect, CALLS, reads=2, counted=counted)
     check_replayed(first, second, ledger, store)
+    assert counted == [(2, 0), (0, 2)]
 
 
 async def test_a_broken_connection_is_not_recorded_and_the_retry_carries_the_same_idempotency_key(tmp_path: Path) -> None:

@@ -391,3 +391,26 @@ async def test_progress_catches_up_with_a_step_inside_its_interval(tmp_path):
     progress = read_progress(run.store, "lag")
     assert progress is not None and progress["steps"]["toolLive"] == 2, progress
     writer.close()
+
+
+async def test_a_step_reported_after_progress_closed_changes_nothing_and_raises_nowhere(tmp_path):
+    """A late step (a thread still finishing after the attempt ended) once started a timer whose
+    publish hit the closed writer: "cannot schedule new futures after shutdown" in a thread."""
+    from tether.progress import ProgressWriter, read_progress
+
+    run = Run("late", tmp_path)
+    writer = ProgressWriter(run, interval=0.2)
+    spec = ToolSpec("echo", lambda text: text)
+    await call_tool(spec, {"text": "one"}, run=run)
+    writer.publish("Succeeded")
+    writer.close()
+    failed: list[BaseException] = []
+    previous, threading.excepthook = threading.excepthook, lambda args: failed.append(args.exc_value)
+    try:
+        await call_tool(spec, {"text": "two"}, run=run)  # inside the interval: would start a timer
+        await asyncio.sleep(0.5)
+    finally:
+        threading.excepthook = previous
+    assert failed == []
+    progress = read_progress(run.store, "late")
+    assert progress is not None and progress["phase"] == "Succeeded" and progress["steps"]["toolLive"] == 1, progress

@@ -9,6 +9,7 @@ Secrets never reach it: it holds counters, usage, approvals and the (truncated) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -183,11 +184,14 @@ class ProgressWriter:
         #: step, which may never come: a process killed then would show one step less for good).
         self._later: threading.Timer | None = None
         self._lock = threading.Lock()
+        self._closed = False
         run.listeners.append(self.on_step)
         _WRITERS.add(self)
 
     def on_step(self, event: StepEvent) -> None:
         with self._lock:
+            if self._closed:
+                return  # a step reported after the attempt's end (a late thread): its final snapshot stands
             wait = self.interval - (time.monotonic() - self._last)
             if wait > 0:
                 if self._later is None:
@@ -198,11 +202,12 @@ class ProgressWriter:
             self._last = time.monotonic()
         # Taken now, where the run's counters live; a "Running" snapshot reads no store.
         document = snapshot(self.run, "Running")
-        self._writer.submit(self._put, lambda: document)
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: the final snapshot says more
+            self._writer.submit(self._put, lambda: document)
 
     def _catch_up(self) -> None:
         with self._lock:  # held while submitting: close() shuts the writer down under it
-            if self._later is None:
+            if self._later is None or self._closed:
                 return  # the run ended meanwhile: its final snapshot says more
             self._later = None
             self._last = time.monotonic()
@@ -271,6 +276,7 @@ class ProgressWriter:
     def close(self) -> None:
         """Let queued writes finish in the background and end the writer thread."""
         with self._lock:
+            self._closed = True
             if self._later is not None:
                 self._later.cancel()
                 self._later = None

@@ -38,6 +38,8 @@ import yaml
 from tests.support.kube import ADMIN_USER, ControlPlane
 from tests.support.prometheus import Prometheus
 from tether.contract import approvals_prefix
+from tether.journal import read_records
+from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
@@ -165,12 +167,13 @@ def driven(kube: ControlPlane, fake: FakeProvider, metrics_operator: Operator, p
     apply_example(kube, fake, "research", "research")
     apply_example(kube, fake, "refund", "refund")
 
-    # research: killed once its second turn is in status (read by the operator), while its
-    # read-source tool runs (1.5 s)
-    wait_for(
-        lambda: (status_of(kube, "research").get("steps") or {}).get("modelLive", 0) >= 2, timeout=120, what="research's 2nd turn read"
-    )
-    folder = metrics_operator.workdir / "executions" / execution_name(get(kube, "agentrun", NS, "research")["metadata"]["uid"])
+    # research: killed once its second turn is in its journal, while its read-source tool runs
+    # (1.5 s; status may lag that long under load: the operator reads the killed attempt's last
+    # progress when it sees the process end)
+    uid = wait_for(lambda: get(kube, "agentrun", NS, "research")["metadata"].get("uid"), what="research created")
+    store = open_store(f"{metrics_operator.store_url}/{NS}")
+    wait_for(lambda: sum(r.kind == "model" for r in read_records(store, uid)) >= 2, timeout=120, interval=0.05, what="research's 2nd turn")
+    folder = metrics_operator.workdir / "executions" / execution_name(uid)
     os.killpg(int((folder / "pid").read_text()), signal.SIGKILL)
 
     # refund: approved by a person, with `tether approve` (an AgentApproval)

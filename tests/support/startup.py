@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,26 @@ def probe(package: str, store: str, upstream: str) -> dict[str, object]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    # What the framework loads on its own is not Tether's doing (LangChain imports yaml itself).
+    theirs = set(framework_loads(package))
+    for key in ("after_import", "after_run"):
+        listed = figures[key]
+        assert isinstance(listed, list)
+        figures[key] = [name for name in listed if name not in theirs]
     return figures
+
+
+def framework_loads(package: str) -> list[str]:
+    """The :data:`HEAVY` modules a fresh interpreter loads for the framework of ``package`` alone
+    (its ``tool.tether.framework-modules``); none for the runtime itself."""
+    project = REPO / "adapters" / package.removeprefix("tether_").replace("_", "-") / "pyproject.toml"
+    if not project.exists():
+        return []
+    modules = tomllib.loads(project.read_text())["tool"]["tether"]["framework-modules"]
+    code = f"import json, sys; import {', '.join(modules)}; print(json.dumps([n for n in {HEAVY!r} if n in sys.modules]))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 #: The agent both runs answer: one tool call, then an answer quoting it.

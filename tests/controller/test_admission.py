@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.kube import ControlPlane
 from tether import api
-from tether_operator.checks import check_base_url, url_allowed
+from tether_operator.checks import check_base_url, check_mcp_url, url_allowed
 
 from .conftest import SERVED, Operator, Release, condition, get, wait_for
 from .test_crd_validation import RUN, TOOL, apply, dry_run, edit
@@ -228,6 +228,30 @@ def test_operator_refuses_metadata_and_loopback_endpoints(kube: ControlPlane, te
         kube.kubectl("apply", "-n", NS, "-f", "-", input=run_doc(name, url))
         message = refused(kube, NS, name)["message"]
         assert message.startswith(f"spec.model.baseURL {url!r}: ") and why in message, message
+
+
+@pytest.mark.kube
+def test_an_mcp_server_at_a_metadata_or_loopback_address_is_refused(
+    kube: ControlPlane, tether_release: Release, open_operator: Operator
+) -> None:
+    """An AgentTool's remote MCP server gets the tool's calls and its Secret headers: like a
+    provider's base URL, never a metadata or loopback address (a name resolving to one included)."""
+    for name, url, why in (
+        ("mcp-imds", "http://169.254.169.254/mcp", "169.254.169.254 is a cloud metadata address"),
+        ("mcp-loopback", "http://127.1:9/mcp", "127.1 resolves to 127.0.0.1, is a loopback address"),
+    ):
+        tool = {"apiVersion": "tether.dev/v1alpha1", "kind": "AgentTool", "metadata": {"name": name},
+                "spec": {"description": "a remote MCP server", "mcp": {"url": url, "tools": ["echo"]}}}  # fmt: skip
+        kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(tool))
+        kube.kubectl("wait", "-n", NS, "--for=condition=Stalled", "--timeout=30s", f"agenttool/{name}")
+        stalled = condition(get(kube, "agenttool", NS, name), "Stalled")
+        assert stalled["reason"] == "BaseURLNotAllowed" and why in stalled["message"], stalled
+        kube.kubectl("apply", "-n", NS, "-f", "-", input=run_doc(f"{name}-run", "https://203.0.113.7/v1", tools=[name]))
+        message = refused(kube, NS, f"{name}-run")["message"]
+        assert f"spec.mcp.url {url!r} of AgentTool {name}: " in message and why in message, message
+    assert asyncio.run(check_mcp_url("https://no-such-host.invalid/mcp", (), "t")) == []  # may be a Service created later
+    assert asyncio.run(check_mcp_url("http://127.0.0.1:8080/mcp", ("http://127.0.0.1",), "t")) == []  # the admin's trusted entry
+    assert asyncio.run(check_mcp_url("https://mcp.example.com/mcp", ("http://127.0.0.1",), "t")) == []  # the list is not a limit here
 
 
 @pytest.mark.kube

@@ -184,6 +184,24 @@ async def check_base_url(url: str | None, allowed: tuple[str, ...]) -> list[Prob
                 terminal=True,
             )
         ]
+    return await _forbidden_endpoint(url, field_, unresolved_waits=True)
+
+
+async def check_mcp_url(url: str | None, allowed: tuple[str, ...], tool: str) -> list[Problem]:
+    """The remote MCP server an AgentTool's calls (and its Secret headers) go to (spec.mcp.url):
+    refused, like a provider's base URL, if it is or resolves to a loopback, link-local,
+    unspecified or cloud metadata address, unless under an entry of providers.allowedBaseURLs (the
+    admin's trusted endpoints: a dev install's loopback server). Unlike a provider, the list does
+    not limit MCP servers to its entries, and a name that does not resolve yet passes (the server
+    may be a Service created later; the call then fails at the wire, its transport error not the
+    tool's answer)."""
+    if url is None or (allowed and url_allowed(url, allowed)):
+        return []
+    return await _forbidden_endpoint(url, f"spec.mcp.url {url!r} of AgentTool {tool}", unresolved_waits=False)
+
+
+async def _forbidden_endpoint(url: str, field_: str, *, unresolved_waits: bool) -> list[Problem]:
+    """A refusal if ``url``'s host is, or resolves to, an address no run may send a credential to."""
     host = (urlsplit(url).hostname or "").rstrip(".").lower()
     named = "a cloud metadata name" if host in METADATA_HOSTS else None
     if host == "localhost" or host.endswith(".localhost"):  # RFC 6761: always loopback
@@ -193,7 +211,7 @@ async def check_base_url(url: str | None, allowed: tuple[str, ...]) -> list[Prob
     try:
         addresses = await _addresses(host)
     except OSError as exc:  # DNS may answer later (a Service being created): wait, as for a Secret
-        return [Problem(Reason.BASE_URL_UNRESOLVED, f"{field_}: cannot resolve {host}: {exc}")]
+        return [Problem(Reason.BASE_URL_UNRESOLVED, f"{field_}: cannot resolve {host}: {exc}")] if unresolved_waits else []
     for address in addresses:
         why = _forbidden(address)
         if why:
@@ -369,6 +387,7 @@ async def check_tool(
     out.problems += check_approval(spec, f"AgentTool {name}", settings.allow_auto_approve)
     out.problems += check_implementation(name, spec, settings.tool_modules)
     out.problems += check_image(spec.image, settings.images_allowed, f"spec.image of AgentTool {name}")
+    out.problems += await check_mcp_url(spec.mcp.url if spec.mcp else None, settings.allowed_base_urls, name)
     env: dict[str, str] = {}
     refs = [(item.name, item.secret_key_ref, f"env {item.name}") for item in spec.env or []]
     refs += [(h.name, h.secret_key_ref, f"spec.mcp.headers {h.name}") for h in (spec.mcp.headers if spec.mcp else None) or []]

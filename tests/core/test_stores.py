@@ -132,3 +132,30 @@ def test_a_writer_killed_mid_write_leaves_no_temp_file_behind(tmp_path):
     retry.journal.append(Record("tool", key[1], key[2], "ok", {"tool": "t"}, body=b"1"))  # ... and records a step
     assert [p for p in left if p.exists()] == [], "a dead writer's temp file was left behind"
     assert (store / "journal" / "killed" / "attempts" / f".tmp-{os.getppid()}-fedcba9876543210").exists()
+
+
+def test_a_durable_local_write_syncs_the_file_then_its_name(tmp_path, monkeypatch):
+    """A node crash must not undo a write that returned: the file's data is synced before it is
+    renamed (or linked) into place, and the folder holding its new name after. Without the second
+    sync ext4 commits the rename only with its next journal commit, seconds later, and a step
+    already handed on could revert to the tail before it. New folders' names are synced too."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = LocalStore(tmp_path / "s")
+    root = str(store.root)
+    store.put("runs/r/journal/tail", b"one")
+    assert [os.path.basename(p).startswith(".tmp-") for p in synced[-2:]] == [True, False]
+    assert synced[-1] == f"{root}/runs/r/journal"
+    assert {f"{root}/runs", f"{root}/runs/r"} <= set(synced)  # the folders made for it
+    synced.clear()
+    assert store.create("runs/r/journal/once", b"x") and store.write_if("runs/r/journal/tail", b"two", None) is None
+    assert synced[-1] == f"{root}/runs/r/journal"
+    synced.clear()
+    LocalStore(tmp_path / "s", fsync=False).put("runs/r/journal/beat", b"1")
+    assert synced == []  # unsynced (the fence's announcements): nothing

@@ -74,6 +74,9 @@ TOOL_STEP = re.compile(r"step\s+\d+\s+live\s+tool\s+([\w-]+)")
 #: status.attempts moves on when the executor starts an attempt; the new attempt's progress (its
 #: counters from 0) may be read a status interval or two later.
 ATTEMPT_SETTLE_S = 10.0
+#: Small requests, so that the runs fit on the one CPU worker at once (the default, 250m, fits ~6):
+#: what is measured is what chaos does, not the scheduler's queue.
+RESOURCES = {"cpu": "50m", "memory": "512Mi"}
 OPERATOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
 
 
@@ -269,7 +272,7 @@ class Observer:
 
 # -- the cluster
 def manifest(framework: str, name: str, scenario: str, **spec: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    run, tools = example(framework, "research", name, **spec)
+    run, tools = example(framework, "research", name, **{"resources": RESOURCES, **spec})
     run["metadata"]["labels"] = {LABEL: scenario}
     return run, tools
 
@@ -486,8 +489,10 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
                 break
             pod, attempt = found
             time.sleep(random.uniform(0, args.kill_window))
-            if obs.phase(name) in ("Succeeded", "Failed") or not budget.take():
-                break
+            with obs.lock:
+                still = obs.pods[pod]["live"] and not obs.pods[pod]["deleting"] and obs.pods[pod]["phase"] == "Running"
+            if obs.phase(name) in ("Succeeded", "Failed") or not still or not budget.take():
+                break  # the run (or this attempt) ended first: no deletion to count
             with lock:
                 forced = sum(len(k) for k in kills.values()) % 2 == 0  # alternately forced and graceful
             gone = kubectl(
@@ -501,16 +506,16 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
         obs.wait_terminal([name], args.timeout)
 
     images = contextlib.ExitStack()
-    started = time.time()
     with images:
         for fw in args.frameworks:
             log(f"(b) loading {fw}'s image")
             images.enter_context(framework_image(fw))
         fake_provider("/_control/reset", "POST")
+        started = time.time()
         with Observer(follow_logs=True) as obs, ThreadPoolExecutor(args.concurrency) as pool:
             futures: list[Any] = []
             i = 0
-            while budget.left > 0 and time.time() - started < args.timeout * 3:
+            while budget.left > 0 and time.time() - started < args.timeout * 1.5:
                 active = sum(1 for f in futures if not f.done())
                 if active < args.concurrency and i < args.deletions * 2:
                     futures.append(pool.submit(one, i, args.frameworks[i % len(args.frameworks)]))
@@ -534,13 +539,13 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
             plain, deleting, overlaps = obs.overlap_figures()
             phases = {n: obs.phase(n) for n in names}
             regressions = list(obs.regressions)
+        cleanup("b")  # before the images go: each is removed once no container uses it
     took = time.time() - started
     deletions = sum(len(k) for k in kills.values())
     turns = sum(len(script_turns(frameworks[n])) for n in names)
     succeeded = sum(1 for p in phases.values() if p == "Succeeded")
     by_framework = {fw: {"runs": sum(1 for n in names if frameworks[n] == fw), "deletions": sum(len(kills[n]) for n in names if frameworks[n] == fw)}
                     for fw in args.frameworks}  # fmt: skip
-    cleanup("b")
     return {
         "runs": len(names),
         "deletions": deletions,
@@ -615,7 +620,9 @@ def scenario_d(args: argparse.Namespace) -> dict[str, Any]:
         log("(d) store reachable again")
         phases = obs.wait_terminal(names, args.timeout)
         during = [c for c in obs.conditions if blocked <= c[0] <= unblocked + 2]
-        said = [c for c in during if re.search(r"store|s3|progress", f"{c[2]} {c[4]} {c[5]}", re.I)]
+        said = [
+            c for c in during if c[2:4] != ("ProgressReadable", "True") and re.search(r"store|s3|progress", f"{c[2]} {c[4]} {c[5]}", re.I)
+        ]
         result = outcome(obs, names, phases)
         calls, regressions = live_calls(), list(obs.regressions)
     turns = len(script_turns("openai")) * len(names)
@@ -726,12 +733,16 @@ def scenario_c(args: argparse.Namespace) -> dict[str, Any]:
         stopped = time.time()
         log(f"(c) node {a100} stopped")
         try:
-            phases = obs.wait_terminal(names, args.timeout)
+            phases = obs.wait_terminal(names, min(args.timeout, 300))
             ended = time.time() - stopped
+            ended_while_stopped = all(p in ("Succeeded", "Failed") for p in phases.values())
         finally:
             subprocess.run(["docker", "start", a100], check=True, capture_output=True, timeout=120)
             log(f"(c) node {a100} started again; run.sh up sets its network again")
             subprocess.run([str(REPO / "tests/e2e/run.sh"), "up"], capture_output=True, timeout=600)
+        if not ended_while_stopped:  # what happens once the node is back
+            phases = obs.wait_terminal(names, 300)
+            ended = time.time() - stopped
         result = outcome(obs, names, phases)
         last_nodes = {n: (obs.run_pods(n) or [("", {"node": None})])[-1][1]["node"] for n in names}
         plain, deleting, overlaps = obs.overlap_figures()
@@ -743,12 +754,13 @@ def scenario_c(args: argparse.Namespace) -> dict[str, Any]:
         "first_attempt_on_stopped_node": len(on_stopped),
         "last_attempt_on_other_node": sum(1 for n in on_stopped if last_nodes[n] == cpu),
         "stop_to_all_ended_s": round(ended, 1),
+        "ended_while_the_node_was_stopped": ended_while_stopped,
         "evict_after_s": args.evict_after,
         "two_live_pods": plain + deleting,
         **verdict({
             "runs_were_on_the_stopped_node": len(on_stopped) == len(names),
             "every_run_succeeded": result["succeeded"] == len(names),
-            "resumed_on_the_other_node": all(last_nodes[n] == cpu for n in on_stopped),
+            "resumed_on_the_other_node": ended_while_stopped and all(last_nodes[n] == cpu for n in on_stopped),
         }),
     }  # fmt: skip
 
@@ -777,7 +789,7 @@ def main() -> int:
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int(time.time())
     random.seed(seed)
-    figures: dict[str, Any] = {"benchmark": "chaos_kind", "seed": seed, "scenarios": args.scenarios}
+    figures: dict[str, Any] = {"benchmark": "chaos_kind", "seed": seed, "scenarios": ""}
     for key in args.scenarios.split(","):
         log(f"scenario ({key})")
         t0 = time.time()
@@ -791,8 +803,10 @@ def main() -> int:
         log(
             f"({key}) {'PASS' if figures[key]['pass'] else 'FAIL'} in {time.time() - t0:.0f} s: {json.dumps(figures[key].get('properties'))}"
         )
-    figures["all_pass"] = all(figures[k]["pass"] for k in args.scenarios.split(","))
-    save("chaos_kind", figures)
+        # saved after each scenario: what was measured stays if a later one hangs
+        figures["scenarios"] = ",".join(k for k in args.scenarios.split(",") if k in figures)
+        figures["all_pass"] = all(figures[k]["pass"] for k in figures["scenarios"].split(","))
+        save("chaos_kind", figures)
     print(json.dumps(figures, sort_keys=True))
     return 0
 

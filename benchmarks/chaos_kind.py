@@ -344,6 +344,24 @@ def workers() -> dict[str, str]:
     return {n["metadata"]["labels"]["tether.dev/e2e-pool"]: n["metadata"]["name"] for n in nodes}
 
 
+def failures(obs: Observer, phases: dict[str, str | None]) -> dict[str, dict[str, Any]]:
+    """Why each run that did not succeed ended as it did: its phase, the Stalled condition's
+    message and the last lines of its last runner pod's log (read before the runs are deleted)."""
+    out = {}
+    for run, phase in phases.items():
+        if phase == "Succeeded":
+            continue
+        stalled = [
+            c.get("message", "")[:300]
+            for c in obs.status(run).get("conditions") or []
+            if c.get("type") == "Stalled" and c.get("status") == "True"
+        ]
+        pods = [n for n, p in obs.run_pods(run) if not p.get("gone")]
+        tail = kubectl("logs", "-n", NS, pods[-1], "-c", "runtime", "--tail=2", check=False)[-400:] if pods else ""
+        out[run] = {"phase": phase, "stalled": stalled[:1], "log": tail.strip()}
+    return out
+
+
 def verdict(properties: dict[str, bool]) -> dict[str, Any]:
     return {"properties": properties, "pass": all(properties.values())}
 
@@ -390,6 +408,7 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
         plain, deleting, overlaps = obs.overlap_figures()
         attempts = Counter(obs.status(n).get("attempts") for n in names)
         regressions, restarts = list(obs.regressions), obs.watch_restarts
+        why = failures(obs, phases)
     turns = len(script_turns("openai")) * len(names)
     succeeded = sum(1 for p in phases.values() if p == "Succeeded")
     cleanup("a")
@@ -398,7 +417,7 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
         "operator_kills": len(kills),
         "kills": kills,
         "succeeded": succeeded,
-        "not_succeeded": {n: p for n, p in phases.items() if p != "Succeeded"},
+        "not_succeeded": why,
         "runs_by_attempts": {str(k): v for k, v in sorted(attempts.items(), key=lambda kv: str(kv[0]))},
         "two_live_pods": plain,
         "two_live_pods_older_being_deleted": deleting,
@@ -539,6 +558,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
             plain, deleting, overlaps = obs.overlap_figures()
             phases = {n: obs.phase(n) for n in names}
             regressions = list(obs.regressions)
+            why = failures(obs, phases)
         cleanup("b")  # before the images go: each is removed once no container uses it
     took = time.time() - started
     deletions = sum(len(k) for k in kills.values())
@@ -552,7 +572,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
         "forced": sum(1 for k in kills.values() for d in k if d["forced"]),
         "by_framework": by_framework,
         "succeeded": succeeded,
-        "not_succeeded": {n: p for n, p in phases.items() if p != "Succeeded"},
+        "not_succeeded": why,
         **effects,
         "live_model_calls": calls,
         "scripted_turns": turns,
@@ -589,7 +609,7 @@ def outcome(obs: Observer, names: list[str], phases: dict[str, str | None]) -> d
     return {
         "runs": len(names),
         "succeeded": sum(1 for p in phases.values() if p == "Succeeded"),
-        "not_succeeded": {n: (p, [c.get("message", "")[:300] for c in final[n].get("conditions") or [] if c.get("type") == "Failed"]) for n, p in phases.items() if p != "Succeeded"},
+        "not_succeeded": failures(obs, phases),
         "right_answer": sum(1 for s in final.values() if want in ((s.get("result") or {}).get("output") or "")),
         "replay_divergences": sum(1 for s in final.values() if (s.get("steps") or {}).get("firstDivergence")),
         "attempts": dict(Counter(str(s.get("attempts")) for s in final.values())),
@@ -786,6 +806,7 @@ def main() -> int:
     parser.add_argument("--evict-after", type=int, default=10, help="(c) tolerationSeconds of unreachable/not-ready")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a scenario's runs may take to end")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--name", default="chaos_kind", help="results file benchmarks/results/NAME.json (chaos_kind*)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int(time.time())
     random.seed(seed)
@@ -806,7 +827,7 @@ def main() -> int:
         # saved after each scenario: what was measured stays if a later one hangs
         figures["scenarios"] = ",".join(k for k in args.scenarios.split(",") if k in figures)
         figures["all_pass"] = all(figures[k]["pass"] for k in figures["scenarios"].split(","))
-        save("chaos_kind", figures)
+        save(args.name, figures)
     print(json.dumps(figures, sort_keys=True))
     return 0
 

@@ -812,17 +812,18 @@ def chaos_line(key: str, f: dict) -> str:
 
 
 def chaos_rows(results: dict) -> list[str]:
-    r = results.get("chaos_kind")
-    if not r:
-        return []
-    f = r["figures"]
-    rows = [f"**chaos_kind** — {provenance(r)}", "", "| scenario | result | figures |", "|---|---|---|"]
-    for key in f["scenarios"].split(","):
-        detail = {k: v for k, v in f[key].items() if k not in ("properties", "pass", "overlaps", "kills", "error")}
-        rows.append(
-            f"| ({key}) {CHAOS[key]} | {chaos_line(key, f[key])} | " + ", ".join(f"`{k}` {json.dumps(v)}" for k, v in detail.items()) + " |"
-        )
-    return [*rows, ""]
+    rows = []
+    for name in sorted(n for n in results if n.startswith("chaos_kind")):
+        r = results[name]
+        f = r["figures"]
+        rows += [f"**{name}** — {provenance(r)}", "", "| scenario | result | figures |", "|---|---|---|"]
+        for key in f["scenarios"].split(","):
+            left_out = ("properties", "pass", "overlaps", "kills", "error", "not_succeeded", "beyond")
+            detail = {k: v for k, v in f[key].items() if k not in left_out}
+            figures = ", ".join(f"`{k}` {json.dumps(v)}" for k, v in detail.items())
+            rows.append(f"| ({key}) {CHAOS[key]} | {chaos_line(key, f[key])} | {figures} |")
+        rows.append("")
+    return rows
 
 
 def summary(results: dict) -> list[str]:
@@ -1025,7 +1026,8 @@ def summary(results: dict) -> list[str]:
                 f"{f['standby_pod_kill_to_first_replayed_turn_p50_s']} s (max {f['standby_pod_kill_to_first_replayed_turn_max_s']} s) "
                 f"over {f['kills']} kills; → Succeeded p50 {f['standby_pod_kill_to_succeeded_p50_s']} s | {provenance(r)} |"
             )
-    if r := results.get("chaos_kind"):
+    for name in sorted(n for n in results if n.startswith("chaos_kind")):
+        r = results[name]
         f = r["figures"]
         for key in f["scenarios"].split(","):
             out.append(

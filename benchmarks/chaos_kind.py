@@ -12,7 +12,9 @@ breaks, as it does while the apiserver restarts, is started again and re-lists):
   an overlap; one whose older pod was already being deleted (a graceful deletion) is counted apart;
 - a status going backwards: the phase (Pending < Running < Succeeded/Failed) or `attempts`
   decreasing, or a `status.steps` count decreasing within one attempt (they are the current
-  attempt's counters: a new attempt starts from 0); a replay divergence (`steps.firstDivergence`);
+  attempt's counters: a decrease after a newer runner pod appeared is that attempt's first
+  progress, counted apart as `steps_reset_by_new_attempt`); a replay divergence
+  (`steps.firstDivergence`);
 - model calls: the fake provider's ledger (reset first), calls answered in full (HTTP 200);
 - tool side effects, as tests/e2e counts them: the `[tool] NAME(` line each example tool prints as
   it starts, in the runner pods' logs, here followed from each pod's start (`kubectl logs -f`: a
@@ -71,9 +73,6 @@ PHASE_RANK = {None: -1, "Pending": 0, "Running": 1, "AwaitingApproval": 1, "Succ
 LABEL = "chaos-scenario"  # on every AgentRun this script makes: `kubectl delete agentrun -l` cleans up
 TOOL_START = re.compile(r"\[tool\] (\w+)\(")
 TOOL_STEP = re.compile(r"step\s+\d+\s+live\s+tool\s+([\w-]+)")
-#: status.attempts moves on when the executor starts an attempt; the new attempt's progress (its
-#: counters from 0) may be read a status interval or two later.
-ATTEMPT_SETTLE_S = 10.0
 #: Small requests, so that the runs fit on the one CPU worker at once (the default, 250m, fits ~6):
 #: what is measured is what chaos does, not the scheduler's queue.
 RESOURCES = {"cpu": "50m", "memory": "512Mi"}
@@ -142,7 +141,8 @@ class Observer:
         self.pods: dict[str, dict[str, Any]] = {}  # name -> run, attempt, node, live, deleting, running
         self.runs: dict[str, dict[str, Any]] = {}  # name -> status
         self.regressions: list[str] = []
-        self.attempt_changed: dict[str, float] = {}
+        self.steps_since: dict[str, tuple[dict[str, Any], int]] = {}  # run -> its steps, the newest pod's attempt then
+        self.attempt_resets = 0  # steps back to 0 as a newer attempt's progress came in (by design)
         self.overlaps: dict[tuple[str, ...], dict[str, Any]] = {}
         self.conditions: list[tuple[float, str, str, str, str, str]] = []  # time, run, type, status, reason, message
         self.seen_conditions: set[tuple[str, str, str, str, str]] = set()
@@ -213,19 +213,31 @@ class Observer:
                     why.append(f"phase {old.get('phase')} -> {st.get('phase')}")
                 if (st.get("attempts") or 0) < (old.get("attempts") or 0):
                     why.append(f"attempts {old.get('attempts')} -> {st.get('attempts')}")
-                if st.get("attempts") != old.get("attempts"):
-                    self.attempt_changed[name] = now
                 # status.steps are the current attempt's counters (a new attempt starts from 0 and
-                # replays): a decrease counts only while the attempt stays the same.
-                elif now - self.attempt_changed.get(name, 0) > ATTEMPT_SETTLE_S:
-                    for key, was in (old.get("steps") or {}).items():
-                        now_ = (st.get("steps") or {}).get(key)
-                        if isinstance(was, int) and not isinstance(was, bool) and (not isinstance(now_, int) or now_ < was):
-                            why.append(f"steps.{key} {was} -> {now_}")
+                # replays): a decrease counts only when no newer runner pod was made since the
+                # counters last changed (else it is that attempt's first progress).
+                steps_then, newest_then = self.steps_since.get(name, ({}, 0))
+                newest = max((p["attempt"] for p in self.pods.values() if p["run"] == name), default=0)
+                decreased = [
+                    f"steps.{key} {was} -> {(st.get('steps') or {}).get(key)}"
+                    for key, was in (old.get("steps") or {}).items()
+                    if isinstance(was, int)
+                    and not isinstance(was, bool)
+                    and not (isinstance(n := (st.get("steps") or {}).get(key), int) and n >= was)
+                ]
+                if decreased and newest > newest_then:
+                    self.attempt_resets += 1
+                elif decreased:
+                    why += decreased
                 if why:
                     self.regressions.append(f"{name}: {', '.join(why)}")
                     log(f"status backwards: {name}: {', '.join(why)}")
             self.runs[name] = st
+            if st.get("steps") != (self.steps_since.get(name) or ({}, 0))[0]:
+                self.steps_since[name] = (
+                    st.get("steps") or {},
+                    max((p["attempt"] for p in self.pods.values() if p["run"] == name), default=0),
+                )
             for c in st.get("conditions") or []:
                 key = (name, c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", "")[:300])
                 if key not in self.seen_conditions:
@@ -407,7 +419,7 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
         calls = live_calls()
         plain, deleting, overlaps = obs.overlap_figures()
         attempts = Counter(obs.status(n).get("attempts") for n in names)
-        regressions, restarts = list(obs.regressions), obs.watch_restarts
+        regressions, restarts, resets = list(obs.regressions), obs.watch_restarts, obs.attempt_resets
         why = failures(obs, phases)
     turns = len(script_turns("openai")) * len(names)
     succeeded = sum(1 for p in phases.values() if p == "Succeeded")
@@ -423,6 +435,7 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
         "two_live_pods_older_being_deleted": deleting,
         "overlaps": overlaps,
         "status_backwards": regressions[:20],
+        "steps_reset_by_new_attempt": resets,
         "live_model_calls": calls,
         "scripted_turns": turns,
         "seconds": round(took, 1),
@@ -557,7 +570,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
             calls = live_calls()
             plain, deleting, overlaps = obs.overlap_figures()
             phases = {n: obs.phase(n) for n in names}
-            regressions = list(obs.regressions)
+            regressions, resets = list(obs.regressions), obs.attempt_resets
             why = failures(obs, phases)
         cleanup("b")  # before the images go: each is removed once no container uses it
     took = time.time() - started
@@ -580,6 +593,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
         "two_live_pods_older_being_deleted": deleting,
         "overlaps": overlaps,
         "status_backwards": regressions[:20],
+        "steps_reset_by_new_attempt": resets,
         "seconds": round(took, 1),
         **verdict({
             "deletions_landed": deletions >= args.deletions,
@@ -644,7 +658,7 @@ def scenario_d(args: argparse.Namespace) -> dict[str, Any]:
             c for c in during if c[2:4] != ("ProgressReadable", "True") and re.search(r"store|s3|progress", f"{c[2]} {c[4]} {c[5]}", re.I)
         ]
         result = outcome(obs, names, phases)
-        calls, regressions = live_calls(), list(obs.regressions)
+        calls, regressions, resets = live_calls(), list(obs.regressions), obs.attempt_resets
     turns = len(script_turns("openai")) * len(names)
     operator_log = kubectl("logs", "-n", NS, f"deploy/{RELEASE}", "--since=10m", check=False, timeout=60)
     cleanup("d")
@@ -657,6 +671,7 @@ def scenario_d(args: argparse.Namespace) -> dict[str, Any]:
         "live_model_calls": calls,
         "scripted_turns": turns,
         "status_backwards": regressions[:20],
+        "steps_reset_by_new_attempt": resets,
         **verdict({
             "every_run_succeeded": result["succeeded"] == len(names),
             "right_answer_every_run": result["right_answer"] == len(names),
@@ -695,7 +710,7 @@ def scenario_e(args: argparse.Namespace) -> dict[str, Any]:
         log(f"(e) apiserver ready again after {down:.1f} s")
         phases = obs.wait_terminal(names, args.timeout)
         result = outcome(obs, names, phases)
-        calls, regressions = live_calls(), list(obs.regressions)
+        calls, regressions, resets = live_calls(), list(obs.regressions), obs.attempt_resets
         plain, deleting, overlaps = obs.overlap_figures()
     turns = len(script_turns("openai")) * len(names)
     cleanup("e")
@@ -707,6 +722,7 @@ def scenario_e(args: argparse.Namespace) -> dict[str, Any]:
         "two_live_pods": plain + deleting,
         "overlaps": overlaps,
         "status_backwards": regressions[:20],
+        "steps_reset_by_new_attempt": resets,
         **verdict({
             "every_run_succeeded": result["succeeded"] == len(names),
             "right_answer_every_run": result["right_answer"] == len(names),

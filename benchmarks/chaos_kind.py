@@ -607,8 +607,15 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def block_store(blocked: bool) -> None:
+    """The S3 server unreachable, or reachable again: its Service's selector pointed at no pod (new
+    connections refused) and, on its node, its traffic dropped both ways (connections already open,
+    e.g. boto3's pooled ones, outlive a selector change: their conntrack entries stay)."""
     selector = {"app": "s3-chaos-unreachable" if blocked else "s3"}
     kubectl("patch", "service", "s3", "-n", INFRA, "--type=merge", "-p", json.dumps({"spec": {"selector": selector}}))
+    [pod] = json.loads(kubectl("get", "pods", "-n", INFRA, "-l", "app=s3", "-o", "json"))["items"]
+    node, ip = pod["spec"]["nodeName"], pod["status"]["podIP"]
+    for rule in (["-d", ip, "-p", "tcp", "--dport", "5000"], ["-s", ip, "-p", "tcp", "--sport", "5000"]):
+        node_exec(node, "iptables", "-I" if blocked else "-D", "FORWARD", *rule, "-j", "DROP", check=blocked)
 
 
 def mid_run(obs: Observer, names: list[str], delay: tuple[float, float]) -> None:
@@ -653,18 +660,24 @@ def scenario_d(args: argparse.Namespace) -> dict[str, Any]:
         unblocked = time.time()
         log("(d) store reachable again")
         phases = obs.wait_terminal(names, args.timeout)
+        answered_when_ended = outcome(obs, names, phases)["right_answer"]
+        time.sleep(30)  # a result the operator could not read as the run ended: does it come later?
         during = [c for c in obs.conditions if blocked <= c[0] <= unblocked + 2]
         said = [
             c for c in during if c[2:4] != ("ProgressReadable", "True") and re.search(r"store|s3|progress", f"{c[2]} {c[4]} {c[5]}", re.I)
         ]
         result = outcome(obs, names, phases)
         calls, regressions, resets = live_calls(), list(obs.regressions), obs.attempt_resets
+        calls_seen = ledger()
     turns = len(script_turns("openai")) * len(names)
     operator_log = kubectl("logs", "-n", NS, f"deploy/{RELEASE}", "--since=10m", check=False, timeout=60)
     cleanup("d")
     return {
         **result,
         "outage_s": round(unblocked - blocked, 1),
+        "right_answer_as_runs_ended": answered_when_ended,
+        # a model call needs the step before it journaled: calls while the store was away say it was not
+        "model_calls_during_outage": sum(1 for c in calls_seen if blocked + 5 <= c["time"] <= unblocked),
         "conditions_during_outage": sorted({f"{c[2]}={c[3]} ({c[4]})" for c in during}),
         "conditions_saying_why": [f"{c[1]}: {c[2]}={c[3]} {c[4]}: {c[5]}" for c in said][:5],
         "operator_log_progress_unreadable_lines": operator_log.count("cannot read progress"),

@@ -48,6 +48,7 @@ $(scripts/env.sh openai)/bin/python benchmarks/pod_start.py [--repeat 3] [--s3] 
 $(scripts/env.sh langgraph)/bin/python benchmarks/pod_start.py --framework langgraph [--repeat 3] [...]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
 $V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5] [--standby]
+$V/bin/python benchmarks/chaos_kind.py [--scenarios a,b,d,e,c] [--runs 50] [--deletions 100] [--frameworks "openai langgraph pydantic-ai"]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -366,6 +367,23 @@ beside the first, told to go instead of created), interleaved. Issue 27's goals:
 model call p50 ≤ 2 s; pod deleted → first replayed turn p50 ≤ 3 s, with a standby ≤ 1 s. The
 replayed-turn figures include the operator's status interval (progress read every 0.5 s) and
 the 0.2 s poll. Where the pod's time goes before its first model call: pod_start.py.
+
+## chaos_kind.py — issue 27 item 4 (chaos on the kind cluster)
+
+On the kind e2e cluster with the chart's operator, research runs (3 scripted turns, 2 tools)
+watched the whole time (`kubectl get -w` of the runner pods and the AgentRuns), while (a) the
+operator pod is killed at random moments (force-deleted and SIGKILLed, alternately) during
+`--runs` runs applied at once; (b) runner pods are deleted at random moments (forced and graceful,
+alternately) across `--frameworks` until `--deletions` landed on unfinished runs; (c) the node
+running the runs is stopped (`docker stop` of its kind node); (d) the S3 store is unreachable for
+30 s (its Service pointed at no pod: the moto server keeps its memory); (e) kube-apiserver is
+stopped in the control-plane node (the kubelet starts it again). Each scenario reports every
+property pass/fail: every run Succeeded; never two live runner pods of one run (Pending/Running,
+not being deleted); no status going backwards (phase, attempts, a step count within one attempt);
+tool starts (the examples' `[tool] NAME(` lines, each pod's log followed from its start) beyond
+the documented window (a call still running when its pod was killed may run once more); live model
+calls (the fake provider's ledger) against the scripted turns (+ deletions); for (d) whether a
+condition said why while the store was away. The script's docstring says how each is measured.
 
 """
 
@@ -769,6 +787,45 @@ def kind_rows(results: dict) -> list[str]:
     return [f"**kind_pods** — {provenance(r)}", "", keys, ""]
 
 
+CHAOS = {
+    "a": "operator killed at random moments",
+    "b": "runner pods deleted at random moments",
+    "c": "the runs' node stopped (docker stop)",
+    "d": "S3 store unreachable mid-run",
+    "e": "apiserver restarted mid-run",
+}
+
+
+def chaos_line(key: str, f: dict) -> str:
+    """One scenario of chaos_kind: what was done, how much, and each property PASS/FAIL."""
+    if "error" in f:
+        return f"did not complete: {f['error'][:300]}"
+    size = {
+        "a": lambda: f"{f['operator_kills']} kills during {f['runs']} runs",
+        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs of {', '.join(f['by_framework'])}",
+        "c": lambda: f"{f['runs']} runs, node {f['stopped_node']}, evicted after {f['evict_after_s']} s",
+        "d": lambda: f"{f['outage_s']} s outage, {f['runs']} runs",
+        "e": lambda: f"apiserver down {f['apiserver_down_s']} s, {f['runs']} runs",
+    }[key]()
+    props = ", ".join(f"{name.replace('_', ' ')} {'PASS' if ok else '**FAIL**'}" for name, ok in f["properties"].items())
+    return f"{size}: {props}"
+
+
+def chaos_rows(results: dict) -> list[str]:
+    rows = []
+    for name in sorted(n for n in results if n.startswith("chaos_kind")):
+        r = results[name]
+        f = r["figures"]
+        rows += [f"**{name}** — {provenance(r)}", "", "| scenario | result | figures |", "|---|---|---|"]
+        for key in f["scenarios"].split(","):
+            left_out = ("properties", "pass", "overlaps", "kills", "error", "not_succeeded", "beyond")
+            detail = {k: v for k, v in f[key].items() if k not in left_out}
+            figures = ", ".join(f"`{k}` {json.dumps(v)}" for k, v in detail.items())
+            rows.append(f"| ({key}) {CHAOS[key]} | {chaos_line(key, f[key])} | {figures} |")
+        rows.append("")
+    return rows
+
+
 def summary(results: dict) -> list[str]:
     """The root README's table: one line per figure, from the same files."""
     out = ["| figure | result | run |", "|---|---|---|"]
@@ -969,6 +1026,13 @@ def summary(results: dict) -> list[str]:
                 f"{f['standby_pod_kill_to_first_replayed_turn_p50_s']} s (max {f['standby_pod_kill_to_first_replayed_turn_max_s']} s) "
                 f"over {f['kills']} kills; → Succeeded p50 {f['standby_pod_kill_to_succeeded_p50_s']} s | {provenance(r)} |"
             )
+    for name in sorted(n for n in results if n.startswith("chaos_kind")):
+        r = results[name]
+        f = r["figures"]
+        for key in f["scenarios"].split(","):
+            out.append(
+                f"| kind chaos ({key}): {CHAOS[key]} | {'PASS' if f[key]['pass'] else '**FAIL**'} — {chaos_line(key, f[key])} | {provenance(r)} |"
+            )
     return out
 
 
@@ -990,6 +1054,7 @@ def render_readme(results: dict) -> str:
         *scale_rows(results),
         *metrics_rows(results),
         *kind_rows(results),
+        *chaos_rows(results),
     ]
     return HEADER + INTRO + "## Latest figures\n\n" + "\n".join(body)
 

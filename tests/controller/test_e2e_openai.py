@@ -32,7 +32,7 @@ import yaml
 
 from tests.support.kube import ControlPlane
 from tether.journal import Journal, Record, read_records
-from tether.stores import Store, open_store
+from tether.stores import LocalStore, Store, open_store
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
@@ -318,6 +318,38 @@ def test_unreadable_progress_is_a_condition_and_an_event(kube: ControlPlane, fak
     events = kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
     assert "ProgressUnreadable" in {e["reason"] for e in json.loads(events)["items"]}
     # The run goes on, and status with it.
+    assert tether_approve(kube, None, f"{NS}/{name}", approval["id"], "--yes").returncode == 0
+    obj = wait_condition(kube, name, "Succeeded")
+    assert condition(obj, "ProgressReadable")["status"] == "True"
+    assert "Refunded" in obj["status"]["result"]["output"]
+
+
+def test_a_store_that_does_not_answer_is_a_condition_while_it_lasts(
+    kube: ControlPlane, fake: FakeProvider, agent_operator: Operator
+) -> None:
+    name = apply_example(kube, fake, "refund", name="refund-store-down")
+    approval = _pending_approval(kube, name)
+    uid = get(kube, "agentrun", NS, name)["metadata"]["uid"]
+    # Reading the progress record fails (a folder where the file is: EISDIR, as an unreachable
+    # store fails), and a restarted operator reads it when it adopts the suspended run.
+    store = run_store(agent_operator)
+    assert isinstance(store, LocalStore)
+    record = store.root / "runs" / uid / "progress.json"
+    saved = record.read_bytes()
+    record.unlink()
+    record.mkdir()
+    agent_operator.stop()
+    agent_operator.start()
+    obj = wait_for(
+        lambda: condition(o := get(kube, "agentrun", NS, name), "ProgressReadable").get("status") == "False" and o, what="condition"
+    )
+    down = condition(obj, "ProgressReadable")
+    assert down["reason"] == "StoreUnreachable" and "the store does not answer" in down["message"], down
+    events = kube.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name}", "-o", "json").stdout
+    assert "StoreUnreachable" in {e["reason"] for e in json.loads(events)["items"]}
+    # The store answers again: the run goes on to its result, and the condition says so.
+    record.rmdir()
+    record.write_bytes(saved)
     assert tether_approve(kube, None, f"{NS}/{name}", approval["id"], "--yes").returncode == 0
     obj = wait_condition(kube, name, "Succeeded")
     assert condition(obj, "ProgressReadable")["status"] == "True"

@@ -69,6 +69,8 @@ class Reason:
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     PROGRESS_UNREADABLE = "ProgressUnreadable"
+    #: The store did not answer the operator (condition ProgressReadable=False while it lasts).
+    STORE_UNREACHABLE = "StoreUnreachable"
     PROGRESS_READ = "ProgressRead"
     # AgentTool
     VALID = "Valid"

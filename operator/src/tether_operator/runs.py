@@ -209,6 +209,7 @@ class RunLoop:
         self._sent: dict[str, Any] | None = None
         self._sent_at = 0.0
         self._withheld = False  # a status change publish() held back (status_interval_seconds)
+        self._unread = False  # the last progress read found the store not answering
         self.wake = wake  # set when an AgentApproval for this run was recorded
         self._announced: set[str] = set(a["id"] for a in self.status.get("approvals") or [] if a.get("id"))
         self._ignored: dict[str, str] = {}  # approval annotations already warned about
@@ -435,6 +436,13 @@ class RunLoop:
                 if self.wake is not None:
                     self.wake.clear()
                 fresh = await self._progress() if where != at or ex.state is ExecutionState.RUNNING else progress
+                if ex.state.finished and self._unread:
+                    # The result is in the store, not lost: a finished status without it would
+                    # stay so for good (this loop ends with it). Say why and look again.
+                    look.looked(False)
+                    await self.publish()
+                    await asyncio.sleep(look.remaining())
+                    continue
                 listed = await self._approvals() if ex.state is ExecutionState.SUSPENDED or (fresh and fresh.approvals) else []
                 if ex.state is ExecutionState.SUSPENDED and listed is None:
                     look.looked(False)
@@ -497,14 +505,23 @@ class RunLoop:
             self._held = held
 
     async def _progress(self) -> Progress | None:
-        """The runtime's progress, or None. A document that cannot be read never stops status
-        from following the executor: it sets ProgressReadable=False and a Warning Event."""
+        """The runtime's progress, or None. A document that cannot be read, or a store that does
+        not answer (``self._unread``), never stops status from following the executor: it sets
+        ProgressReadable=False and a Warning Event."""
         try:
             data = await asyncio.to_thread(self.store.get, progress_key(self.uid))
-        except Exception as exc:  # the store did not answer: look again next time
+        except Exception as exc:  # the store did not answer: look again next time, saying why meanwhile
             self.logger.warning("cannot read progress of %s: %s", self.uid, exc)
+            message = f"the store does not answer ({type(exc).__name__}): the run's progress and result are read once it does"
+            if (C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}).get("reason") != Reason.STORE_UNREACHABLE:
+                self.event(Reason.STORE_UNREACHABLE, message, warning=True)
+            self._set(C.PROGRESS_READABLE, False, Reason.STORE_UNREACHABLE, message)
+            self._unread = True
             return None
+        self._unread = False
         if data is None:
+            if (C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}).get("reason") == Reason.STORE_UNREACHABLE:
+                self._set(C.PROGRESS_READABLE, True, Reason.PROGRESS_READ, "the store answers again")
             return None
         try:
             progress = Progress.model_validate_json(data)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from tether.errors import ToolError
 from tether.journal import Record, read_records
 from tether.run import Run
-from tether.stores import open_store
+from tether.stores import LocalStore, open_store
 from tether.tools import ToolSpec, call_tool, call_tool_sync, idempotency_key
 
 
@@ -414,3 +415,39 @@ async def test_a_step_reported_after_progress_closed_changes_nothing_and_raises_
     assert failed == []
     progress = read_progress(run.store, "late")
     assert progress is not None and progress["phase"] == "Succeeded" and progress["steps"]["toolLive"] == 1, progress
+
+
+class _SlowAnnouncements(LocalStore):
+    """A local store whose announcements of live calls take a while (a slow disk)."""
+
+    def put(self, key: str, data: bytes) -> None:
+        if "/running/" in key:
+            time.sleep(0.4)
+        super().put(key, data)
+
+
+async def test_a_call_cancelled_while_it_is_announced_leaves_no_announcement_behind(tmp_path):
+    """The framework drops a call (its run suspends, its task group is cancelled) while the call
+    is being announced in a thread: the thread still finishes, and the announcement it made must
+    end, or it is rewritten as long as the process lives and the run's next attempt in this
+    process waits for that call for good (a pydantic-ai suite run hung so)."""
+    runs: list[str] = []
+
+    async def work(q: str) -> str:
+        runs.append(q)
+        return f"done {q}"
+
+    spec = ToolSpec("work", work)
+    run = Run("dropped", _SlowAnnouncements(tmp_path))
+    call = asyncio.ensure_future(call_tool(spec, {"q": "x"}, run=run))
+    await asyncio.sleep(0.1)  # announcing, in its thread
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await run.aclose()  # the attempt ends before the announcement is even written
+    await asyncio.sleep(0.6)
+    assert open_store(tmp_path).list("journal/dropped/running/") == [] and runs == []
+    retry = Run("dropped", tmp_path)
+    assert await asyncio.wait_for(call_tool(spec, {"q": "x"}, run=retry), 15) == "done x"
+    assert runs == ["x"] and retry.counters.tool_live == 1
+    await retry.aclose()

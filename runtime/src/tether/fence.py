@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import StoreError
+from .errors import Interrupted, StoreError
 from .stores import LocalStore, Store
 
 #: How often an announcement is rewritten while its call runs (the older attempt is alive).
@@ -67,13 +67,17 @@ class Announcer:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._closed = False
 
     def _body(self, beat: int) -> bytes:
         return json.dumps({"attempt": self.attempt, "beat": beat}).encode()
 
     def announce(self, key: StepKey) -> Callable[[], None]:
-        """Announce a live call of step ``key``; the function returned ends the announcement."""
+        """Announce a live call of step ``key``; the function returned ends the announcement.
+        Refused once the attempt has ended (:meth:`close`): nothing would end it then."""
         with self._changed:
+            if self._closed:
+                raise Interrupted("the attempt has ended: it starts no tool call")
             self._count += 1
             name = f"{running_prefix(self.prefix, key)}{self.attempt}.{self._count}"
         self.store.put(name, self._body(0))
@@ -96,7 +100,7 @@ class Announcer:
         """The attempt's end: the thread removes the ended announcements and ends (no thread
         outlives the attempt: a process that forks, like a pre-started worker, must have none)."""
         with self._changed:
-            self._closing = True
+            self._closing = self._closed = True
             self._changed.notify()
             thread = self._thread
         if thread is not None:

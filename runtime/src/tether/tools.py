@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .approvals import require_approval
 from .attempt import Attempt, current_attempt
@@ -42,6 +42,8 @@ from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
 from .errors import ConfigError, Interrupted, StoreError, Superseded, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .secrets import tool_scope
+
+_T = TypeVar("_T")
 
 _idempotency_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_idempotency_key", default=None)
 
@@ -168,7 +170,8 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     if run.stopping:
         raise Interrupted(run.stopping)  # a stopping attempt starts no new live call
     try:
-        older, announced = await asyncio.to_thread(_begin_live, run, key, spec.approval is None)
+        begin = functools.partial(_begin_live, run, key, spec.approval is None)
+        older, announced = await _in_thread(begin, lambda begun: _withdraw(run, key, begun[1]))
         if older is not None:  # an older attempt was running this call when this one started: its record
             run.account_tool(spec.name, replayed=True, outcome=older.outcome, key=key, record=older)
             return _from_record(spec, older)
@@ -180,7 +183,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
                 raise
             if not decision.approved:
                 return decision.refusal(spec.name)
-            announced = await asyncio.to_thread(run.announce, key)
+            announced = await _in_thread(functools.partial(run.announce, key), lambda end: _withdraw(run, key, end))
     except Superseded as e:
         run.release(key)
         raise Interrupted(str(e)) from None  # a newer attempt has started: it runs the call (tether.fence)
@@ -197,6 +200,26 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
         _enclosing_calls.reset(enclosing)
         run.tools_running.discard(done)
         done.set_result(None)
+
+
+async def _in_thread(fn: Callable[[], _T], undo: Callable[[_T], None]) -> _T:
+    """``fn()`` in a thread. A caller cancelled meanwhile (its attempt ends, or the framework drops
+    the call) does not stop the thread: ``undo`` gets what it did once it is done. An announcement
+    nobody ended would be rewritten for as long as its process lives, and a later attempt in that
+    process would wait for the call for good."""
+    done = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        done.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None else undo(f.result()))
+        raise
+
+
+def _withdraw(run: Attempt, key: StepKey, announced: Callable[[], None] | None) -> None:
+    """A call that will not run after all: its announcement ended, its number free again."""
+    if announced is not None:
+        announced()
+    run.release(key)
 
 
 def _begin_live(run: Attempt, key: StepKey, announce: bool) -> tuple[Record | None, Callable[[], None] | None]:

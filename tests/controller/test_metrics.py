@@ -38,8 +38,6 @@ import yaml
 from tests.support.kube import ADMIN_USER, ControlPlane
 from tests.support.prometheus import Prometheus
 from tether.contract import approvals_prefix
-from tether.journal import read_records
-from tether.stores import open_store
 from tether.testing.fake_provider import FakeProvider
 from tether_operator import execution_name
 
@@ -116,6 +114,12 @@ def metrics_operator(kube: ControlPlane, release: Release, tmp_path_factory) -> 
         TETHER_TOOL_MODULES="example_tools",
         OPENAI_AGENTS_DISABLE_TRACING="1",
         TETHER_CONCURRENCY="4",
+        # Status follows closely: research is killed once status shows its second turn, within
+        # its 1.5 s tool (the operator counts an attempt's live turns from what it read of that
+        # attempt's progress; a turn it never read is the next attempt's replay).
+        TETHER_POLL_SECONDS="0.2",
+        TETHER_MAX_POLL_SECONDS="0.5",
+        TETHER_STATUS_INTERVAL_SECONDS="0.2",
     )
     yield op
     op.stop()
@@ -167,13 +171,12 @@ def driven(kube: ControlPlane, fake: FakeProvider, metrics_operator: Operator, p
     apply_example(kube, fake, "research", "research")
     apply_example(kube, fake, "refund", "refund")
 
-    # research: killed once its second turn is in its journal, while its read-source tool runs
-    # (1.5 s; status may lag that long under load: the operator reads the killed attempt's last
-    # progress when it sees the process end)
-    uid = wait_for(lambda: get(kube, "agentrun", NS, "research")["metadata"].get("uid"), what="research created")
-    store = open_store(f"{metrics_operator.store_url}/{NS}")
-    wait_for(lambda: sum(r.kind == "model" for r in read_records(store, uid)) >= 2, timeout=120, interval=0.05, what="research's 2nd turn")
-    folder = metrics_operator.workdir / "executions" / execution_name(uid)
+    # research: killed once its second turn is in status (read by the operator), while its
+    # read-source tool runs (1.5 s)
+    wait_for(
+        lambda: (status_of(kube, "research").get("steps") or {}).get("modelLive", 0) >= 2, timeout=120, what="research's 2nd turn read"
+    )
+    folder = metrics_operator.workdir / "executions" / execution_name(get(kube, "agentrun", NS, "research")["metadata"]["uid"])
     os.killpg(int((folder / "pid").read_text()), signal.SIGKILL)
 
     # refund: approved by a person, with `tether approve` (an AgentApproval)

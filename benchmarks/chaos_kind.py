@@ -289,6 +289,19 @@ def manifest(framework: str, name: str, scenario: str, **spec: Any) -> tuple[dic
     return run, tools
 
 
+def scenario_runs(scenario: str, count: int, **spec: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """A scenario's start: the fake provider's ledger reset, then ``count`` research runs of
+    OpenAI Agents labelled for ``scenario`` — their names, and the runs and tools to apply."""
+    fake_provider("/_control/reset", "POST")
+    names, items = [], []
+    for i in range(count):
+        name = f"chaos-{scenario}-{i}-{suffix()}"
+        run, tools = manifest("openai", name, scenario, **spec)
+        names.append(name)
+        items += [*tools, run]
+    return names, items
+
+
 def apply_all(items: list[dict[str, Any]]) -> None:
     """Runs and tools in one `kubectl apply` (the provider key Secret first: any value works)."""
     secrets = {json.dumps(r["spec"]["model"]["apiKeySecretRef"], sort_keys=True) for r in items if r["kind"] == "AgentRun"}
@@ -381,13 +394,7 @@ def verdict(properties: dict[str, bool]) -> dict[str, Any]:
 # -- the scenarios
 def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
     """The operator killed at random moments while --runs runs run at once."""
-    fake_provider("/_control/reset", "POST")
-    names, items = [], []
-    for i in range(args.runs):
-        name = f"chaos-a-{i}-{suffix()}"
-        run, tools = manifest("openai", name, "a", resources={"cpu": "20m", "memory": "384Mi"})
-        names.append(name)
-        items += [*tools, run]
+    names, items = scenario_runs("a", args.runs, resources={"cpu": "20m", "memory": "384Mi"})
     kills: list[dict[str, Any]] = []
     with Observer() as obs:
         started = time.time()
@@ -639,13 +646,7 @@ def outcome(obs: Observer, names: list[str], phases: dict[str, str | None]) -> d
 
 def scenario_d(args: argparse.Namespace) -> dict[str, Any]:
     """The S3 store unreachable for --outage s mid-run."""
-    fake_provider("/_control/reset", "POST")
-    names, items = [], []
-    for i in range(args.store_runs):
-        name = f"chaos-d-{i}-{suffix()}"
-        run, tools = manifest("openai", name, "d")
-        names.append(name)
-        items += [*tools, run]
+    names, items = scenario_runs("d", args.store_runs)
     with Observer() as obs:
         apply_all(items)
         try:
@@ -701,13 +702,7 @@ def apiserver_ready() -> bool:
 
 def scenario_e(args: argparse.Namespace) -> dict[str, Any]:
     """The apiserver restarted mid-run."""
-    fake_provider("/_control/reset", "POST")
-    names, items = [], []
-    for i in range(args.apiserver_runs):
-        name = f"chaos-e-{i}-{suffix()}"
-        run, tools = manifest("openai", name, "e")
-        names.append(name)
-        items += [*tools, run]
+    names, items = scenario_runs("e", args.apiserver_runs)
     plane = json.loads(kubectl("get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o", "json"))["items"][0]["metadata"]["name"]
     with Observer() as obs:
         apply_all(items)
@@ -762,13 +757,7 @@ def scenario_c(args: argparse.Namespace) -> dict[str, Any]:
         {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": args.evict_after},
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": args.evict_after},
     ]
-    fake_provider("/_control/reset", "POST")
-    names, items = [], []
-    for i in range(args.node_runs):
-        name = f"chaos-c-{i}-{suffix()}"
-        run, tools = manifest("openai", name, "c", tolerations=tolerations)
-        names.append(name)
-        items += [*tools, run]
+    names, items = scenario_runs("c", args.node_runs, tolerations=tolerations)
     with Observer() as obs:
         kubectl("cordon", cpu)
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.s3 import new_bucket, s3_server, set_aws_env
@@ -25,3 +27,17 @@ def store_url(request, tmp_path):
     if request.param == "local":
         return str(tmp_path / "store")
     return request.getfixturevalue("s3_store_url")
+
+
+@pytest.fixture
+def fsynced(monkeypatch):
+    """The paths ``os.fsync`` is called on from now, in order (each call still syncs)."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced

@@ -5,7 +5,6 @@ fsync each while every journal record still gets one."""
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -80,15 +79,8 @@ async def test_a_journal_that_cannot_load_fails_the_attempt_before_any_step(tmp_
         assert fake.live_calls() == 0
 
 
-async def test_progress_is_written_without_an_fsync_and_records_with_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[str] = []
-    fsync = os.fsync
-
-    def observed(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", observed)
+async def test_progress_is_written_without_an_fsync_and_records_with_one(tmp_path: Path, fsynced: list[str]) -> None:
+    synced = fsynced
     store = tmp_path / "store"
     with FakeProvider(Script.from_dict(SCRIPT)) as fake:
         result = await bind(ADAPTER)[0](

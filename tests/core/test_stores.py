@@ -134,19 +134,12 @@ def test_a_writer_killed_mid_write_leaves_no_temp_file_behind(tmp_path):
     assert (store / "journal" / "killed" / "attempts" / f".tmp-{os.getppid()}-fedcba9876543210").exists()
 
 
-def test_a_durable_local_write_syncs_the_file_then_its_name(tmp_path, monkeypatch):
+def test_a_durable_local_write_syncs_the_file_then_its_name(tmp_path, fsynced):
     """A node crash must not undo a write that returned: the file's data is synced before it is
     renamed (or linked) into place, and the folder holding its new name after. Without the second
     sync ext4 commits the rename only with its next journal commit, seconds later, and a step
     already handed on could revert to the tail before it. New folders' names are synced too."""
-    synced: list[str] = []
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = fsynced
     store = LocalStore(tmp_path / "s")
     root = str(store.root)
     store.put("runs/r/journal/tail", b"one")

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,11 +54,12 @@ def probe(package: str, store: str, upstream: str) -> dict[str, object]:
 
 def framework_loads(package: str) -> list[str]:
     """The :data:`HEAVY` modules a fresh interpreter loads for the framework of ``package`` alone
-    (its ``tool.tether.framework-modules``); none for the runtime itself."""
-    project = REPO / "adapters" / package.removeprefix("tether_").replace("_", "-") / "pyproject.toml"
-    if not project.exists():
+    (its adapter's framework modules); none for the runtime itself."""
+    from tests.support.import_contracts import frameworks
+
+    modules = next((f.modules for f in frameworks() if f.package == package), ())
+    if not modules:
         return []
-    modules = tomllib.loads(project.read_text())["tool"]["tether"]["framework-modules"]
     code = f"import json, sys; import {', '.join(modules)}; print(json.dumps([n for n in {HEAVY!r} if n in sys.modules]))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -508,19 +508,20 @@ class RunLoop:
         """The runtime's progress, or None. A document that cannot be read, or a store that does
         not answer (``self._unread``), never stops status from following the executor: it sets
         ProgressReadable=False and a Warning Event."""
+        shown = (C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}).get("reason")
         try:
             data = await asyncio.to_thread(self.store.get, progress_key(self.uid))
         except Exception as exc:  # the store did not answer: look again next time, saying why meanwhile
             self.logger.warning("cannot read progress of %s: %s", self.uid, exc)
             message = f"the store does not answer ({type(exc).__name__}): the run's progress and result are read once it does"
-            if (C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}).get("reason") != Reason.STORE_UNREACHABLE:
+            if shown != Reason.STORE_UNREACHABLE:
                 self.event(Reason.STORE_UNREACHABLE, message, warning=True)
             self._set(C.PROGRESS_READABLE, False, Reason.STORE_UNREACHABLE, message)
             self._unread = True
             return None
         self._unread = False
         if data is None:
-            if (C.get_condition(self._conditions(), C.PROGRESS_READABLE) or {}).get("reason") == Reason.STORE_UNREACHABLE:
+            if shown == Reason.STORE_UNREACHABLE:
                 self._set(C.PROGRESS_READABLE, True, Reason.PROGRESS_READ, "the store answers again")
             return None
         try:

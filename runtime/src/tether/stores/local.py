@@ -75,9 +75,10 @@ class LocalStore(Store):
         """``path``'s folder, made if this process has not seen it yet."""
         folder = os.path.dirname(path)
         if folder not in self._dirs:
-            if self.fsync and not os.path.isdir(folder):
+            if self.fsync:
                 self._make_durable(folder)
-            os.makedirs(folder, exist_ok=True)
+            else:
+                os.makedirs(folder, exist_ok=True)
             self._dirs.add(folder)
             self._sweep(folder)
         return folder
@@ -138,10 +139,10 @@ class LocalStore(Store):
             raise StoreUnavailable(f"cannot sync the folder of {os.path.basename(path)}: {e}") from e
 
     def _make_durable(self, folder: str) -> None:
-        """Make ``folder`` and any missing parents, each one's entry synced in its parent."""
-        parent = os.path.dirname(folder)
-        if parent != folder and not os.path.isdir(parent):
-            self._make_durable(parent)
+        """Make ``folder`` and any missing parents, each new one's entry synced in its parent."""
+        if os.path.isdir(folder):
+            return
+        self._make_durable(os.path.dirname(folder))
         with contextlib.suppress(FileExistsError):
             os.mkdir(folder)
         self._entry_synced(folder)

@@ -128,11 +128,20 @@ def test_s3_writer_killed_at_random_points(s3_endpoint):
         store.client.meta.events.unregister("before-call.s3.ListObjectsV2", count)  # type: ignore[attr-defined]
 
 
-def test_a_tail_newer_than_the_pack_read_is_not_trusted(tmp_path):
+@pytest.mark.parametrize("appends", [True, False], ids=["growing-tail", "rewritten-tail"])
+def test_a_tail_newer_than_the_pack_read_is_not_trusted(tmp_path, appends):
     """A reader that got the pack just before a newer one landed and the tail just after: the tail
     continues a pack it does not have, so it lists and reads the pack again rather than miss the
-    records in between (their loose copies went once the newer pack was durable)."""
-    store = LocalStore(tmp_path)
+    records in between (their loose copies went once the newer pack was durable). A tail rewritten
+    every step (a store that does not append, as S3) continues the newer pack at the next step;
+    a growing one once it is rewritten (``TAIL_APPENDS``)."""
+    from tether.journal import TAIL_APPENDS
+
+    class Store(LocalStore):
+        pass
+
+    Store.appends = appends
+    store = Store(tmp_path)
     writer = Journal(store, "r").load()
     for i in range(PACK_EVERY):
         writer.append(Record("tool", f"a{i}", 1, "ok", {}, body=b"1"))
@@ -140,14 +149,21 @@ def test_a_tail_newer_than_the_pack_read_is_not_trusted(tmp_path):
     while writer._packer is not None and time.monotonic() < deadline:  # the background pack lands
         time.sleep(0.01)
     old_pack = store.get(writer.pack_key)
+    assert old_pack is not None
+    old_id = json.loads(old_pack.split(b"\n")[0][len(b"tether-pack 2 ") :])["id"]
     for i in range(PACK_EVERY + 1):
         writer.append(Record("tool", f"b{i}", 1, "ok", {}, body=b"1"))
     while writer._packer is not None and time.monotonic() < deadline:
         time.sleep(0.01)
-    writer.append(Record("tool", "last", 1, "ok", {}, body=b"1"))  # a tail continuing the newer pack
-    assert old_pack is not None
-    base = json.loads(store.get(writer.tail_key).split(b"\n")[0][len(b"tether-tail 1 ") :])["base"]
-    assert base != json.loads(old_pack.split(b"\n")[0][len(b"tether-pack 2 ") :])["id"]
+
+    def base() -> Any:
+        return json.loads((store.get(writer.tail_key) or b"").split(b"\n")[0][len(b"tether-tail 1 ") :])["base"]
+
+    for i in range(2 * TAIL_APPENDS):  # until a tail continues the newer pack
+        writer.append(Record("tool", f"last{i}", 1, "ok", {}, body=b"1"))
+        if base() != old_id:
+            break
+    assert base() != old_id
     assert not list((tmp_path / "journal/r/tool").glob("a*.rec")), "a packed step kept its loose record"
     listed: list[str] = []
     first_pack = [old_pack]
@@ -162,8 +178,9 @@ def test_a_tail_newer_than_the_pack_read_is_not_trusted(tmp_path):
             listed.append(prefix)
             return super().list(prefix)
 
+    Watching.appends = appends
     reader = Journal(Watching(tmp_path), "r").load()
-    assert len(reader.records) == 2 * PACK_EVERY + 2 and listed == ["journal/r/"]
+    assert len(reader.records) == len(writer.records) and listed == ["journal/r/"]
 
 
 def test_a_new_journal_loads_without_a_listing(tmp_path):
@@ -177,3 +194,66 @@ def test_a_new_journal_loads_without_a_listing(tmp_path):
     journal = Journal(Watching(tmp_path), "fresh").load()
     assert journal.attempt == 1 and journal.records == {} and listed == []
     assert Path(tmp_path, "journal/fresh/attempts/00001").exists()
+
+
+def test_steps_are_added_at_the_end_of_the_tail_and_a_torn_append_costs_only_its_step(tmp_path):
+    """Where the store appends (``LocalStore``), a step is added at the end of the tail, not the tail
+    rewritten each step, until it holds ``TAIL_APPENDS`` entries (then it is rewritten holding only
+    what the pack lacks). A writer killed in the middle of an append leaves a last entry cut short:
+    the next attempt does not trust that tail (it lists, as for any torn copy) and loads every
+    acknowledged step, not the one cut short, then writes on a tail it took over whole. An entry
+    that fails its own checksum is not trusted either."""
+    from tether.journal import GROWING_TAIL_MAGIC, TAIL_APPENDS
+
+    class Counting(LocalStore):
+        def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
+            writes.append(key.rsplit("/", 1)[1])
+            return super().write_if(key, data, version)
+
+        def append_if(self, key: str, data: bytes, version: str) -> str | None:
+            writes.append("append")
+            return super().append_if(key, data, version)
+
+        def list(self, prefix: str) -> list[str]:
+            lists.append(1)
+            return super().list(prefix)
+
+    writes: list[str] = []
+    lists: list[int] = []
+    store = Counting(tmp_path, fsync=False)
+    first = Journal(store, "g")
+    first.single_copy = True  # as run_agent's runs: the tail is a step's one copy until a pack holds it
+    first.load()
+    steps = TAIL_APPENDS + 5
+    for i in range(steps):
+        first.append(Record("tool", f"s{i}", 1, "ok", {"i": i}, body=b'"ok"'))
+    if first._packer is not None:
+        first._packer.join()
+    assert writes.count("append") >= steps - 2 and writes.count("tail") <= 3, writes  # the takeover, then a rewrite or two
+    tail = tmp_path / "journal" / "g" / "tail"
+    assert tail.read_bytes().startswith(GROWING_TAIL_MAGIC)
+    lists.clear()
+    assert len(Journal(store, "g").load().records) == steps and lists == []  # killed (no close): all there, no listing
+
+    cut = Record("tool", "cut", 1, "ok", {}, body=b'"never acknowledged"').encode()
+    frame = len(cut).to_bytes(8, "big") + cut
+    with open(tail, "ab") as f:  # the writer killed half way through its append
+        f.write(frame[: len(frame) // 2])
+    lists.clear()
+    second = Journal(store, "g")
+    second.single_copy = True
+    second.load()
+    assert lists, "a tail cut short was trusted"
+    assert {fp for _, fp, _ in second.records} == {f"s{i}" for i in range(steps)}
+    assert second.counters.corrupt == 0 and second.attempt == 3
+    second.append(Record("tool", "after", 1, "ok", {}, body=b'"ok"'))
+    lists.clear()
+    third = Journal(store, "g").load()
+    assert {fp for _, fp, _ in third.records} == {f"s{i}" for i in range(steps)} | {"after"} and lists == []
+
+    data = bytearray(tail.read_bytes())
+    data[-20] ^= 0xFF  # inside the last entry's checksum
+    tail.write_bytes(bytes(data))
+    lists.clear()
+    Journal(store, "g").load()
+    assert lists, "a corrupt entry in a growing tail was trusted"

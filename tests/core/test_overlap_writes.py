@@ -55,8 +55,8 @@ QUESTION = "what is the weather in Paris?"
 
 
 class GatedStore(LocalStore):
-    """The real local store; journal writes (records, tail, pack; not the attempt's load: its claim
-    and takeover of the tail) wait until ``gate`` is set, then fail if ``fail``."""
+    """The real local store; journal writes (records, tail writes and appends, pack; not the
+    attempt's load: its claim and takeover of the tail) wait until ``gate`` is set, then fail if ``fail``."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
@@ -85,6 +85,13 @@ class GatedStore(LocalStore):
         super().put(key, data)
         if gated:
             self.written_at.append(time.monotonic())
+
+    def append_if(self, key: str, data: bytes, version: str) -> str | None:
+        gated = self._gated(key)
+        token = super().append_if(key, data, version)
+        if gated:
+            self.written_at.append(time.monotonic())
+        return token
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,64 @@ def test_write_if_is_compare_and_swap_that_returns_the_new_version(store_url):
     assert store.write_if("tail", b"attempt 2, step", newer) is not None
 
 
+def test_local_append_if_adds_at_the_end_on_the_version_it_was_given(tmp_path, monkeypatch):
+    """The journal's growing tail (``Store.append_if``): added at the end on the version the last
+    write returned, synced, the new version returned; on an older version (a newer attempt took the
+    tail over) or to an object that is gone, nothing is added."""
+    store = LocalStore(tmp_path / "s")
+    assert store.appends
+    first = store.write_if("journal/r/tail", b"head\n", None)
+    assert first is not None
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    second = store.append_if("journal/r/tail", b"one", first)
+    assert second is not None and second == store.get_versioned("journal/r/tail")[1]
+    assert store.get("journal/r/tail") == b"head\none" and synced == [f"{store.root}/journal/r/tail"]
+    assert store.append_if("journal/r/tail", b"late", first) is None  # an older version: refused
+    taken = store.write_if("journal/r/tail", b"attempt 2\n", second)  # a newer attempt's takeover
+    assert taken is not None and store.append_if("journal/r/tail", b"older", second) is None
+    assert store.get("journal/r/tail") == b"attempt 2\n"
+    assert store.append_if("journal/r/gone", b"x", taken) is None and store.get("journal/r/gone") is None
+    assert store.list("journal/") == ["journal/r/tail"]  # no temp file, nothing created
+
+
+def test_local_append_that_fails_adds_nothing(tmp_path):
+    """A disk that fills up in the middle of an append (here the file size limit: the write is cut
+    short, then refused) leaves the object as it was, and the next append on the same version works."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import resource, signal, sys
+        from tether.errors import StoreUnavailable
+        from tether.stores import LocalStore
+
+        store = LocalStore(sys.argv[1])
+        version = store.write_if("tail", b"x" * 1000, None)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, resource.RLIM_INFINITY))
+        try:
+            store.append_if("tail", b"y" * 1000, version)
+            print("appended")
+        except StoreUnavailable:
+            print("refused")
+        print(store.get("tail") == b"x" * 1000, store.get_versioned("tail")[1] == version)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        print(store.append_if("tail", b"z", version) is not None, store.get("tail")[-2:])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[:3] == ["refused", "True True", "True b'xz'"], out.stdout + out.stderr
+
+
 def test_local_full_disk_leaves_nothing_visible(tmp_path, monkeypatch):
     store = LocalStore(tmp_path)
     store.put("rec", b"old")

@@ -418,7 +418,10 @@ async def test_a_step_reported_after_progress_closed_changes_nothing_and_raises_
 
 
 class _SlowAnnouncements(LocalStore):
-    """A local store whose announcements of live calls take a while (a slow disk)."""
+    """A local store whose announcements of live calls take a while (a slow disk), made in a
+    thread as on a remote store (a local one's are made on the loop: ``Attempt.begins_at_once``)."""
+
+    local = False
 
     def put(self, key: str, data: bytes) -> None:
         if "/running/" in key:

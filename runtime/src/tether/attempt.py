@@ -53,6 +53,12 @@ class Attempt(Protocol):
         """Give back a claimed key whose step ended without a record."""
         ...
 
+    @property
+    def begins_at_once(self) -> bool:
+        """Whether :meth:`older_call` and :meth:`announce` neither wait nor make a network round
+        trip (the run's first attempt, on a local store): a live call begins on the event loop."""
+        ...
+
     def older_call(self, key: StepKey) -> Record | None:
         """The record of this call by an older attempt that was running it when this one started,
         once written (blocking: waits while it runs; ``tether.fence``), counted as replayed; or

@@ -49,7 +49,9 @@ def _owner(name: str) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _unsynced(root: str) -> LocalStore:
-    return LocalStore(root, fsync=False)
+    # In place, no temp file and rename: a waiter takes a torn announcement as a beat, and one
+    # left by a kill is found stale like any other.
+    return LocalStore(root, fsync=False, atomic=False)
 
 
 class Announcer:

@@ -16,11 +16,14 @@ known keys and never lists:
   a pack never loses a record once it held one. Once a pack is durable, the loose records of its
   steps are removed (each step is stored once; ``close`` removes those earlier attempts left). A
   kill between the two leaves both copies, which count once;
-- the *tail*, the records the pack lacks: rewritten with every step, before its loose record. A
+- the *tail*, the records the pack lacks: written with every step, before its loose record. A
   step counts as written once both are durable, and a loose record exists only once a tail holds
   it, so pack + tail hold every step written, whenever the writer was killed; a load writes the
-  loose records of steps it found in the tail only. Tail writes are one at a time and carry every
-  record so far (a group commit: parallel steps share a write). The tail names the pack it
+  loose records of steps it found in the tail only. Tail writes are one at a time (a group commit:
+  parallel steps share a write). Where the store appends (``LocalStore``) a step is added at the
+  end of the tail (``Store.append_if``: no temp file, rename and folder sync a step), and the tail
+  is rewritten holding only what the pack lacks once it holds ``TAIL_APPENDS`` entries; elsewhere
+  (S3) every tail write carries every record the pack lacks. The tail names the pack it
   continues (``base``); packs carry their own id and the id of the pack their attempt loaded. The
   closing tail follows the closing pack: empty once the pack is durable, else holding what the
   last durable pack lacks.
@@ -89,6 +92,12 @@ _SUM_LEN = 64
 PACK_EVERY = 8
 PACK_MAGIC = b"tether-pack 2 "
 TAIL_MAGIC = b"tether-tail 1 "
+#: A tail steps are added to at its end (a store that ``appends``): its header counts no records
+#: and sums no body; each entry is framed and carries its own checksum, so a torn last append
+#: reads as a tail that is not whole.
+GROWING_TAIL_MAGIC = b"tether-tail 2 "
+#: Entries a growing tail holds before it is rewritten whole (holding only what the pack lacks).
+TAIL_APPENDS = 2 * PACK_EVERY
 
 
 @dataclass
@@ -277,15 +286,23 @@ class Counters(StepCounts):
 PackId = list[int]
 
 
+def _frames(entries: list[bytes]) -> bytes:
+    return b"".join(len(d).to_bytes(8, "big") + d for d in entries)
+
+
 def _blob(magic: bytes, header: dict[str, Any], entries: list[bytes]) -> bytes:
-    body = b"".join(len(d).to_bytes(8, "big") + d for d in entries)
-    header = {**header, "records": len(entries), "sha256": sha256_hex(body)}
+    body = _frames(entries)
+    if magic != GROWING_TAIL_MAGIC:
+        header = {**header, "records": len(entries), "sha256": sha256_hex(body)}
     return magic + json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
 
 def _split_blob(data: bytes | None, magic: bytes) -> tuple[dict[str, Any] | None, list[bytes], bool]:
     """A pack's or tail's header (``None`` if absent or unreadable), its entries, and whether it is
-    whole (its checksum and count match: not torn, not corrupt)."""
+    whole (its checksum and count match, or for a growing tail its entries end where it ends: not
+    torn, not corrupt)."""
+    if magic == TAIL_MAGIC and data is not None and data.startswith(GROWING_TAIL_MAGIC):
+        magic = GROWING_TAIL_MAGIC
     if not data or not data.startswith(magic):
         return None, [], False
     head, _, body = data.partition(b"\n")
@@ -300,6 +317,11 @@ def _split_blob(data: bytes | None, magic: bytes) -> tuple[dict[str, Any] | None
         size = int.from_bytes(body[i : i + 8], "big")
         entries.append(body[i + 8 : i + 8 + size])
         i += 8 + size
+    if magic == GROWING_TAIL_MAGIC:
+        # Entries are not summed together: each is checked on its own (``Journal.load``). A last
+        # one cut short (its writer killed in the middle of an append, or the disk) is not whole:
+        # the load lists, as for any copy it cannot trust.
+        return header, entries, header is not None and i == len(body)
     whole = header is not None and i == len(body) and header.get("sha256") == sha256_hex(body) and header.get("records") == len(entries)
     return header, entries, whole
 
@@ -398,6 +420,11 @@ class Journal:
         #: The versions of the tail and the pack this attempt last read or wrote: its writes of
         #: them are conditional on these (the fence); why it may no longer write, once it knows.
         self._tail_token: str | None = None
+        #: The entries of the growing tail this attempt last wrote, whose end new steps are added
+        #: to (``Store.appends``), or -1 (a whole tail, or none written yet); the entries indexed
+        #: since that it may lack (an older attempt's call adopted), added with the next step.
+        self._tail_entries = -1
+        self._tail_lacks: list[bytes] = []
         self._pack_token: str | None = None
         self.superseded_by: str | None = None
         #: Live tool calls this attempt announced (``tether.fence``): recorded even once superseded.
@@ -439,11 +466,13 @@ class Journal:
             if pack is not None and pack_whole:
                 self._pack_id = self._loaded_pack = pack.get("id")
                 self._pack_count = len(self._entries)
-            tail_only = [entry for entry in tail_entries if self._add_entry(entry)]
+            added = [(entry, self._add_entry(entry)) for entry in tail_entries]
+            tail_only = [entry for entry, new in added if new]
             self._settle()
             if claim is not None and latest is not None and claim.result():
                 self.attempt = latest + 1
-        complete = tail_whole and _continues(tail or {}, pack if pack_whole else None) and not self._waiting
+        intact = all(new is not None for _, new in added)  # a growing tail's entries are checked one by one
+        complete = tail_whole and intact and _continues(tail or {}, pack if pack_whole else None) and not self._waiting
         new_journal = tail_data is None and pack_found is None
         if not (self.attempt and (complete or new_journal)):
             self._load_listing()
@@ -468,8 +497,8 @@ class Journal:
         added: list[bytes] = []
         while True:
             with self._lock:
-                blob = _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": self._pack_id}, self._entries[self._pack_count :])
-            if self._write_tail(blob, version):
+                entries = self._entries[self._pack_count :]
+            if self._write_tail(self._tail_blob(self._pack_id, entries), version, len(entries)):
                 return added
             found = self.store.get_versioned(self.tail_key)
             version = found[1] if found is not None else None
@@ -482,10 +511,15 @@ class Journal:
             added += [entry for entry in entries if self._add_entry(entry)]
             self._settle()
 
-    def _write_tail(self, blob: bytes, version: str | None) -> bool:
-        """A conditional write of the tail; ``False`` if it changed since ``version`` (unless what is
-        there is this very blob: a write whose answer was lost and retried). Raises
-        :class:`Superseded` once a newer attempt has claimed the run."""
+    def _tail_blob(self, base: PackId | None, entries: list[bytes]) -> bytes:
+        """A tail holding ``entries`` and continuing pack ``base``: one to grow where the store appends."""
+        magic = GROWING_TAIL_MAGIC if self.store.appends else TAIL_MAGIC
+        return _blob(magic, {"attempt": self.attempt, "base": base}, entries)
+
+    def _write_tail(self, blob: bytes, version: str | None, count: int) -> bool:
+        """A conditional write of the tail (of ``count`` entries); ``False`` if it changed since
+        ``version`` (unless what is there is this very blob: a write whose answer was lost and
+        retried). Raises :class:`Superseded` once a newer attempt has claimed the run."""
         token = self.store.write_if(self.tail_key, blob, version)
         if token is None:
             found = self.store.get_versioned(self.tail_key)
@@ -496,6 +530,19 @@ class Journal:
                     raise Superseded(why)
                 return False
         self._tail_token = token
+        self._tail_entries = count if blob.startswith(GROWING_TAIL_MAGIC) else -1
+        return True
+
+    def _append_tail(self, entries: list[bytes], version: str | None) -> bool:
+        """``entries`` added at the end of the growing tail, conditionally on ``version`` like
+        :meth:`_write_tail` (a store's append fails as a whole: nothing to retry or compare)."""
+        token = self.store.append_if(self.tail_key, _frames(entries), version) if version is not None else None
+        if token is None:
+            if why := self.superseded():
+                raise Superseded(why)
+            return False
+        self._tail_token = token
+        self._tail_entries += len(entries)
         return True
 
     def superseded(self) -> str | None:
@@ -686,6 +733,8 @@ class Journal:
     def _index(self, record: Record, data: bytes) -> None:
         self.records[record.key] = record
         self._entries.append(data)
+        if self._tail_entries >= 0:
+            self._tail_lacks.append(data)
         self._recorded.setdefault((record.kind, record.fingerprint), set()).add(record.occurrence)
         self._unused[record.kind] = self._unused.get(record.kind, 0) + 1
         if record.kind == "model":
@@ -802,19 +851,27 @@ class Journal:
                     return
                 self._tail_busy = True
                 upto = self._tail_version
-                entries = self._entries[self._pack_count :] + list(self._in_flight.values())
-                header = {"attempt": self.attempt, "base": self._pack_id}
-                token = self._tail_token
+                # A step is added at the end of a growing tail, with what it lacks; now and then
+                # (and where the store cannot append) the tail is rewritten with what the pack lacks.
+                lacks = len(self._tail_lacks)
+                added = self._tail_lacks + [data for v, data in self._in_flight.items() if v > self._tail_durable]
+                grow = self.store.appends and self._tail_entries >= 0 and self._tail_entries + len(added) <= TAIL_APPENDS
+                entries = added if grow else self._entries[self._pack_count :] + list(self._in_flight.values())
+                base, token = self._pack_id, self._tail_token
             written = False
             try:
-                if self.superseded_by is not None or not self._write_tail(_blob(TAIL_MAGIC, header, entries), token):
+                if self.superseded_by is None:
+                    written = (
+                        self._append_tail(entries, token) if grow else self._write_tail(self._tail_blob(base, entries), token, len(entries))
+                    )
+                if not written:
                     raise Superseded(self.superseded() or f"the journal tail of run {self.scope} was written by another process")
-                written = True
             finally:
                 with self._tail_changed:
                     self._tail_busy = False
                     if written:
                         self._tail_durable = max(self._tail_durable, upto)
+                        del self._tail_lacks[:lacks]
                     self._tail_changed.notify_all()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -845,13 +902,13 @@ class Journal:
             def tail(packed: bool) -> bytes:
                 """Empty and continuing the closing pack once it is durable; else holding what
                 the last durable pack lacks (a step may have no other copy: ``single_copy``)."""
-                return _blob(TAIL_MAGIC, {"attempt": self.attempt, "base": pack_id if packed else base}, [] if packed else since)
+                return self._tail_blob(pack_id if packed else base, [] if packed else since)
 
             if in_flight:  # steps not yet durable: only once the tail says this attempt still owns the journal
-                packed = self._write_pack(pack_id, True, in_flight) if self._write_tail(tail(False), version) else None
+                packed = self._write_pack(pack_id, True, in_flight) if self._write_tail(tail(False), version, len(since)) else None
             else:
                 packed = self._write_pack(pack_id, True)
-                self._write_tail(tail(packed is not None), version)
+                self._write_tail(tail(packed is not None), version, 0 if packed is not None else len(since))
             if packed is not None:
                 self._packed(pack_id, *packed)
                 # Every loose record the pack holds goes, those earlier attempts left too.

@@ -349,20 +349,20 @@ async def handle(seam: WireSeam | None, server: str, request: WireRequest) -> Wi
     # The server's notifications before its answer (progress) reach the client as they come: once
     # one arrives, the client is answered with an event stream that ends with the call's answer.
     early: asyncio.Queue[bytes] = asyncio.Queue()
-    call = asyncio.ensure_future(_journaled_call(seam, upstream, server, request, message, early.put_nowait))
-    notified = asyncio.ensure_future(_first(early))
-    try:
-        await asyncio.wait({call, notified}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        notified.cancel()  # (a call left running when the client hangs up ends, and is recorded, on its own)
+    notified: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def notify(event: bytes) -> None:
+        early.put_nowait(event)
+        if not notified.done():
+            notified.set_result(None)
+
+    call = asyncio.ensure_future(_journaled_call(seam, upstream, server, request, message, notify))
+    # (A call left running when the client hangs up ends, and is recorded, on its own.)
+    either: set[asyncio.Future[Any]] = {call, notified}
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     if call.done():
         return call.result()
     return WireResponse(200, [("content-type", "text/event-stream"), ("cache-control", "no-cache")], _events(early, call))
-
-
-async def _first(queue: asyncio.Queue[bytes]) -> None:
-    item = await queue.get()
-    queue.put_nowait(item)  # only peeked: _events hands it on
 
 
 async def _events(early: asyncio.Queue[bytes], call: asyncio.Future[WireResponse]) -> AsyncIterator[bytes]:

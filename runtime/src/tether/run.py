@@ -235,6 +235,11 @@ class Run:
         if self._journal.superseded_by:  # a call it was running, recorded for the newer attempt
             self.stopping = self.stopping or self._journal.superseded_by
 
+    @property
+    def begins_at_once(self) -> bool:
+        # No older attempt's call to wait for; an announcement is a file written without fsync.
+        return self.attempt <= 1 and self.store.local
+
     def older_call(self, key: StepKey) -> Record | None:
         return self.journal.older_call(key)
 

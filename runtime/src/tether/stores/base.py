@@ -12,6 +12,8 @@ class Store(ABC):
     """
 
     url: str
+    #: Its requests are system calls on this machine's disk, no network round trip (``LocalStore``).
+    local: bool = False
 
     @abstractmethod
     def get(self, key: str) -> bytes | None:
@@ -38,6 +40,16 @@ class Store(ABC):
         version, or ``None`` (nothing written) if the object changed. What fences an attempt
         (``tether.journal``): a writer that lost the object learns it on its next write."""
         raise NotImplementedError(f"{type(self).__name__} has no conditional write (write_if)")
+
+    #: Whether :meth:`append_if` is implemented.
+    appends: bool = False
+
+    def append_if(self, key: str, data: bytes, version: str) -> str | None:
+        """Add ``data`` at the end of the object if its current version is ``version``; the new
+        version, or ``None`` (nothing added) if it changed or is absent. Durable like a write,
+        and a failed one adds nothing. Where ``appends`` is true (the journal's tail: a step
+        added, not the tail rewritten)."""
+        raise NotImplementedError(f"{type(self).__name__} has no conditional append (append_if)")
 
     @abstractmethod
     def list(self, prefix: str) -> list[str]:

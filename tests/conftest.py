@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -31,13 +32,17 @@ def store_url(request, tmp_path):
 
 @pytest.fixture
 def fsynced(monkeypatch):
-    """The paths ``os.fsync`` is called on from now, in order (each call still syncs)."""
+    """The paths ``os.fsync`` or ``os.fdatasync`` (an append's) is called on from now, in order
+    (each call still syncs)."""
     synced: list[str] = []
-    real = os.fsync
 
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
+    def recording(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+        return sync
+
+    monkeypatch.setattr(os, "fsync", recording(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", recording(os.fdatasync))
     return synced

@@ -53,7 +53,7 @@ def test_write_if_is_compare_and_swap_that_returns_the_new_version(store_url):
     assert store.write_if("tail", b"attempt 2, step", newer) is not None
 
 
-def test_local_append_if_adds_at_the_end_on_the_version_it_was_given(tmp_path, monkeypatch):
+def test_local_append_if_adds_at_the_end_on_the_version_it_was_given(tmp_path, fsynced):
     """The journal's growing tail (``Store.append_if``): added at the end on the version the last
     write returned, synced, the new version returned; on an older version (a newer attempt took the
     tail over) or to an object that is gone, nothing is added."""
@@ -61,14 +61,8 @@ def test_local_append_if_adds_at_the_end_on_the_version_it_was_given(tmp_path, m
     assert store.appends
     first = store.write_if("journal/r/tail", b"head\n", None)
     assert first is not None
-    synced: list[str] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    synced = fsynced
+    synced.clear()
     second = store.append_if("journal/r/tail", b"one", first)
     assert second is not None and second == store.get_versioned("journal/r/tail")[1]
     assert store.get("journal/r/tail") == b"head\none" and synced == [f"{store.root}/journal/r/tail"]

@@ -100,6 +100,20 @@ def test_progress_reports_the_runs_live_steps_over_every_attempt(tmp_path):
         wire = snapshot(retry, "Running").steps.wire()
         assert (wire["runModelLive"], wire["runToolLive"]) == (2, 2)
 
+    cached = ToolSpec("charge", charge, cache="auto")
+
+    async def reuse(scope: str) -> Run:
+        run = Run(scope, str(tmp_path))
+        with run.activate():
+            await call_tool(cached, {"customer": "cy"}, run=run)
+        return run
+
+    asyncio.run(reuse("first-run"))  # runs it, cached for other runs
+    other = asyncio.run(reuse("other-run"))  # reuses that result
+    assert ran.count("cy") == 1 and other.counters.tool_replayed == 1
+    again = asyncio.run(reuse("other-run"))  # its retry: the record it replays was never live in this run
+    assert snapshot(again, "Running").steps.run_tool_live == 0 and again.counters.tool_replayed == 1
+
 
 def test_cost_limit_counts_every_attempt_of_the_run(tmp_path, capsys):
     """A run retried N times must not spend N times its budget: the limit holds for the run's live

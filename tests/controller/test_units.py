@@ -341,6 +341,41 @@ def test_a_run_account_counts_each_step_once_over_rereads_attempts_and_restarts(
     )  # 150 in attempt 1, 60 + 30 in attempt 2
 
 
+def test_live_steps_of_an_attempt_killed_before_its_last_progress_was_read_are_counted() -> None:
+    """Attempt 1 makes three live turns and two tool calls; the operator read its progress after
+    two turns and one call, then the attempt was killed. Attempt 2 replays them and makes one
+    more turn: the runtime's run-level figures count every live step once (4 turns, 2 calls;
+    read per attempt, attempt 1's third turn and second call were never counted), and a
+    restarted operator counts nothing twice."""
+    from tether.contract import Progress
+
+    ns = "units-run-live"
+    count = lambda counter, mode: counter.get(namespace=ns, framework="openai", mode=mode)  # noqa: E731
+
+    def progress(attempt: int, live: int, replayed: int, run_live: int, tools: int, run_tools: int, tokens: int, run_tokens: int) -> Any:
+        steps = {"modelLive": live, "modelReplayed": replayed, "runModelLive": run_live, "toolLive": tools, "runToolLive": run_tools}
+        return Progress.model_validate({"attempt": attempt, "steps": steps, "usage": {"liveTokens": tokens, "runLiveTokens": run_tokens}})
+
+    account = metrics.RunAccount(ns, "openai", "local", {})
+    account.execution(1, 0, (), queued=False)
+    account.progress(progress(1, 2, 0, 2, 1, 1, 100, 100))
+    account.execution(2, 1, (-9,), queued=False)  # killed after its third turn and second call, unread
+    for _ in range(2):
+        account.progress(progress(2, 1, 3, 4, 0, 2, 40, 190))
+    assert (count(metrics.MODEL_TURNS, "live"), count(metrics.MODEL_TURNS, "replayed")) == (4, 3)
+    assert count(metrics.TOOL_CALLS, "live") == 2 and count(metrics.TOKENS, "live") == 190
+    status = {
+        "attempts": 2,
+        "steps": {"modelLive": 1, "modelReplayed": 3, "runModelLive": 4, "toolLive": 0, "runToolLive": 2},
+        "usage": {"liveTokens": 40, "runLiveTokens": 190},
+    }
+    again = metrics.RunAccount(ns, "openai", "local", status)
+    again.progress(progress(2, 1, 3, 4, 0, 2, 40, 190))
+    assert (count(metrics.MODEL_TURNS, "live"), count(metrics.TOOL_CALLS, "live"), count(metrics.TOKENS, "live")) == (4, 2, 190)
+    again.progress(progress(2, 2, 3, 5, 1, 3, 70, 220))
+    assert (count(metrics.MODEL_TURNS, "live"), count(metrics.TOOL_CALLS, "live"), count(metrics.TOKENS, "live")) == (5, 3, 220)
+
+
 def test_approval_waits_are_observed_once_and_retry_reasons_are_bounded() -> None:
     ns = "units-approvals"
     account = metrics.RunAccount(ns, "openai", "local", {"approvals": [{"id": "a0", "decision": "approved"}]})

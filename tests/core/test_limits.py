@@ -54,6 +54,67 @@ def test_limit_anywhere_in_the_chain_is_terminal():
         assert classify_exception(outer) == EXIT_TERMINAL
 
 
+def test_progress_reports_the_runs_live_steps_over_every_attempt(tmp_path):
+    """Each recorded step was live once, in the attempt that recorded it: a retry's progress
+    reports the run's live turns, tool calls and tokens beside its own, so what reads only the
+    newest progress (the operator's metrics, after an attempt killed before its last progress was
+    read) counts every live step once. A result reused from another run's cache ran nothing."""
+    from tether.tools import ToolSpec, call_tool
+
+    script = {"conversations": [{"match": q, "turns": [{"text": f"answer {q}"}]} for q in ("one", "two")]}
+    ran: list[str] = []
+
+    async def charge(customer: str) -> str:
+        ran.append(customer)
+        return f"charged {customer}"
+
+    spec = ToolSpec("charge", charge)
+    with FakeProvider(script) as fake:
+        upstreams = {"openai": fake.url + "/openai"}
+
+        async def attempt(questions: list[str], calls: list[str]) -> Run:
+            run = Run("counted", str(tmp_path), upstreams=upstreams)
+            client = openai.AsyncOpenAI(
+                base_url=run.upstreams["openai"] + "/v1",
+                api_key="k",
+                http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
+                max_retries=0,
+            )
+            with run.activate():
+                for q in questions:
+                    await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": q}])
+                for c in calls:
+                    await call_tool(spec, {"customer": c}, run=run)
+                await run.seam.written()
+            return run
+
+        first = asyncio.run(attempt(["one"], ["ann"]))  # killed: never closed
+        first_tokens = first.accounting.live.total
+        assert first_tokens > 0
+        retry = asyncio.run(attempt(["one", "two"], ["ann", "bob"]))
+        steps, usage = snapshot(retry, "Running").steps, snapshot(retry, "Running").usage
+        assert (steps.model_live, steps.model_replayed, steps.run_model_live) == (1, 1, 2)
+        assert (steps.tool_live, steps.tool_replayed, steps.run_tool_live) == (1, 1, 2)
+        assert usage.live_tokens == retry.accounting.live.total and usage.run_live_tokens == first_tokens + usage.live_tokens
+        assert fake.live_calls() == 2 and ran == ["ann", "bob"]
+        wire = snapshot(retry, "Running").steps.wire()
+        assert (wire["runModelLive"], wire["runToolLive"]) == (2, 2)
+
+    cached = ToolSpec("charge", charge, cache="auto")
+
+    async def reuse(scope: str) -> Run:
+        run = Run(scope, str(tmp_path))
+        with run.activate():
+            await call_tool(cached, {"customer": "cy"}, run=run)
+        return run
+
+    asyncio.run(reuse("first-run"))  # runs it, cached for other runs
+    other = asyncio.run(reuse("other-run"))  # reuses that result
+    assert ran.count("cy") == 1 and other.counters.tool_replayed == 1
+    again = asyncio.run(reuse("other-run"))  # its retry: the record it replays was never live in this run
+    assert snapshot(again, "Running").steps.run_tool_live == 0 and again.counters.tool_replayed == 1
+
+
 def test_cost_limit_counts_every_attempt_of_the_run(tmp_path, capsys):
     """A run retried N times must not spend N times its budget: the limit holds for the run's live
     spend over all attempts (a replayed turn is free, and was paid once, by the attempt that ran it)."""

@@ -236,7 +236,8 @@ def retry_reason(exit_code: int | None) -> str:
     return "Crashed"
 
 
-# Progress fields counted per attempt: (counter, mode, how to read it from a Progress).
+# Progress fields counted per attempt: (counter, mode, how to read it from a Progress). The live
+# ones only where the runtime does not report the run's (``_PER_RUN``; an older runtime).
 _PER_ATTEMPT: tuple[tuple[Counter, str, Callable[[Progress], float]], ...] = (
     (MODEL_TURNS, "live", lambda p: p.steps.model_live),
     (MODEL_TURNS, "replayed", lambda p: p.steps.model_replayed),
@@ -245,6 +246,14 @@ _PER_ATTEMPT: tuple[tuple[Counter, str, Callable[[Progress], float]], ...] = (
     (TOKENS, "live", lambda p: p.usage.live_tokens),
     (TOKENS, "replayed", lambda p: p.usage.replayed_tokens),
     (COST, "replayed", lambda p: p.usage.saved_usd),
+)
+# Live figures of the whole run (every attempt's recorded steps): counted from them, an attempt
+# killed before the operator read its last progress loses nothing (the next attempt's counts it).
+# (index in _PER_ATTEMPT of the per-attempt figure it replaces, how to read it, its status field).
+_PER_RUN: tuple[tuple[int, Callable[[Progress], int | None], str, str], ...] = (
+    (0, lambda p: p.steps.run_model_live, "steps", "runModelLive"),
+    (2, lambda p: p.steps.run_tool_live, "steps", "runToolLive"),
+    (4, lambda p: p.usage.run_live_tokens, "usage", "runLiveTokens"),
 )
 
 
@@ -285,6 +294,12 @@ class RunAccount:
             float(usage.get("savedUSD", 0.0)),
         ]
         self.spent = float(usage.get("runLiveCostUSD", 0.0))  # over every attempt: what maxCostUSD counts
+        # The run's live figures counted so far; None: status holds progress without them (an
+        # older runtime's): the first reading is the baseline (what it holds was counted).
+        shown = {"steps": steps, "usage": usage}
+        self.run_seen: list[float | None] = [
+            float(shown[part][name]) if name in shown[part] else (None if self.progress_attempt else 0.0) for _, _, part, name in _PER_RUN
+        ]
         self.decided = {a.get("id") for a in status.get("approvals") or [] if a.get("decision")}
         self.died: tuple[int, float] | None = None  # (the attempt, when it was seen to end)
         self.finished = False
@@ -333,11 +348,22 @@ class RunAccount:
             return  # an earlier attempt's record: counted when it was current
         if progress.attempt > self.progress_attempt:
             self.progress_attempt, self.seen = progress.attempt, [0.0] * len(self.seen)
+        by_run: dict[int, tuple[int, float]] = {}
+        for j, (i, read_run, _, _) in enumerate(_PER_RUN):
+            reported = read_run(progress)
+            if reported is not None:
+                by_run[i] = (j, float(reported))
         for i, (counter, mode, read) in enumerate(_PER_ATTEMPT):
             value = float(read(progress))
-            if value > self.seen[i]:
+            if i in by_run:
+                j, total = by_run[i]
+                counted = self.run_seen[j]
+                if counted is not None and total > counted:
+                    counter.inc(total - counted, **self.run, mode=mode)
+                self.run_seen[j] = max(total, counted or 0.0)
+            elif value > self.seen[i]:
                 counter.inc(value - self.seen[i], **self.run, mode=mode)
-                self.seen[i] = value
+            self.seen[i] = max(value, self.seen[i])
         spent = progress.usage.run_live_cost_usd
         if spent > self.spent:
             COST.inc(spent - self.spent, **self.run, mode="live")

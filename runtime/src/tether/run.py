@@ -71,6 +71,12 @@ class Accounting:
     #: their live turns of unknown cost: with this attempt's, what ``max_cost_usd`` counts.
     earlier_live_cost_usd: float = 0.0
     earlier_unknown_cost: int = 0
+    #: The earlier attempts' live steps and tokens (their records): with this attempt's, the
+    #: run's, which count the same whichever attempt's progress was read (one killed before its
+    #: last was is counted by the next).
+    earlier_model_live: int = 0
+    earlier_tool_live: int = 0
+    earlier_live: Usage = field(default_factory=Usage)
 
     @property
     def run_live_cost_usd(self) -> float:
@@ -176,7 +182,10 @@ class Run:
         a = self.accounting
         for record in self._journal.records.values():
             if record.kind != "model":
+                a.earlier_tool_live += not record.response.get("cached")  # a result reused from another run ran nothing
                 continue
+            a.earlier_model_live += 1
+            a.earlier_live += Usage(**record.usage) if record.usage else Usage()
             dollars = self.prices.dollars(record.model, Usage(**record.usage)) if record.usage else None
             if dollars is not None:
                 a.earlier_live_cost_usd += dollars

@@ -164,6 +164,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     await run.answers_recorded()
     if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
         cached.fingerprint, cached.occurrence = fp, key[2]
+        cached.response = {**cached.response, "cached": True}  # ran in another run: not this run's live call
         await asyncio.to_thread(functools.partial(run.record, cached, replayed=True))
         run.account_tool(spec.name, replayed=True, outcome=cached.outcome, cached=True, key=key, record=cached)
         return _from_record(spec, cached)

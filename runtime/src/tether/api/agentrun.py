@@ -236,6 +236,12 @@ class Steps(_Wire):
     model_replayed: int = _count("Model turns replayed.")
     tool_live: int = _count("Tool calls executed.")
     tool_replayed: int = _count("Tool calls replayed.")
+    run_model_live: int | None = Field(
+        default=None,
+        ge=0,
+        description="Model turns called live over every attempt so far (each recorded turn was live once, in the attempt that recorded it); the other counts are the last attempt's.",
+    )
+    run_tool_live: int | None = Field(default=None, ge=0, description="Tool calls executed over every attempt so far.")
     normalised_parts: int = _count(
         "Volatile parts of model requests (a CLI's date, kernel, working directory) left out of their fingerprints."
     )
@@ -272,6 +278,7 @@ class Usage(_Wire):
         "Live turns of unknown cost over every attempt so far: runLiveCostUSD is a lower bound.", alias="runUnknownCostTurns"
     )
     live_tokens: int = _count("Tokens of the turns called live.")
+    run_live_tokens: int | None = Field(default=None, ge=0, description="Tokens of the turns called live over every attempt so far.")
     replayed_tokens: int = _count("Tokens of the turns replayed from the journal.")
     unpriced_models: list[str] = Field(default_factory=list, max_length=32, description="Models with no price: their cost is not counted.")
     unknown_cost_turns: int = _count(

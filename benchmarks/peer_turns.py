@@ -13,7 +13,9 @@ Three ways, interleaved ``--repeat`` times in this process (each on a fresh stor
 - **tether**: ``tether_langgraph.run_agent`` on the local store (its ReAct graph, every turn and
   tool call recorded, fsync on), as ``tether run`` does it; and **tether_not_durable**, the same
   with ``durable=False`` (the adapter's graph, nothing recorded: what the adapter costs apart
-  from recording).
+  from recording); and **tether_no_fsync**, everything recorded on a store that does not sync
+  (what the two synced writes a turn costs: the answer's before its tool runs, the tool's before
+  its result is handed back; SqliteSaver writes beside the next step instead).
 
 Per way, the median over the repeats of: ``turn_ms``, the run's wall time over its turns;
 ``tools_phase_ms``, as the model sees it: from the provider's answer asking for a tool to the next
@@ -52,7 +54,8 @@ def langgraph_run(upstream: str, db: Path | None, turns: int) -> None:
     react_graph_run(upstream, saver_db, turns)
 
 
-def tether_run(upstream: str, store: Path, turns: int, durable: bool = True) -> None:
+def tether_run(upstream: str, store: Path, turns: int, durable: bool = True, fsync: bool = True) -> None:
+    from tether.stores import LocalStore
     from tether_langgraph import run_agent_sync, tool
 
     upstreams = {"openai": upstream}
@@ -61,7 +64,7 @@ def tether_run(upstream: str, store: Path, turns: int, durable: bool = True) -> 
         tools=[tool(lookup)],
         model="gpt-4o-mini",
         run_id="bench",
-        store=str(store),
+        store=str(store) if fsync else LocalStore(store, fsync=False),
         upstreams=upstreams,
         max_turns=turns + 2,
         durable=durable,
@@ -102,6 +105,7 @@ def main() -> None:
         "sqlite_saver": lambda up, d: langgraph_run(up, d / "saver.db", args.turns),
         "tether_not_durable": lambda up, d: tether_run(up, d / "store", args.turns, durable=False),
         "tether": lambda up, d: tether_run(up, d / "store", args.turns),
+        "tether_no_fsync": lambda up, d: tether_run(up, d / "store", args.turns, fsync=False),
     }
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as provider:
@@ -134,7 +138,7 @@ def main() -> None:
     for name, runs in rows.items():
         figures[name] = {key: round(statistics.median(r[key] for r in runs), 2) for key in ("turn_ms", "tools_phase_ms", "cpu_ms_per_turn")}
     peer = figures["sqlite_saver"]
-    for name in ("langgraph", "tether_not_durable", "tether"):
+    for name in ("langgraph", "tether_not_durable", "tether", "tether_no_fsync"):
         for key in ("turn_ms", "tools_phase_ms", "cpu_ms_per_turn"):
             figures[name][f"{key}_over_sqlite_saver"] = round(figures[name][key] - peer[key], 2)
         figures[name]["turn_ratio_to_sqlite_saver"] = round(figures[name]["turn_ms"] / peer["turn_ms"], 4)

@@ -386,7 +386,7 @@ def _attempts(
             running.clear()
             if signals and code != EXIT_SUCCEEDED:
                 return EXIT_INTERRUPTED, outcome  # stopped by the user: no further attempt
-            if attempt_end(code) is not AttemptEnd.RECOVERABLE:
+            if attempt_end(code) not in (AttemptEnd.RECOVERABLE, AttemptEnd.STORE_UNREACHABLE):
                 return code, outcome  # interrupted too: here only the user stops an attempt
             again = "starting it again — finished steps will replay" if attempt < last else f"no retries left ({retries})"
             if code < 0:

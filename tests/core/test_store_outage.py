@@ -173,6 +173,37 @@ async def test_past_the_bound_the_attempt_ends_store_unreachable(fake: FakeProvi
     assert runs == ["A1"] and fake.live_calls() == 2
 
 
+async def test_an_approval_request_waits_for_the_store(fake: FakeProvider, stores: Stores) -> None:
+    """The store goes away once the turn asking for an approval-required refund is recorded: the
+    approval request waits for it and is written once, and the attempt suspends for a human (on
+    main the request's write failed the attempt)."""
+    from tether.approvals import list_approvals
+
+    @tool(approval="Refund {order}?")
+    async def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    def on_step(e: StepEvent) -> None:
+        if e.index == 1:
+            stores.gate.shut()
+            threading.Timer(3.0, stores.gate.open).start()
+
+    result = await run_agent(
+        ADAPTER,
+        "refund order A1",
+        model="gpt-4o-mini",
+        tools=[refund],
+        run_id="asks",
+        store=stores.gated,
+        upstreams={"openai": fake.url + "/openai"},
+        on_step=on_step,
+    )
+    assert result.status == "suspended" and result.attempt == 1
+    requests = list_approvals(stores.direct, "asks")
+    assert [r["id"] for r in requests] == [result.pending_approval] and requests[0]["prompt"] == "Refund A1?"
+
+
 def test_the_bound_is_a_setting_and_only_an_unavailable_store_waits(monkeypatch) -> None:
     monkeypatch.delenv(OUTAGE_ENV, raising=False)
     assert outage_seconds() == 300.0

@@ -1,7 +1,8 @@
 """Waiting out a store that does not answer (README.md, "Durability": a store outage).
 
 What an attempt cannot go on without — a step's journal write, the journal load, the start of a
-live tool call (its announcement), the memory read and commit, the run's result — goes through
+live tool call (its announcement, its approval request, a cross-run cache read), the memory read
+and commit, the run's result — goes through
 :func:`patiently`: when the store does not answer (:class:`~tether.errors.StoreUnavailable`: a
 refused or timed-out connection, a 5xx, throttling, after the backend's own quick retries), the
 same operation is tried again with backoff while the outage lasts, up to

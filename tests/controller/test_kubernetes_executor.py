@@ -419,6 +419,23 @@ def test_terminal_exit_is_not_retried(kube: ControlPlane, k8s_operator: Operator
     assert not finalizers(kube, "terminal")
 
 
+def test_a_store_outage_exit_is_not_counted_against_retries(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """Exit 4 (the store did not answer for longer than the runtime waits for it) starts the next
+    pod without counting against `retries` (0 here): the third pod's success is the run's. (On
+    main the first such exit failed the run, RetriesExhausted.)"""
+    series = f'tether_retries_total{{namespace="{NS}",framework="openai",reason="StoreUnreachable"}}'
+    before = sample(k8s_operator, series)
+    run = apply_run(kube, "store-away", retries=0)
+    first = wait_pod(kube, run, 1)
+    kubelet(kube, first, "Running")
+    kubelet(kube, first, "Failed", 4)
+    kubelet(kube, wait_pod(kube, run, 2), "Failed", 4)
+    kubelet(kube, wait_pod(kube, run, 3), "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/store-away")
+    assert get(kube, "agentrun", NS, "store-away")["status"]["attempts"] == 3
+    assert sample(k8s_operator, series) - before == 2
+
+
 def test_suspended_run_holds_no_pod_and_approval_starts_the_next(kube: ControlPlane, k8s_operator: Operator) -> None:
     run = apply_run(kube, "asks")
     uid = run["metadata"]["uid"]

@@ -127,6 +127,26 @@ async def test_interrupted_and_unknown_exit_codes_are_retried(make) -> None:
     assert (st.attempts, st.failures) == (3, 2)
 
 
+async def test_store_unreachable_is_not_counted_against_retries_and_is_bounded(make) -> None:
+    """Exit code 4 (the store did not answer for longer than the attempt waited) starts the next
+    attempt without counting it against `retries`; past STORE_OUTAGE_ATTEMPTS such attempts the
+    run fails, reason StoreUnreachable, saying why (a dead store never loops for ever)."""
+    from tether_operator.executors.base import STORE_OUTAGE_ATTEMPTS
+
+    ex = make("4,4,0")
+    await ex.submit(_submission(retries=0))
+    assert await _until_finished(ex, "t1") is ExecutionState.SUCCEEDED
+    st = await ex.status("t1")
+    assert (st.attempts, st.failures, st.retried) == (3, 0, (4, 4))
+
+    ex = make("4")
+    await ex.submit(_submission("t2", retries=5))
+    assert await _until_finished(ex, "t2") is ExecutionState.FAILED
+    st = await ex.status("t2")
+    assert (st.attempts, st.failures, st.reason) == (STORE_OUTAGE_ATTEMPTS + 1, 0, "StoreUnreachable")
+    assert "the store did not answer in" in st.message and "TETHER_STORE_OUTAGE_SECONDS" in st.message
+
+
 async def test_suspend_then_resume_is_not_a_failure(make) -> None:
     ex = make("3,0")
     await ex.submit(_submission(retries=0))

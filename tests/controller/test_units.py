@@ -390,8 +390,8 @@ def test_approval_waits_are_observed_once_and_retry_reasons_are_bounded() -> Non
     assert metrics.APPROVAL_WAIT.series[(ns, "openai", "approved")][1] == [12.5]
     assert metrics.APPROVAL_WAIT.series[(ns, "openai", "timeout")][1] == [300.0]
     assert metrics.APPROVAL_WAIT.series[(ns, "openai", "declined")] == ([0] * 12, [0.0])  # shown at 0 from the start
-    assert [metrics.retry_reason(c) for c in (None, 1, 130, -1, -9, 137, 7)] == [
-        "Unknown", "Error", "Interrupted", "Lost", "Killed", "Killed", "Crashed"
+    assert [metrics.retry_reason(c) for c in (None, 1, 4, 130, -1, -9, 137, 7)] == [
+        "Unknown", "Error", "StoreUnreachable", "Interrupted", "Lost", "Killed", "Killed", "Crashed"
     ]  # fmt: skip
 
 

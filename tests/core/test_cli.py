@@ -134,10 +134,23 @@ def test_help_documents_exit_codes(tmp_path: Path) -> None:
             "0  succeeded",
             "2  terminal failure",
             "3  suspended: waiting for a human approval",
+            "4  the store did not answer for longer than TETHER_STORE_OUTAGE_SECONDS",
             "other  the agent process crashed",
         ):
             assert line in proc.stdout, proc.stdout
     assert "usage: tether" in proc.stdout and "./tether" not in proc.stdout
+
+
+def test_a_store_that_never_answers_ends_the_run_with_exit_code_4(tmp_path: Path) -> None:
+    """S3 at a port nobody listens on, waited for 1 s: `tether run` exits 4 (the store did not
+    answer: run it again once it does), naming the store, not 1 (a failure of the run's own)."""
+    from tests.support.s3 import free_port, set_aws_env
+
+    set_aws_env()
+    store = f"s3://runs/tether?endpoint_url=http://127.0.0.1:{free_port()}"
+    proc = tether("run", str(example(tmp_path, "weather")), store=store, env={"TETHER_STORE_OUTAGE_SECONDS": "1"})  # type: ignore[arg-type]
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "Could not connect to the endpoint URL" in proc.stdout + proc.stderr
 
 
 def test_the_cli_behaves_like_kubectl(tmp_path: Path) -> None:

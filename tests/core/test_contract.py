@@ -109,12 +109,13 @@ def test_one_reading_of_an_attempts_exit_code() -> None:
     from tether_operator.executors import base, flyte
 
     AttemptEnd = contract.AttemptEnd
-    ends = {code: contract.attempt_end(code) for code in (0, 1, 2, 3, 130, -9, 5)}
+    ends = {code: contract.attempt_end(code) for code in (0, 1, 2, 3, 4, 130, -9, 5)}
     assert ends == {
         0: AttemptEnd.SUCCEEDED,
         1: AttemptEnd.RECOVERABLE,
         2: AttemptEnd.TERMINAL,
         3: AttemptEnd.SUSPENDED,
+        4: AttemptEnd.STORE_UNREACHABLE,  # the store did not answer: not counted against retries
         130: AttemptEnd.INTERRUPTED,
         -9: AttemptEnd.RECOVERABLE,  # killed by a signal
         5: AttemptEnd.RECOVERABLE,

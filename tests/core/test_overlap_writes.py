@@ -141,7 +141,8 @@ def test_a_tool_waits_for_the_answer_that_asked_for_it(provider, tmp_path):
     asyncio.run(scenario())
 
 
-def test_a_failed_write_stops_the_attempt(provider, tmp_path):
+def test_a_failed_write_stops_the_attempt(provider, tmp_path, monkeypatch):
+    monkeypatch.setenv("TETHER_STORE_OUTAGE_SECONDS", "0")  # past the bound at once (tests/core/test_store_outage.py waits)
     store = GatedStore(tmp_path)
     store.fail = True
     ran: list[str] = []

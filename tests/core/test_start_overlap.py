@@ -62,7 +62,8 @@ async def test_the_journal_loads_while_the_agent_is_built(tmp_path: Path) -> Non
     assert result.status == "succeeded" and (result.model_live, result.tool_live, result.attempt) == (2, 1, 1)
 
 
-async def test_a_journal_that_cannot_load_fails_the_attempt_before_any_step(tmp_path: Path) -> None:
+async def test_a_journal_that_cannot_load_fails_the_attempt_before_any_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_STORE_OUTAGE_SECONDS", "0")  # past the bound at once (else the load is made again)
     building = threading.Event()
     store = ReadsJournalWhen(tmp_path / "store", building, fail=True)
     run_agent = bind(SignalsBuild(building))[0]

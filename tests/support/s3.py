@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -93,3 +94,84 @@ def iam_user(endpoint: str, name: str, policy: dict[str, Any]) -> dict[str, str]
     iam.put_user_policy(UserName=name, PolicyName="tether-store", PolicyDocument=json.dumps(policy))
     key = iam.create_access_key(UserName=name)["AccessKey"]
     return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
+class Gate:
+    """A TCP forwarder in front of the S3 server: ``shut()`` closes it (connections refused, open
+    ones cut), ``open()`` listens again on the same port. ``silence(True)``: requests still
+    reach the server, its answers never come back (a connection is cut once the server answers:
+    a write that landed, its answer lost). The server and its data stay up."""
+
+    def __init__(self, target_port: int) -> None:
+        self.port, self.target = free_port(), target_port
+        self.mute = False
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.open()
+
+    @property
+    def is_open(self) -> bool:
+        return self._listener is not None
+
+    def open(self) -> None:
+        if self._listener is not None:
+            return
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(64)
+        self._listener = s
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self._lock:
+                self._conns += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self.mute), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket, drop: bool = False) -> None:
+        try:
+            while data := a.recv(65536):
+                if drop and not data.startswith(b"HTTP/1.1 100 "):  # "100 Continue" passes: the body must be sent
+                    break  # the server answered: the answer is lost, the connection cut
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def silence(self, mute: bool) -> None:
+        """From now on, answers are dropped (``True``) or passed back; open connections are cut
+        (a client's pooled connection would otherwise go on as before)."""
+        self.mute = mute
+        self._cut()
+
+    def shut(self) -> None:
+        if self._listener is None:
+            return
+        self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._listener.close()
+        self._listener = None
+        self._cut()
+
+    def _cut(self) -> None:
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()

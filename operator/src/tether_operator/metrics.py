@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from tether.contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, Progress
+from tether.contract import EXIT_INTERRUPTED, EXIT_RECOVERABLE, EXIT_STORE_UNREACHABLE, Progress
 from tether.stores import Store
 
 from .times import epoch
@@ -217,7 +217,7 @@ FAMILIES: tuple[_Family, ...] = (
 )
 
 
-RETRY_REASONS = ("Error", "Interrupted", "Killed", "Lost", "Crashed", "Unknown")
+RETRY_REASONS = ("Error", "Interrupted", "StoreUnreachable", "Killed", "Lost", "Crashed", "Unknown")
 DECISIONS = ("approved", "declined", "timeout")
 
 
@@ -227,6 +227,8 @@ def retry_reason(exit_code: int | None) -> str:
         return "Unknown"  # the executor does not say (Flyte retries inside its backend)
     if exit_code == EXIT_RECOVERABLE:
         return "Error"  # the runtime's transient failure: a provider, a tool or the store did not answer
+    if exit_code == EXIT_STORE_UNREACHABLE:
+        return "StoreUnreachable"  # the store did not answer for longer than the attempt waited (not counted against retries)
     if exit_code == EXIT_INTERRUPTED:
         return "Interrupted"  # stopped cleanly on SIGTERM/SIGINT (a pod deleted, a node drained)
     if exit_code == -1:

@@ -80,14 +80,14 @@ def _main(argv: list[str]) -> int:
             raise
         print(f"tether {argv[0]} needs the {package} package (pip install {package})", file=sys.stderr)
         return 2
-    from .contract import EXIT_RECOVERABLE, EXIT_TERMINAL
+    from .contract import EXIT_STORE_UNREACHABLE, EXIT_TERMINAL
     from .errors import StoreError, StoreUnavailable
 
     try:
         return int(module.main(argv[1:]) or 0)
     except StoreError as e:  # the cause in one line (e.g. access denied to that prefix), not a traceback
         print(f"tether {argv[0]}: {e}", file=sys.stderr)
-        return EXIT_RECOVERABLE if isinstance(e, StoreUnavailable) else EXIT_TERMINAL
+        return EXIT_STORE_UNREACHABLE if isinstance(e, StoreUnavailable) else EXIT_TERMINAL
 
 
 def _missing_extra(command: str) -> str | None:

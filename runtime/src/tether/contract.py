@@ -34,6 +34,10 @@ EXIT_RECOVERABLE = 1
 EXIT_TERMINAL = 2
 #: Waiting for a human decision on an approval-required tool; no compute is held.
 EXIT_SUSPENDED = 3
+#: The store did not answer for longer than the attempt waits for it (``tether.stores.outage``,
+#: ``$TETHER_STORE_OUTAGE_SECONDS``): what is durable stays so, the next attempt replays it.
+#: Executors start the next attempt without counting it against ``retries`` (a bound of its own).
+EXIT_STORE_UNREACHABLE = 4
 #: Stopped cleanly by SIGINT/SIGTERM (``tether.stopping``): what finished is recorded; run the
 #: same command again to resume. 128 + SIGINT, what a shell reports for Ctrl-C. Executors treat
 #: it as recoverable.
@@ -48,6 +52,7 @@ class AttemptEnd(str, Enum):
     TERMINAL = "terminal"
     INTERRUPTED = "interrupted"
     RECOVERABLE = "recoverable"
+    STORE_UNREACHABLE = "store-unreachable"
 
 
 _ENDS = {
@@ -55,6 +60,7 @@ _ENDS = {
     EXIT_TERMINAL: AttemptEnd.TERMINAL,
     EXIT_SUSPENDED: AttemptEnd.SUSPENDED,
     EXIT_INTERRUPTED: AttemptEnd.INTERRUPTED,
+    EXIT_STORE_UNREACHABLE: AttemptEnd.STORE_UNREACHABLE,
 }
 
 
@@ -225,6 +231,8 @@ EXIT_CODES_HELP = """exit codes:
      again (finished steps replay)
   2  terminal failure or bad input (the cause is printed), or the run id belongs to another manifest
   3  suspended: waiting for a human approval (approve, then run the same command again)
+  4  the store did not answer for longer than TETHER_STORE_OUTAGE_SECONDS (default 300):
+     run the same command again once it does (finished steps replay)
   130  interrupted (Ctrl-C, SIGTERM): tool calls already running finished and were recorded;
      run the same command again to resume
   other  the agent process crashed or was killed (any other exit code, a signal): an attempt

@@ -9,6 +9,8 @@ Flyte executor's runs start the task ``agent_run`` (JSON request in, JSON outcom
 
     0  succeeded          3  suspended: waiting for a human approval (nothing is held)
     2  terminal failure   1  recoverable failure: start the attempt again (it replays)
+    4  the store did not answer for longer than the attempt waits (``tether.stores.outage``):
+       start it again, not counted against ``retries``
     130  interrupted (SIGINT/SIGTERM, tether.stopping): running tool calls were recorded first
 """
 
@@ -39,6 +41,7 @@ from .api import AgentToolSpec, McpToolStatus
 from .api.shared import parse_duration
 from .contract import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the exit codes, importable from here too
 from .contract import EXIT_RECOVERABLE as EXIT_RECOVERABLE
+from .contract import EXIT_STORE_UNREACHABLE as EXIT_STORE_UNREACHABLE
 from .contract import EXIT_SUCCEEDED as EXIT_SUCCEEDED
 from .contract import EXIT_SUSPENDED as EXIT_SUSPENDED
 from .contract import EXIT_TERMINAL as EXIT_TERMINAL
@@ -218,8 +221,9 @@ class ChildToolTask:
 def classify_exception(e: BaseException) -> int:
     """Exit code for an exception that ended an attempt. SDKs wrap what the seam raised (e.g.
     an ``APIConnectionError`` around a refused cost limit), so the whole chain is read: a limit,
-    bad input or a store access denied anywhere makes it terminal; else a transport-level or store failure or a retryable
-    HTTP status makes it recoverable; anything else is terminal."""
+    bad input or a store access denied anywhere makes it terminal; else a store that did not answer
+    makes it store-unreachable (not counted against ``retries``); else a transport-level failure or
+    a retryable HTTP status makes it recoverable; anything else is terminal."""
     chain: list[BaseException] = []
     seen: set[int] = set()
     link: BaseException | None = e
@@ -229,8 +233,10 @@ def classify_exception(e: BaseException) -> int:
         link = link.__cause__ or link.__context__
     if any(isinstance(x, (ConfigError, LimitExceeded, StoreAccessDenied)) for x in chain):
         return EXIT_TERMINAL
+    if any(isinstance(x, StoreUnavailable) for x in chain):  # waited for up to its bound (tether.stores.outage)
+        return EXIT_STORE_UNREACHABLE
     for x in chain:
-        if isinstance(x, (RecoverableStepError, StoreUnavailable, ConnectionError, TimeoutError)):
+        if isinstance(x, (RecoverableStepError, ConnectionError, TimeoutError)):
             return EXIT_RECOVERABLE
         status = getattr(x, "status_code", None) or getattr(x, "code", None)
         if isinstance(status, int) and (status in (408, 409, 429) or status >= 500):
@@ -367,13 +373,13 @@ async def agent_run(request: str, store: str) -> str:
             starts = await asyncio.to_thread(_claim_start, parsed, store)
         except Exception as e:  # a store that does not answer is recoverable: Flyte retries (and counts) it
             error = f"counting this attempt in the store: {type(e).__name__}: {e}"
-            if classify_exception(e) == EXIT_RECOVERABLE:
+            if classify_exception(e) in (EXIT_RECOVERABLE, EXIT_STORE_UNREACHABLE):
                 raise RecoverableAttempt(error) from e
             return Outcome(parsed.run_id, "failed", EXIT_TERMINAL, error=error).to_json()
         if starts > parsed.spec.retries + 1:
             return _restarts_exhausted(parsed, starts).to_json()
     outcome = await attempt(parsed, store, step_printer(sys.stdout if os.environ.get(PROGRESS_ENV) == "1" else None))
-    if remote and outcome.exit_code in (EXIT_RECOVERABLE, EXIT_INTERRUPTED):
+    if remote and outcome.exit_code in (EXIT_RECOVERABLE, EXIT_INTERRUPTED, EXIT_STORE_UNREACHABLE):  # Flyte counts these
         raise RecoverableAttempt(outcome.error or "recoverable failure")
     if starts:
         outcome = dataclasses.replace(outcome, attempts=starts)

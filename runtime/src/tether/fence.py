@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from .errors import Interrupted, StoreError
 from .stores import LocalStore, Store
+from .stores.outage import patiently
 
 #: How often an announcement is rewritten while its call runs (the older attempt is alive).
 BEAT_SECONDS = 1.0
@@ -82,7 +83,7 @@ class Announcer:
                 raise Interrupted("the attempt has ended: it starts no tool call")
             self._count += 1
             name = f"{running_prefix(self.prefix, key)}{self.attempt}.{self._count}"
-        self.store.put(name, self._body(0))
+        patiently(lambda: self.store.put(name, self._body(0)), "the start of a tool call")
         with self._changed:
             self._beats[name] = 0
             if self._thread is None:

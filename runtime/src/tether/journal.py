@@ -67,6 +67,7 @@ corrupt record fails the checksum and counts as a miss.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -82,6 +83,7 @@ from .canonical import sha256_hex
 from .contract import journal_prefix
 from .errors import StoreError, Superseded
 from .stores import Store
+from .stores.outage import patiently
 
 Kind = Literal["model", "tool"]
 Outcome = Literal["ok", "error"]
@@ -564,7 +566,12 @@ class Journal:
             if self._announcer is None:
                 self._announcer = fence.Announcer(self.store, self.prefix, self.attempt)
         end = self._announcer.announce(key)
-        if why := self.superseded():
+        try:
+            why = patiently(self.superseded, "the start of a tool call")
+        except BaseException:
+            end()
+            raise
+        if why:
             end()
             raise Superseded(why)
         with self._lock:
@@ -577,7 +584,9 @@ class Journal:
         as replayed; ``None`` if no older attempt runs it (this attempt runs it)."""
         if self.attempt <= 1:
             return None  # nothing older
-        data = fence.older_call(self.store, self.prefix, key, self.attempt, self._object_key(key))
+        data = patiently(
+            lambda: fence.older_call(self.store, self.prefix, key, self.attempt, self._object_key(key)), "the start of a tool call"
+        )
         record = Record.decode(data) if data is not None else None
         if record is None or record.key != key:
             return None
@@ -861,9 +870,15 @@ class Journal:
             written = False
             try:
                 if self.superseded_by is None:
-                    written = (
-                        self._append_tail(entries, token) if grow else self._write_tail(self._tail_blob(base, entries), token, len(entries))
+                    # The same write again while the store does not answer (tether.stores.outage):
+                    # a rewrite whose answer was lost finds its own bytes (``_write_tail``), fence
+                    # kept; a failed append added nothing.
+                    write = (
+                        functools.partial(self._append_tail, entries, token)
+                        if grow
+                        else functools.partial(self._write_tail, self._tail_blob(base, entries), token, len(entries))
                     )
+                    written = patiently(write, "a journal write")
                 if not written:
                     raise Superseded(self.superseded() or f"the journal tail of run {self.scope} was written by another process")
             finally:
@@ -1022,10 +1037,11 @@ class Journal:
         """Durably write a completed step and count it (``replayed`` for a result reused from
         elsewhere, e.g. the cross-run tool cache). The tail holding it is written first, then the
         loose record, so a loose record that exists is always in the copies a load reads (a kill
-        between the two leaves the step in the tail: the next attempt replays it). Raises
-        ``StoreError`` (e.g. ``StoreUnavailable``) if the store is down: the step then counts as
-        not done and the next attempt runs it again (a tail already holding it only hands that
-        attempt a complete answer)."""
+        between the two leaves the step in the tail: the next attempt replays it). While the
+        store does not answer, each write is tried again (``tether.stores.outage``: up to
+        ``$TETHER_STORE_OUTAGE_SECONDS``); past that it raises ``StoreUnavailable`` (another
+        ``StoreError`` at once): the step then counts as not done and the next attempt runs it
+        again (a tail already holding it only hands that attempt a complete answer)."""
         record.attempt = self.attempt
         data = self._encode(record)
         with self._lock:
@@ -1040,14 +1056,14 @@ class Journal:
                     raise
                 # A call this attempt was running when the newer one started: that one waits for
                 # this record (tether.fence); loose only, the copies are the newer attempt's now.
-                self._write_one_loose(record.key, data, False, quiet=False)
+                patiently(lambda: self._write_one_loose(record.key, data, False, quiet=False), "a journal write")
                 with self._lock:
                     self.records[record.key] = record
                     self.counters.count(record.kind, replayed=replayed)
                 return
             overwrite = record.key in self._corrupt_keys  # a checksum failure is overwritten, never trusted
-            if not self.single_copy:
-                self._write_one_loose(record.key, data, overwrite, quiet=False)
+            if not self.single_copy:  # an exclusive create that finds its record counts as written
+                patiently(lambda: self._write_one_loose(record.key, data, overwrite, quiet=False), "a journal write")
             self._corrupt_keys.discard(record.key)
         finally:
             with self._lock:

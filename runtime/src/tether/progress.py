@@ -26,6 +26,7 @@ from .errors import StoreError
 from .run import Run, StepEvent
 from .stores import Store
 from .stores.local import LocalStore
+from .stores.outage import patiently
 
 RESULT_LIMIT = 4096
 
@@ -230,21 +231,26 @@ class ProgressWriter:
         except StoreError:
             pass  # progress is advisory; the journal is what counts
 
-    def _final(self, phase: str, fields: dict[str, Any]) -> Future[None]:
+    def _final(self, phase: str, fields: dict[str, Any], durable: bool = False) -> Future[None]:
         # A final snapshot lists approvals (store reads): taken on the writer thread, after every
         # earlier write; the run has stopped changing by then. The attempt's log goes beside it.
         self._cancel_later()
         self._last = time.monotonic()
-        return self._writer.submit(self._put_final, phase, fields)
+        return self._writer.submit(self._put_final, phase, fields, durable)
 
-    def _put_final(self, phase: str, fields: dict[str, Any]) -> None:
+    def _put_final(self, phase: str, fields: dict[str, Any], durable: bool) -> None:
         try:
             if self.run.journal.superseded():  # one read, once per attempt: a zombie's end says nothing
                 return
         except Exception:
             pass  # not loaded, the store down: the snapshot says so or fails quietly below
-        document = snapshot(self.run, phase, **fields)
-        self._put(lambda: document)
+        if durable:  # the run's result: waited for while the store does not answer, else raised
+            document = patiently(lambda: snapshot(self.run, phase, **fields), "the run's result")  # approvals are read
+            if not self.run.superseded_by:
+                patiently(lambda: write_progress(self._store, self.run.scope, document), "the run's result")
+        else:
+            document = snapshot(self.run, phase, **fields)
+            self._put(lambda: document)
         try:
             log = attempt_log(self.run, document)
             self._store.put(attempt_log_key(self.run.scope, self.run.attempt), json.dumps(log).encode())
@@ -268,13 +274,15 @@ class ProgressWriter:
         except Exception:
             pass  # progress is advisory
 
-    def publish(self, phase: str, **fields: Any) -> None:
-        """Write a snapshot now and wait for it (for synchronous callers)."""
-        self._final(phase, fields).result()
+    def publish(self, phase: str, *, durable: bool = False, **fields: Any) -> None:
+        """Write a snapshot now and wait for it (for synchronous callers). ``durable``: the
+        run's result, which lives here only: waited for while the store does not answer
+        (``tether.stores.outage``), and raises if it could not be written; else advisory."""
+        self._final(phase, fields, durable).result()
 
-    async def apublish(self, phase: str, **fields: Any) -> None:
-        """Write a snapshot without blocking the event loop."""
-        await asyncio.wrap_future(self._final(phase, fields))
+    async def apublish(self, phase: str, *, durable: bool = False, **fields: Any) -> None:
+        """Write a snapshot without blocking the event loop (``durable``: see :meth:`publish`)."""
+        await asyncio.wrap_future(self._final(phase, fields, durable))
 
     def close(self) -> None:
         """Let queued writes finish in the background and end the writer thread."""

@@ -21,6 +21,7 @@ from .cost import PriceTable
 from .errors import Superseded, Suspended
 from .journal import Counters, Journal, Record, StepKey
 from .stores import Store, open_store
+from .stores.outage import patiently
 from .telemetry import attempt_trace
 from .usage import Usage
 from .wire.providers import upstreams as resolve_upstreams
@@ -176,8 +177,16 @@ class Run:
         """Load the journal and count what the earlier attempts paid: every model record in it was
         a live turn once (a replay is never recorded again), so a budget holds for the run, not per
         attempt. A turn killed before its record was written is not there (its cost is known
-        nowhere)."""
-        self._journal.load()
+        nowhere). A load the store did not answer is made again from the start, with a fresh
+        journal, while the outage lasts (``tether.stores.outage``): one that failed half way may
+        have claimed an attempt number, which then stays unused."""
+
+        def load() -> Journal:
+            journal = Journal(self.store, self.scope)
+            journal.single_copy = self._journal.single_copy
+            return journal.load()
+
+        self._journal = patiently(load, "loading the journal")
         self.trace.loaded(self._journal, self.started_at)
         a = self.accounting
         for record in self._journal.records.values():

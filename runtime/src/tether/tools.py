@@ -42,6 +42,7 @@ from .contract import TOOL_MODULES_ENV as TOOL_MODULES_ENV
 from .errors import ConfigError, Interrupted, StoreError, Superseded, Suspended, ToolError, ToolRunnerUnavailable
 from .journal import Record, StepKey
 from .secrets import tool_scope
+from .stores.outage import patiently
 
 _T = TypeVar("_T")
 
@@ -162,7 +163,10 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     # written while the framework reads it: tether.wire.seam), or a kill in between would let a
     # retry that asks the model again run a different call.
     await run.answers_recorded()
-    if spec.reuses_cached and (cached := await asyncio.to_thread(_cached, run, spec, canonical)) is not None:
+    if (
+        spec.reuses_cached
+        and (cached := await asyncio.to_thread(patiently, lambda: _cached(run, spec, canonical), "the tool cache")) is not None
+    ):
         cached.fingerprint, cached.occurrence = fp, key[2]
         cached.response = {**cached.response, "cached": True}  # ran in another run: not this run's live call
         await asyncio.to_thread(functools.partial(run.record, cached, replayed=True))
@@ -181,7 +185,9 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
             return _from_record(spec, older)
         if spec.approval is not None:
             try:
-                decision = await asyncio.to_thread(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
+                # Safe to repeat: a request that landed but whose answer was lost is found, under its id.
+                asking = functools.partial(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
+                decision = await asyncio.to_thread(patiently, asking, "an approval request")
             except Suspended:
                 await _running_calls_done(run)  # parallel calls already running finish and are recorded first
                 raise

@@ -45,7 +45,14 @@ from tether.contract import EXIT_TERMINAL as EXIT_TERMINAL
 from tether.contract import AttemptEnd, ExecRequest, attempt_end
 from tether.secrets import Secrets
 
+from ..conditions import Reason
+
 log = logging.getLogger(__name__)
+
+#: Attempts of one run that may end because the store did not answer (exit code 4, after each
+#: waited up to the runtime's TETHER_STORE_OUTAGE_SECONDS) before the run fails, reason
+#: StoreUnreachable. They do not count against `retries`: a store outage is not the run's failure.
+STORE_OUTAGE_ATTEMPTS = 3
 
 
 class ExecutionState(str, Enum):
@@ -231,6 +238,9 @@ class Execution:
     state: ExecutionState = ExecutionState.QUEUED
     attempts: int = 0
     failures: int = 0
+    #: Attempts that ended because the store did not answer (exit code 4): not failures, bounded
+    #: by `AttemptingExecutor.store_outage_attempts` (counted while this operator follows the run).
+    store_outages: int = 0
     exit_code: int | None = None
     message: str = ""
     reason: str = ""
@@ -298,6 +308,7 @@ class AttemptingExecutor(FollowingExecutor[E]):
     runs one attempt and what else it does at an attempt's end (the hooks below)."""
 
     retry_backoff: float = 0.5
+    store_outage_attempts: int = STORE_OUTAGE_ATTEMPTS
     starting: str = "starting"
     """The message of a run about to start an attempt."""
 
@@ -373,6 +384,19 @@ class AttemptingExecutor(FollowingExecutor[E]):
                 return run.set(ExecutionState.SUSPENDED, "waiting for an approval")
             if end is AttemptEnd.TERMINAL:
                 return run.set(ExecutionState.FAILED, self._terminal_error(run) or f"terminal failure (exit code {EXIT_TERMINAL})")
+            if end is AttemptEnd.STORE_UNREACHABLE:  # the store's fault, not the run's: not a failure
+                run.store_outages += 1
+                if run.store_outages > self.store_outage_attempts:
+                    why = (
+                        f"attempt {run.attempts} {happened}; the store did not answer in {run.store_outages} attempts "
+                        f"(each waits for it up to TETHER_STORE_OUTAGE_SECONDS, default 300 s): check the store, then re-create the run"
+                    )
+                    return run.set(ExecutionState.FAILED, why, Reason.STORE_UNREACHABLE)
+                run.retried.append(code)
+                log.info("execution %s attempt %d could not reach the store; starting again", sub.name, run.attempts)
+                run.set(ExecutionState.QUEUED, f"attempt {run.attempts} {happened}; starting again (not counted against retries)")
+                await asyncio.sleep(min(self.retry_backoff * 2.0 ** (run.store_outages - 1), 10.0))
+                continue
             run.failures += 1  # the attempt was `retried`
             if run.failures > sub.retries:
                 return run.set(ExecutionState.FAILED, f"attempt {run.attempts} {happened}; retries exhausted ({sub.retries})")

@@ -25,6 +25,7 @@ from ..progress import ProgressWriter
 from ..run import Run, StepEvent
 from ..stopping import until_stopped
 from ..stores import Store, open_store
+from ..stores.outage import patiently
 from ..wire.providers import API_KEY_ENV
 from ..wire.providers import upstreams as resolve_upstreams
 from .adapter import Adapter, AgentSession, AgentSpec
@@ -233,7 +234,7 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
     )
     if memory is not None:
         try:
-            session.history = await asyncio.to_thread(memory.load, writer=scope)
+            session.history = await asyncio.to_thread(patiently, lambda: memory.load(writer=scope), "reading the run's memory")
         except Exception:
             if run is not None:
                 await run.loaded()  # a journal that cannot load is the cause to report first
@@ -265,10 +266,9 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
             if run is not None:  # the last answers' records (written while the framework went on) are durable first
                 await run.seam.recorded()
         result.status = "succeeded"
-        if memory is not None and run is not None:
-            await asyncio.to_thread(memory.commit, session.new_items, writer=scope)
-        elif memory is not None:
-            await asyncio.to_thread(memory.commit, session.new_items, writer=f"{scope}-{uuid.uuid4().hex}")
+        if memory is not None:  # idempotent per writer: tried again while the store does not answer
+            writer = scope if run is not None else f"{scope}-{uuid.uuid4().hex}"
+            await asyncio.to_thread(patiently, lambda: memory.commit(session.new_items, writer=writer), "the memory commit")
     except Suspended as s:
         result.status, result.pending_approval = "suspended", s.approval_id
     except Interrupted as i:
@@ -295,8 +295,13 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
             await asyncio.to_thread(run.trace.end, result.status, result.error, run_ended=result.status == "succeeded")
     if progress:
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
-        await progress.apublish(phase, result=result.output)
-        progress.close()
+        try:
+            # The result lives in this record only: written before the attempt says it succeeded,
+            # waiting while the store does not answer; past that the attempt ends store-unreachable
+            # and the next one replays to the result (no step runs again).
+            await progress.apublish(phase, durable=phase == "Succeeded", result=result.output)
+        finally:
+            progress.close()
     if wants_report(job.report):
         await render_report(result)
     return result

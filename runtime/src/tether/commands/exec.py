@@ -1,6 +1,7 @@
 """``tether exec REQUEST.json --store URL``: one attempt of an AgentRun, as a Flyte local
 execution. Executors (the operator's local executor, ``tether run``) start it and read the exit
-code: 0 succeeded, 1 recoverable (start again), 2 terminal, 3 suspended awaiting approval; the
+code: 0 succeeded, 1 recoverable (start again), 2 terminal, 3 suspended awaiting approval, 4 the
+store did not answer (start again; not counted against retries); the
 last stdout line is the outcome (:class:`tether.contract.Outcome`, as JSON).
 
 The request is read and parsed once, here, and handed to :func:`tether.entrypoint.run_here` as

@@ -54,6 +54,7 @@ from ..api import AgentRunManifest, AgentRunSpec, AgentToolManifest, ManifestErr
 from ..contract import (
     EXIT_INTERRUPTED,
     EXIT_RECOVERABLE,
+    EXIT_STORE_UNREACHABLE,
     EXIT_SUCCEEDED,
     EXIT_TERMINAL,
     KILL_AFTER_STEP_ENV,
@@ -386,14 +387,15 @@ def _attempts(
             running.clear()
             if signals and code != EXIT_SUCCEEDED:
                 return EXIT_INTERRUPTED, outcome  # stopped by the user: no further attempt
-            if attempt_end(code) is not AttemptEnd.RECOVERABLE:
+            if attempt_end(code) not in (AttemptEnd.RECOVERABLE, AttemptEnd.STORE_UNREACHABLE):
                 return code, outcome  # interrupted too: here only the user stops an attempt
             again = "starting it again — finished steps will replay" if attempt < last else f"no retries left ({retries})"
             if code < 0:
                 print(f"  the agent process died (signal {-code}); {again}\n")
-            elif code == EXIT_RECOVERABLE:
+            elif code in (EXIT_RECOVERABLE, EXIT_STORE_UNREACHABLE):
                 why = f": {outcome.error}" if outcome and outcome.error else ""
-                print(f"  recoverable failure{why}; {again}\n")
+                what = "recoverable failure" if code == EXIT_RECOVERABLE else "the store did not answer"
+                print(f"  {what}{why}; {again}\n")
             else:
                 print(f"  the agent process exited with code {code}; {again}\n")
         return code, outcome

@@ -113,7 +113,7 @@ class WriteScheduler:
             return
         if isinstance(failed, StoreAccessDenied):
             raise failed  # terminal: the credentials will not change on the next attempt
-        raise RecoverableStepError(f"an answer already handed back could not be recorded, so this attempt stops: {failed}")
+        raise RecoverableStepError(f"an answer already handed back could not be recorded, so this attempt stops: {failed}") from failed
 
     @contextlib.asynccontextmanager
     async def _awaiting(self) -> AsyncIterator[None]:

@@ -526,6 +526,7 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
     cleanup("a")
     return {
         "runs": len(names),
+        "concurrency": min(args.concurrency, len(names)),
         "operator_kills": len(kills),
         "kills": kills,
         "succeeded": succeeded,
@@ -681,6 +682,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
                     for fw in args.frameworks}  # fmt: skip
     return {
         "runs": len(names),
+        "concurrency": args.concurrency,
         "deletions": deletions,
         "forced": sum(1 for k in kills.values() for d in k if d["forced"]),
         "by_framework": by_framework,

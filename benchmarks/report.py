@@ -800,9 +800,13 @@ def chaos_line(key: str, f: dict) -> str:
     """One scenario of chaos_kind: what was done, how much, and each property PASS/FAIL."""
     if "error" in f:
         return f"did not complete: {f['error'][:300]}"
+
+    def at_once() -> str:  # files from before --concurrency applied to (a) do not say
+        return f", {f['concurrency']} at once" if "concurrency" in f else ""
+
     size = {
-        "a": lambda: f"{f['operator_kills']} kills during {f['runs']} runs",
-        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs of {', '.join(f['by_framework'])}",
+        "a": lambda: f"{f['operator_kills']} kills during {f['runs']} runs{at_once()}",
+        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs{at_once()} of {', '.join(f['by_framework'])}",
         "c": lambda: f"{f['runs']} runs, node {f['stopped_node']}, evicted after {f['evict_after_s']} s",
         "d": lambda: f"{f['outage_s']} s outage, {f['runs']} runs",
         "e": lambda: f"apiserver down {f['apiserver_down_s']} s, {f['runs']} runs",

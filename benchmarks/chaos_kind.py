@@ -145,8 +145,9 @@ class Observer:
         self.pods: dict[str, dict[str, Any]] = {}  # name -> run, attempt, node, live, deleting, running
         self.runs: dict[str, dict[str, Any]] = {}  # name -> status
         self.regressions: list[str] = []
-        self.steps_since: dict[str, tuple[dict[str, Any], int]] = {}  # run -> its steps, the newest pod's attempt then
-        self.attempt_resets = 0  # steps back to 0 as a newer attempt's progress came in (by design)
+        self.resets: Counter[str] = Counter()  # run -> steps taken back by a newer attempt (by design)
+        self.attempt_resets = 0  # their sum
+        self.history: dict[str, list[tuple[float, Any, dict[str, Any]]]] = defaultdict(list)  # run -> (time, attempts, steps) seen
         self.overlaps: dict[tuple[str, ...], dict[str, Any]] = {}
         self.conditions: list[tuple[float, str, str, str, str, str]] = []  # time, run, type, status, reason, message
         self.seen_conditions: set[tuple[str, str, str, str, str]] = set()
@@ -249,10 +250,11 @@ class Observer:
                 if (st.get("attempts") or 0) < (old.get("attempts") or 0):
                     why.append(f"attempts {old.get('attempts')} -> {st.get('attempts')}")
                 # status.steps are the current attempt's counters (a new attempt starts from 0 and
-                # replays): a decrease counts only when no newer runner pod was made since the
-                # counters last changed (else it is that attempt's first progress).
-                steps_then, newest_then = self.steps_since.get(name, ({}, 0))
-                newest = max((p["attempt"] for p in self.pods.values() if p["run"] == name), default=0)
+                # replays): each newer attempt (a runner pod, or status.attempts, whichever is seen
+                # first) may take them back once, counted apart; any other decrease is backwards.
+                # (Not "since the counters last changed": the old attempt's last progress may be
+                # read after the newer pod was made, and then the newer attempt's first progress.)
+                attempts = max(int(st.get("attempts") or 0), *(p["attempt"] for p in self.pods.values() if p["run"] == name), 1)
                 decreased = [
                     f"steps.{key} {was} -> {(st.get('steps') or {}).get(key)}"
                     for key, was in (old.get("steps") or {}).items()
@@ -260,19 +262,27 @@ class Observer:
                     and not isinstance(was, bool)
                     and not (isinstance(n := (st.get("steps") or {}).get(key), int) and n >= was)
                 ]
-                if decreased and newest > newest_then:
+                if decreased and self.resets[name] < attempts - 1:
+                    self.resets[name] += 1
                     self.attempt_resets += 1
                 elif decreased:
                     why += decreased
                 if why:
                     self.regressions.append(f"{name}: {', '.join(why)}")
-                    log(f"status backwards: {name}: {', '.join(why)}")
+                    pods = [
+                        (p["attempt"], round(p["first_seen"] % 1000, 1), p.get("deleting")) for p in self.pods.values() if p["run"] == name
+                    ]
+                    log(
+                        f"status backwards: {name}: {', '.join(why)}; its status seen (time, attempts, steps): {self.history[name][-6:]}; pods (attempt, first seen, deleting): {sorted(pods)}"
+                    )
             self.runs[name] = st
-            if st.get("steps") != (self.steps_since.get(name) or ({}, 0))[0]:
-                self.steps_since[name] = (
-                    st.get("steps") or {},
-                    max((p["attempt"] for p in self.pods.values() if p["run"] == name), default=0),
+            self.history[name].append(
+                (
+                    round(now % 1000, 1),
+                    st.get("attempts"),
+                    {k: v for k, v in (st.get("steps") or {}).items() if k in ("modelLive", "toolLive", "modelReplayed")},
                 )
+            )
             for c in st.get("conditions") or []:
                 key = (name, c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", "")[:300])
                 if key not in self.seen_conditions:

@@ -809,7 +809,7 @@ def chaos_line(key: str, f: dict) -> str:
 
     size = {
         "a": lambda: f"{f['operator_kills']} kills during {f['runs']} runs{at_once()}",
-        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs{at_once()} of {', '.join(f['by_framework'])}",
+        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs of {', '.join(f['by_framework'])}{at_once()}",
         "c": lambda: f"{f['runs']} runs, node {f['stopped_node']}, evicted after {f['evict_after_s']} s",
         "d": lambda: f"{f['outage_s']} s outage, {f['runs']} runs",
         "e": lambda: f"apiserver down {f['apiserver_down_s']} s, {f['runs']} runs",

@@ -3,7 +3,8 @@ pods, the store, the apiserver or a node are taken away, each property reported 
 
     KUBECONFIG=~/.cache/tether/e2e/kubeconfig PATH=<go-bins dir>:$PATH \
       python benchmarks/chaos_kind.py [--scenarios a,b,d,e,c] [--runs 50] [--operator-kills 6] \
-        [--deletions 100] [--frameworks "openai langgraph pydantic-ai"] [--store-runs 6] [--apiserver-runs 6] [--node-runs 3]
+        [--concurrency 6] [--deletions 100] [--frameworks "openai langgraph pydantic-ai"] [--store-runs 6] [--apiserver-runs 6] \
+        [--node-runs 3] [--logs DIR]
 
 Every scenario runs the research example (3 scripted turns, 2 tools of 1.5 s) of a framework and
 watches the whole time, with `kubectl get -w` on the runner pods and the AgentRuns (a watch that
@@ -21,10 +22,13 @@ breaks, as it does while the apiserver restarts, is started again and re-lists):
   deleted pod's log goes with it). The documented window: a call still running when its pod was
   killed (its start logged, its step line `step N live tool NAME` not) may run once more.
 
-(a) `--runs` runs applied at once; the operator pod killed `--operator-kills` times at random
-    moments (alternately `kubectl delete --grace-period=0 --force` and SIGKILL of its process on
-    its node), each once the operator is Ready again: every run Succeeded, no overlap, no status
-    backwards, each scripted turn answered once (no runner pod was killed).
+(a) `--runs` runs, `--concurrency` in flight at once (a run is applied as another ends); the
+    operator pod killed `--operator-kills` times at random moments (alternately `kubectl delete
+    --grace-period=0 --force` and SIGKILL of its process on its node), each once the operator is
+    Ready again, `--kill-gap` s after the previous kill and once a uniform pick in its share of the
+    runs have ended (kill i of k: between i/k and (i+1)/k of `--runs`), so that the kills spread over
+    the whole span: every run Succeeded, no overlap, no status backwards, each scripted turn
+    answered once (no runner pod was killed).
 (b) runner pods deleted at random moments (uniform in the first `--kill-window` s of a pod's run,
     alternately forced and graceful, up to `--kills-per-run` per run, retries raised to match)
     until `--deletions` landed on runs not yet finished, `--concurrency` runs at a time, round robin
@@ -136,13 +140,14 @@ class Observer:
     attempts, conditions; anything going backwards). With ``follow_logs`` each runner pod's
     runtime log is followed from its start."""
 
-    def __init__(self, follow_logs: bool = False):
+    def __init__(self, follow_logs: bool = False, keep: Path | None = None):
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, Any]] = {}  # name -> run, attempt, node, live, deleting, running
         self.runs: dict[str, dict[str, Any]] = {}  # name -> status
         self.regressions: list[str] = []
-        self.steps_since: dict[str, tuple[dict[str, Any], int]] = {}  # run -> its steps, the newest pod's attempt then
-        self.attempt_resets = 0  # steps back to 0 as a newer attempt's progress came in (by design)
+        self.resets: Counter[str] = Counter()  # run -> steps taken back by a newer attempt (by design)
+        self.attempt_resets = 0  # their sum
+        self.history: dict[str, list[tuple[float, Any, dict[str, Any]]]] = defaultdict(list)  # run -> (time, attempts, steps) seen
         self.overlaps: dict[tuple[str, ...], dict[str, Any]] = {}
         self.conditions: list[tuple[float, str, str, str, str, str]] = []  # time, run, type, status, reason, message
         self.seen_conditions: set[tuple[str, str, str, str, str]] = set()
@@ -150,6 +155,13 @@ class Observer:
         self.logs: dict[str, list[str]] = defaultdict(list)
         self.followers: list[subprocess.Popen[str]] = []
         self.watches = [Watch("pods", "tether.dev/run,tether.dev/execution", self._pod), Watch("agentruns", LABEL, self._run)]
+        # --logs: the operator's log followed into KEEP/operator-POD.log (a force-deleted pod's log
+        # goes with it), and the runner pods' logs followed, for failures() to keep
+        self.keep, self.operators = keep, set()
+        if keep:
+            self.follow_logs = True
+            keep.mkdir(parents=True, exist_ok=True)
+            self.watches.append(Watch("pods", OPERATOR, self._operator))
 
     def __enter__(self) -> Observer:
         for w in self.watches:
@@ -191,6 +203,30 @@ class Observer:
         if start_log and self.follow_logs:
             threading.Thread(target=self._follow, args=(name,), daemon=True).start()
 
+    def _operator(self, kind: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        with self.lock:
+            if kind == "DELETED" or name in self.operators:
+                return
+            self.operators.add(name)
+        threading.Thread(target=self._follow_operator, args=(name,), daemon=True).start()
+
+    def _follow_operator(self, pod: str) -> None:
+        """Followed again each time its container ends (a SIGKILL restarts it in the same pod),
+        until the pod is gone: lines may repeat after a restart."""
+        assert self.keep
+        with (self.keep / f"operator-{pod}.log").open("a") as out:
+            while not self.watches[0].stopped.is_set():
+                proc = subprocess.Popen(["kubectl", "logs", "-f", "-n", NS, pod, "-c", "operator", "--timestamps"],
+                                        stdout=out, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+                self.followers.append(proc)
+                proc.wait()
+                time.sleep(2)
+                if subprocess.run(["kubectl", "get", "pod", "-n", NS, pod], capture_output=True).returncode != 0:
+                    return
+                out.write(f"--- {time.strftime('%H:%M:%S')} followed again\n")
+                out.flush()
+
     def _follow(self, pod: str) -> None:
         proc = subprocess.Popen(
             ["kubectl", "logs", "-f", "-n", NS, pod, "-c", "runtime"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -214,10 +250,11 @@ class Observer:
                 if (st.get("attempts") or 0) < (old.get("attempts") or 0):
                     why.append(f"attempts {old.get('attempts')} -> {st.get('attempts')}")
                 # status.steps are the current attempt's counters (a new attempt starts from 0 and
-                # replays): a decrease counts only when no newer runner pod was made since the
-                # counters last changed (else it is that attempt's first progress).
-                steps_then, newest_then = self.steps_since.get(name, ({}, 0))
-                newest = max((p["attempt"] for p in self.pods.values() if p["run"] == name), default=0)
+                # replays): each newer attempt (a runner pod, or status.attempts, whichever is seen
+                # first) may take them back once, counted apart; any other decrease is backwards.
+                # (Not "since the counters last changed": the old attempt's last progress may be
+                # read after the newer pod was made, and then the newer attempt's first progress.)
+                attempts = max(int(st.get("attempts") or 0), *(p["attempt"] for p in self.pods.values() if p["run"] == name), 1)
                 decreased = [
                     f"steps.{key} {was} -> {(st.get('steps') or {}).get(key)}"
                     for key, was in (old.get("steps") or {}).items()
@@ -225,19 +262,27 @@ class Observer:
                     and not isinstance(was, bool)
                     and not (isinstance(n := (st.get("steps") or {}).get(key), int) and n >= was)
                 ]
-                if decreased and newest > newest_then:
+                if decreased and self.resets[name] < attempts - 1:
+                    self.resets[name] += 1
                     self.attempt_resets += 1
                 elif decreased:
                     why += decreased
                 if why:
                     self.regressions.append(f"{name}: {', '.join(why)}")
-                    log(f"status backwards: {name}: {', '.join(why)}")
+                    pods = [
+                        (p["attempt"], round(p["first_seen"] % 1000, 1), p.get("deleting")) for p in self.pods.values() if p["run"] == name
+                    ]
+                    log(
+                        f"status backwards: {name}: {', '.join(why)}; its status seen (time, attempts, steps): {self.history[name][-6:]}; pods (attempt, first seen, deleting): {sorted(pods)}"
+                    )
             self.runs[name] = st
-            if st.get("steps") != (self.steps_since.get(name) or ({}, 0))[0]:
-                self.steps_since[name] = (
-                    st.get("steps") or {},
-                    max((p["attempt"] for p in self.pods.values() if p["run"] == name), default=0),
+            self.history[name].append(
+                (
+                    round(now % 1000, 1),
+                    st.get("attempts"),
+                    {k: v for k, v in (st.get("steps") or {}).items() if k in ("modelLive", "toolLive", "modelReplayed")},
                 )
+            )
             for c in st.get("conditions") or []:
                 key = (name, c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", "")[:300])
                 if key not in self.seen_conditions:
@@ -371,8 +416,13 @@ def workers() -> dict[str, str]:
 
 def failures(obs: Observer, phases: dict[str, str | None]) -> dict[str, dict[str, Any]]:
     """Why each run that did not succeed ended as it did: its phase, the Stalled condition's
-    message and the last lines of its last runner pod's log (read before the runs are deleted)."""
+    message and the last lines of its last runner pod's log (read before the runs are deleted).
+    With --logs, each such run's AgentRun, every runner pod's whole log and events go to
+    KEEP/RUN.txt, and the namespace's events and the store's log to KEEP/."""
     out = {}
+    if obs.keep and any(p != "Succeeded" for p in phases.values()):
+        (obs.keep / "events.txt").write_text(kubectl("get", "events", "-n", NS, "-o", "wide", "--sort-by=.lastTimestamp", check=False))
+        (obs.keep / "s3.log").write_text(kubectl("logs", "-n", INFRA, "-l", "app=s3", "--tail=-1", check=False, timeout=60))
     for run, phase in phases.items():
         if phase == "Succeeded":
             continue
@@ -384,7 +434,23 @@ def failures(obs: Observer, phases: dict[str, str | None]) -> dict[str, dict[str
         pods = [n for n, p in obs.run_pods(run) if not p.get("gone")]
         tail = kubectl("logs", "-n", NS, pods[-1], "-c", "runtime", "--tail=2", check=False)[-400:] if pods else ""
         out[run] = {"phase": phase, "stalled": stalled[:1], "log": tail.strip()}
+        if obs.keep:
+            keep_run(obs, run)
     return out
+
+
+def keep_run(obs: Observer, run: str) -> None:
+    assert obs.keep
+    parts = [kubectl("get", "agentrun", run, "-n", NS, "-o", "yaml", check=False)]
+    for pod, info in obs.run_pods(run):
+        parts.append(f"===== pod {pod} {json.dumps({k: v for k, v in info.items() if k != 'run'})}")
+        parts.append(kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={pod}", "-o", "wide", check=False))
+        parts.append("".join(obs.logs.get(pod, [])) or kubectl("logs", "-n", NS, pod, "-c", "runtime", check=False))
+    (obs.keep / f"{run}.txt").write_text("\n".join(parts))
+
+
+def keep_dir(args: argparse.Namespace, scenario: str) -> Path | None:
+    return Path(args.logs) / f"{scenario}-{time.strftime('%H%M%S')}" if args.logs else None
 
 
 def verdict(properties: dict[str, bool]) -> dict[str, Any]:
@@ -392,17 +458,48 @@ def verdict(properties: dict[str, bool]) -> dict[str, Any]:
 
 
 # -- the scenarios
+def kill_thresholds(runs: int, kills: int) -> list[int]:
+    """For each kill, how many runs must have ended first: one uniform pick in each of ``kills``
+    equal shares of ``runs``, so that the kills spread over the whole span of the runs."""
+    return [random.randint(i * runs // kills, max(i * runs // kills, (i + 1) * runs // kills - 1)) for i in range(kills)]
+
+
 def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
-    """The operator killed at random moments while --runs runs run at once."""
+    """The operator killed at random moments while --runs runs run, --concurrency at a time."""
     names, items = scenario_runs("a", args.runs, resources={"cpu": "20m", "memory": "384Mi"})
+    batches, batch = [], []  # each run with its tools, in order
+    for item in items:
+        batch.append(item)
+        if item["kind"] == "AgentRun":
+            batches, batch = [*batches, batch], []
+    applied: list[str] = []
+    fed_error: list[Exception] = []
     kills: list[dict[str, Any]] = []
-    with Observer() as obs:
+    with Observer(keep=keep_dir(args, "a")) as obs:
+
+        def ended() -> int:
+            return sum(1 for n in applied if obs.phase(n) in ("Succeeded", "Failed"))
+
+        def feed() -> None:  # keeps --concurrency runs in flight until every run was applied
+            try:
+                for run_items in batches:
+                    while len(applied) - ended() >= args.concurrency:
+                        time.sleep(0.5)
+                    apply_all(run_items)
+                    applied.append(run_items[-1]["metadata"]["name"])
+            except Exception as exc:  # raised in the scenario's thread below
+                fed_error.append(exc)
+
         started = time.time()
-        apply_all(items)
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
         poll("a runner pod running", lambda: any(p["running"] for p in list(obs.pods.values())), 600)
-        for i in range(args.operator_kills):
+        for i, threshold in enumerate(kill_thresholds(len(names), args.operator_kills)):
             time.sleep(random.uniform(args.kill_gap[0], args.kill_gap[1]))
-            active = sum(1 for n in names if obs.phase(n) not in ("Succeeded", "Failed"))
+            # the threshold reached with a run in flight (the next may be about to be applied)
+            while not fed_error and ended() < len(names) and (ended() < threshold or len(applied) == ended()):
+                time.sleep(0.5)
+            active = len(applied) - ended()
             if not active:
                 log(f"(a) every run ended before kill {i + 1}")
                 break
@@ -416,11 +513,17 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
                     "how": how,
                     "killed": what,
                     "active_runs": active,
+                    "runs_ended_before": threshold,
                     "at_s": round(at - started, 1),
                     "ready_again_s": round(time.time() - at, 1),
                 }
             )
-            log(f"(a) kill {i + 1}: {how} {what} with {active} runs active; Ready again ({back}) after {kills[-1]['ready_again_s']} s")
+            log(
+                f"(a) kill {i + 1}: {how} {what} with {active} runs active ({len(applied)} applied); Ready again ({back}) after {kills[-1]['ready_again_s']} s"
+            )
+        feeder.join(args.timeout)
+        if fed_error:
+            raise fed_error[0]
         phases = obs.wait_terminal(names, args.timeout)
         took = time.time() - started
         calls = live_calls()
@@ -433,6 +536,7 @@ def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
     cleanup("a")
     return {
         "runs": len(names),
+        "concurrency": min(args.concurrency, len(names)),
         "operator_kills": len(kills),
         "kills": kills,
         "succeeded": succeeded,
@@ -551,7 +655,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
             images.enter_context(framework_image(fw))
         fake_provider("/_control/reset", "POST")
         started = time.time()
-        with Observer(follow_logs=True) as obs, ThreadPoolExecutor(args.concurrency) as pool:
+        with Observer(follow_logs=True, keep=keep_dir(args, "b")) as obs, ThreadPoolExecutor(args.concurrency) as pool:
             futures: list[Any] = []
             i = 0
             while budget.left > 0 and time.time() - started < args.timeout * 1.5:
@@ -588,6 +692,7 @@ def scenario_b(args: argparse.Namespace) -> dict[str, Any]:
                     for fw in args.frameworks}  # fmt: skip
     return {
         "runs": len(names),
+        "concurrency": args.concurrency,
         "deletions": deletions,
         "forced": sum(1 for k in kills.values() for d in k if d["forced"]),
         "by_framework": by_framework,
@@ -647,7 +752,7 @@ def outcome(obs: Observer, names: list[str], phases: dict[str, str | None]) -> d
 def scenario_d(args: argparse.Namespace) -> dict[str, Any]:
     """The S3 store unreachable for --outage s mid-run."""
     names, items = scenario_runs("d", args.store_runs)
-    with Observer() as obs:
+    with Observer(keep=keep_dir(args, "d")) as obs:
         apply_all(items)
         try:
             mid_run(obs, names, (0.0, 2.0))
@@ -704,7 +809,7 @@ def scenario_e(args: argparse.Namespace) -> dict[str, Any]:
     """The apiserver restarted mid-run."""
     names, items = scenario_runs("e", args.apiserver_runs)
     plane = json.loads(kubectl("get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o", "json"))["items"][0]["metadata"]["name"]
-    with Observer() as obs:
+    with Observer(keep=keep_dir(args, "e")) as obs:
         apply_all(items)
         mid_run(obs, names, (0.0, 3.0))
         ids = node_exec(plane, "crictl", "ps", "-q", "--name", "kube-apiserver").split()
@@ -758,7 +863,7 @@ def scenario_c(args: argparse.Namespace) -> dict[str, Any]:
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": args.evict_after},
     ]
     names, items = scenario_runs("c", args.node_runs, tolerations=tolerations)
-    with Observer() as obs:
+    with Observer(keep=keep_dir(args, "c")) as obs:
         kubectl("cordon", cpu)
         try:
             apply_all(items)
@@ -809,12 +914,12 @@ SCENARIOS = {"a": scenario_a, "b": scenario_b, "c": scenario_c, "d": scenario_d,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default="a,b,d,e,c", help="which, in this order (comma-separated)")
-    parser.add_argument("--runs", type=int, default=50, help="(a) runs at once")
+    parser.add_argument("--runs", type=int, default=50, help="(a) runs in all")
     parser.add_argument("--operator-kills", type=int, default=6, help="(a)")
     parser.add_argument("--kill-gap", type=float, nargs=2, default=(3.0, 20.0), help="(a) seconds between kills, uniform")
     parser.add_argument("--deletions", type=int, default=100, help="(b)")
     parser.add_argument("--frameworks", type=str.split, default=["openai", "langgraph", "pydantic-ai"], help="(b)")
-    parser.add_argument("--concurrency", type=int, default=6, help="(b) runs at a time")
+    parser.add_argument("--concurrency", type=int, default=6, help="(a), (b) runs in flight at once")
     parser.add_argument("--kills-per-run", type=int, default=3, help="(b)")
     parser.add_argument("--kill-window", type=float, default=8.0, help="(b) seconds after a pod started")
     parser.add_argument("--store-runs", type=int, default=6, help="(d)")
@@ -824,6 +929,7 @@ def main() -> int:
     parser.add_argument("--evict-after", type=int, default=10, help="(c) tolerationSeconds of unreachable/not-ready")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a scenario's runs may take to end")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--logs", default=None, help="a directory for the operator's log and, per failed run, its pods' logs and events")
     parser.add_argument("--name", default="chaos_kind", help="results file benchmarks/results/NAME.json (chaos_kind*)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int(time.time())

@@ -48,7 +48,7 @@ $(scripts/env.sh openai)/bin/python benchmarks/pod_start.py [--repeat 3] [--s3] 
 $(scripts/env.sh langgraph)/bin/python benchmarks/pod_start.py --framework langgraph [--repeat 3] [...]
 tests/e2e/run.sh up && tests/e2e/run.sh install   # then, with its kubeconfig and tools on PATH:
 $V/bin/python benchmarks/kind_pods.py [--runs 50] [--kills 5] [--standby]
-$V/bin/python benchmarks/chaos_kind.py [--scenarios a,b,d,e,c] [--runs 50] [--deletions 100] [--frameworks "openai langgraph pydantic-ai"]
+$V/bin/python benchmarks/chaos_kind.py [--scenarios a,b,d,e,c] [--runs 50] [--concurrency 12] [--deletions 100] [--frameworks "openai langgraph pydantic-ai"] [--logs DIR]
 $V/bin/python benchmarks/report.py   # regenerates this file and the root README's table
 ```
 
@@ -373,7 +373,10 @@ the 0.2 s poll. Where the pod's time goes before its first model call: pod_start
 On the kind e2e cluster with the chart's operator, research runs (3 scripted turns, 2 tools)
 watched the whole time (`kubectl get -w` of the runner pods and the AgentRuns), while (a) the
 operator pod is killed at random moments (force-deleted and SIGKILLed, alternately) during
-`--runs` runs applied at once; (b) runner pods are deleted at random moments (forced and graceful,
+`--runs` runs, `--concurrency` in flight at once (a run applied as another ends; the kills spread
+over the whole span: kill i of k once between i/k and (i+1)/k of the runs ended). On the 2-core
+machine, 50 pods started at once make the container runtime itself fail ("unable to freeze"), which
+tests the machine, not Tether: 12 at once is what the committed figures use; (b) runner pods are deleted at random moments (forced and graceful,
 alternately) across `--frameworks` until `--deletions` landed on unfinished runs; (c) the node
 running the runs is stopped (`docker stop` of its kind node); (d) the S3 store is unreachable for
 30 s (its Service pointed at no pod: the moto server keeps its memory); (e) kube-apiserver is
@@ -800,9 +803,13 @@ def chaos_line(key: str, f: dict) -> str:
     """One scenario of chaos_kind: what was done, how much, and each property PASS/FAIL."""
     if "error" in f:
         return f"did not complete: {f['error'][:300]}"
+
+    def at_once() -> str:  # files from before --concurrency applied to (a) do not say
+        return f", {f['concurrency']} at once" if "concurrency" in f else ""
+
     size = {
-        "a": lambda: f"{f['operator_kills']} kills during {f['runs']} runs",
-        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs of {', '.join(f['by_framework'])}",
+        "a": lambda: f"{f['operator_kills']} kills during {f['runs']} runs{at_once()}",
+        "b": lambda: f"{f['deletions']} deletions ({f['forced']} forced) over {f['runs']} runs of {', '.join(f['by_framework'])}{at_once()}",
         "c": lambda: f"{f['runs']} runs, node {f['stopped_node']}, evicted after {f['evict_after_s']} s",
         "d": lambda: f"{f['outage_s']} s outage, {f['runs']} runs",
         "e": lambda: f"apiserver down {f['apiserver_down_s']} s, {f['runs']} runs",

@@ -16,10 +16,12 @@ def test_kind_pods(tmp_path: Path) -> None:
 
 
 def test_chaos_kind(tmp_path: Path) -> None:
-    """benchmarks/chaos_kind.py's scenario (a) at its smallest: 2 runs, the operator killed once
-    while they run; every property it reports must hold (all runs Succeeded, never two live pods,
-    no status backwards, each scripted turn answered once)."""
+    """benchmarks/chaos_kind.py's scenario (a) at its smallest: 2 runs, one at a time, the operator
+    killed once while one runs (the operator's log kept with --logs); every property it reports
+    must hold (all runs Succeeded, never two live pods, no status backwards, each scripted turn
+    answered once)."""
     figures = smoke("chaos_kind.py", "--scenarios", "a", "--runs", "2", "--operator-kills", "1", "--kill-gap", "0", "2",
-                    results=tmp_path, name="chaos_kind", timeout=900)  # fmt: skip
+                    "--concurrency", "1", "--logs", str(tmp_path / "logs"), results=tmp_path, name="chaos_kind", timeout=900)  # fmt: skip
     assert figures["a"]["operator_kills"] == 1, figures
+    assert list((tmp_path / "logs").glob("a-*/operator-*.log")), "the operator's log followed"
     assert figures["a"]["properties"] and figures["a"]["pass"], figures["a"]

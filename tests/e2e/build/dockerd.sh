@@ -33,7 +33,16 @@ start_dockerd() {
     args+=(--add-runtime "capdrop=$BIN/runc-capdrop" --default-runtime capdrop)
   fi
   log "starting dockerd (log: $STATE/dockerd.log)"
-  setsid dockerd "${args[@]}" >"$STATE/dockerd.log" 2>&1 < /dev/null &
+  # The daemon outlives this script: it must not inherit its descriptors beyond 0-2. A
+  # caller's `flock LOCK cmd` (tests/e2e/README.md) passes its lock's descriptor down, and a
+  # daemon holding it keeps the shared cluster's lock taken after the sequence ended (seen).
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      (( fd > 2 )) && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec setsid dockerd "${args[@]}" >"$STATE/dockerd.log" 2>&1 < /dev/null
+  ) &
   local deadline=$((SECONDS + 60))
   until docker info >/dev/null 2>&1; do
     (( SECONDS < deadline )) || { log "dockerd did not answer in 60s:"; tail -20 "$STATE/dockerd.log" >&2; exit 3; }

@@ -27,7 +27,9 @@ def machine_load() -> str:
 
 def save(name: str, figures: dict) -> Path:
     """Writes the results file ``name`` and returns its path; the command is this process's."""
-    command = " ".join(["benchmarks/" + Path(sys.argv[0]).name, *map(shlex.quote, sys.argv[1:])])
+    # An absolute path given (where to keep logs, a baseline checkout) is this machine's: not kept.
+    args = ["<path>" if os.path.isabs(a) else shlex.quote(a) for a in sys.argv[1:]]
+    command = " ".join(["benchmarks/" + Path(sys.argv[0]).name, *args])
     where = Path(os.environ.get(RESULTS_ENV) or RESULTS)
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"{name}.json"

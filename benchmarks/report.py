@@ -225,14 +225,16 @@ tool that returns at once, awaited directly and through the tool seam (`call_too
 New arguments every call (none replays; the benchmark checks the server ran every call),
 interleaved blocks, medians. The local store fsyncs every record; `--no-fsync` (results
 `mcp_overhead-no-fsync`) shows what is left without the disk. Goal: MCP overhead ≤ 2 ms per call
-(in process). Not met in the figures below, measured on the shared machine at load average 3.6–3.8
-on 2 cores (falling from 12; a direct call took 2.6–2.7 ms, against 1.6 ms at load 0.8): in
-process +3.37 ms with fsync and +2.35 ms without, through the proxy +4.82 / +3.28 ms, the Tether
-tool +1.65 / +1.35 ms. In process saves the proxy's hop (~1–1.5 ms); what is left is the Tether
-tool's own cost (the record; +1.25 / +0.99 ms at load 0.8, before the fence) plus ~1–1.7 ms of
-wire work (the request parsed, the key made canonical, the answer's event read and re-sent). To
-be re-measured at a quiet moment before the goal is judged; earlier, through the proxy only, at
-load 0.8: +3.33 / +2.68 ms.
+(in process). Met in the figures below (load average ~1.3 on 2 cores): in process +1.23 ms with
+fsync, +1.18 ms without; through the proxy +2.77 / +2.60 ms; the Tether tool +0.87 / +0.57 ms.
+Before, at load 0.8: in process +2.22 ms, the Tether tool +1.25 ms. What changed: on a local
+store a step is added at the end of the journal's tail (`Store.append_if`: one `fdatasync`, no
+temp file, rename or folder sync, where each step rewrote the tail), a first attempt on a local
+store announces a live call on the event loop (no thread hand-off: nothing to wait for, an
+unsynced write written in place), and the MCP handler waits for a server notification with a
+future instead of a task. What is left in process is the Tether tool's own cost (the record and
+the fence) plus ~0.4 ms of wire work (the request parsed, the key made canonical, the answer read
+and re-sent); the proxy adds its loopback hop.
 
 ## journal_load.py — cold journal load (issue 14)
 
@@ -240,8 +242,8 @@ A new `Journal` loading a 200-step journal (what a retry does first), local stor
 20 ms per request: after an attempt that ended cleanly (`closed`) and after one killed between two
 background pack writes (`crashed`). Both read two objects at known keys in parallel — the pack
 (every record, rewritten in the background every 8 records and at the end) and the tail (the
-records the pack lacks, rewritten with every step beside its loose record; a step counts once
-both are durable) — and claim the attempt number as soon as the small tail names the latest
+records the pack lacks, written with every step — rewritten on S3, added to on a local store —
+before its loose record if it has one; a step counts once both are durable) — and claim the attempt number as soon as the small tail names the latest
 attempt, overlapping the pack's transfer: two dependent round trips, no listing (the benchmark
 asserts none). A listing remains the fallback for what writers do not leave (a torn copy, a rival
 process). Beside it: `SqliteSaver.get_tuple` of a 200-message thread (local file). Goals: ≤ 20 ms
@@ -269,8 +271,16 @@ medians over the repeats of the wall time per turn and of the tools phase as the
 this process's CPU time per turn (on a shared machine the wall-time figures move with the load).
 Goal: Tether ≤ SqliteSaver + 1 ms per turn and per tools phase.
 
-Where a tools phase's time goes (a timeline of one run's phases, each step of the seam, the
-journal and the store timed; medians over 76 phases, load average ~15 on 2 cores): LangGraph
+`tether_no_fsync` records everything on a store that does not sync: what the two synced writes of a
+turn cost apart from the rest. At load ~1 (the figures below) Tether is +3.2 ms a turn, +1.5 ms a
+tools phase and +2.2 ms of CPU a turn over SqliteSaver (before the tail grew by appends: +12.4 ms,
++10.1 ms and +3.9 ms at load ~5), and not syncing gains nothing measurable: what is left is CPU in
+the seams (the request's canonical form and fingerprint, the records' encoding, progress). Under
+load the syncs dominate (load ~20: +20 ms a tools phase with them, −0.2 ms without).
+
+Earlier analysis, before the tail grew by appends. Where a tools phase's time went (a timeline of
+one run's phases, each step of the seam, the journal and the store timed; medians over 76 phases,
+load average ~15 on 2 cores): LangGraph
 goes from the answer to its tool call without yielding to the event loop, so the answer's record
 starts only when the tool call waits for it (`answers_recorded`: 2.7–3.9 ms, the tail write with
 its fsync); then the fence (`announce`: one unsynced write and one read, 0.2–0.3 ms) and the tool's

@@ -377,6 +377,28 @@ async def test_a_call_that_suspends_for_approval_lets_parallel_calls_finish_firs
     assert retry.counters.tool_replayed == 1 and retry.counters.tool_live == 1
 
 
+async def test_a_call_still_beginning_when_another_suspends_the_run_is_waited_for(tmp_path):
+    """The same with the parallel call still being announced (a slow disk) when the other asks for
+    its approval: a call counts as running from the moment it may run live, so the suspension waits
+    for it and it is recorded before the run suspends, not left running on after the attempt."""
+    from tether.errors import Suspended
+
+    refund, slow_runs = Counted("async"), []
+
+    async def slow(x: str) -> str:
+        slow_runs.append(x)
+        return "slow done"
+
+    run = Run("beginning", _SlowAnnouncements(tmp_path))
+    with pytest.raises(Suspended):
+        await asyncio.gather(
+            call_tool(ToolSpec("refund", refund.fn, approval=True), {"order": "A1"}, run=run),
+            call_tool(ToolSpec("slow", slow), {"x": "1"}, run=run),
+        )
+    assert [r.request["tool"] for r in tool_records(tmp_path, "beginning")] == ["slow"] and slow_runs == ["1"]
+    assert refund.calls == [] and run.tools_running == set()
+
+
 async def test_progress_catches_up_with_a_step_inside_its_interval(tmp_path):
     """Progress is published at most every interval; a step inside it is published at the
     interval's end, not only with a next step that may never come (a process killed then showed

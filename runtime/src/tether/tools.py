@@ -159,6 +159,28 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
     if record is not None:
         run.account_tool(spec.name, replayed=True, outcome=record.outcome, key=key, record=record)
         return _from_record(spec, record)
+    # From here the call may run live: it counts among the attempt's running calls, so a parallel
+    # call that suspends the run for an approval waits for it (a call registered only once it had
+    # begun was missed while it began, and ran on after the suspension: 1 suite run in 25).
+    done = asyncio.get_running_loop().create_future()
+    run.tools_running.add(done)
+    try:
+        return await _call_uncached(run, spec, args, canonical, fp, key, done)
+    finally:
+        _ended(run, done)
+
+
+def _ended(run: Attempt, done: asyncio.Future[None]) -> None:
+    """A call no longer running (or suspending the run: two that both ask for an approval would
+    otherwise wait for each other)."""
+    run.tools_running.discard(done)
+    if not done.done():
+        done.set_result(None)
+
+
+async def _call_uncached(
+    run: Attempt, spec: ToolSpec, args: dict[str, Any], canonical: dict[str, Any], fp: str, key: StepKey, done: asyncio.Future[None]
+) -> Any:
     # The turn that asked for this call is durable before the call does anything (its record is
     # written while the framework reads it: tether.wire.seam), or a kill in between would let a
     # retry that asks the model again run a different call.
@@ -189,6 +211,7 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
                 asking = functools.partial(require_approval, run, spec.name, spec.approval, key, canonical["arguments"])
                 decision = await asyncio.to_thread(patiently, asking, "an approval request")
             except Suspended:
+                _ended(run, done)
                 await _running_calls_done(run)  # parallel calls already running finish and are recorded first
                 raise
             if not decision.approved:
@@ -199,8 +222,6 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
         raise Interrupted(str(e)) from None  # a newer attempt has started: it runs the call (tether.fence)
     assert announced is not None
 
-    done = asyncio.get_running_loop().create_future()
-    run.tools_running.add(done)
     enclosing = _enclosing_calls.set((*_enclosing_calls.get(), done))
     try:
         return await _call_live(run, spec, args, canonical, key)
@@ -208,8 +229,6 @@ async def call_tool(spec: ToolSpec, args: dict[str, Any], *, run: Attempt | None
         announced()
         run.release(key)  # a call that ended unrecorded (retryable error, cancelled): its number is free again
         _enclosing_calls.reset(enclosing)
-        run.tools_running.discard(done)
-        done.set_result(None)
 
 
 async def _in_thread(fn: Callable[[], _T], undo: Callable[[_T], None]) -> _T:

@@ -157,7 +157,7 @@ class Observer:
         self.watches = [Watch("pods", "tether.dev/run,tether.dev/execution", self._pod), Watch("agentruns", LABEL, self._run)]
         # --logs: the operator's log followed into KEEP/operator-POD.log (a force-deleted pod's log
         # goes with it), and the runner pods' logs followed, for failures() to keep
-        self.keep, self.operators = keep, set()
+        self.keep, self.operators = keep, set[str]()
         if keep:
             self.follow_logs = True
             keep.mkdir(parents=True, exist_ok=True)
@@ -467,7 +467,8 @@ def kill_thresholds(runs: int, kills: int) -> list[int]:
 def scenario_a(args: argparse.Namespace) -> dict[str, Any]:
     """The operator killed at random moments while --runs runs run, --concurrency at a time."""
     names, items = scenario_runs("a", args.runs, resources={"cpu": "20m", "memory": "384Mi"})
-    batches, batch = [], []  # each run with its tools, in order
+    batches: list[list[dict[str, Any]]] = []  # each run with its tools, in order
+    batch: list[dict[str, Any]] = []
     for item in items:
         batch.append(item)
         if item["kind"] == "AgentRun":

@@ -155,6 +155,9 @@ adapter() {
   # benchmarks run on LangGraph, so its group checks them too.
   local check=("adapters/$1/src")
   [ "$1" = langgraph ] && check+=(benchmarks)
+  # Each environment's mypy keeps its cache beside it: groups run at once, with different mypy
+  # versions, and one version's cache in the shared .mypy_cache crashed another (INTERNAL ERROR).
+  export MYPY_CACHE_DIR="$venv/.mypy_cache"
   MYPYPATH="adapters/$1/src" "$venv/bin/mypy" "${check[@]}" || return
   # Then its tests, as pytest imports them (top-level modules from adapters/<id>/tests), with the
   # relaxations pyproject.toml gives tests.*: annotations optional, real type errors not.
@@ -199,6 +202,7 @@ flyte_group() {
 gates() {
   local venv
   venv=$(scripts/env.sh core) || return 2
+  export MYPY_CACHE_DIR="$venv/.mypy_cache"  # as the adapters' groups (adapter())
   "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check . && "$venv/bin/mypy"  # mypy: config in pyproject.toml
 }
 

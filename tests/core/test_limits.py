@@ -18,16 +18,17 @@ from tether.testing.script import Script
 from tether.wire.transport import AsyncWireTransport
 
 
+def client_for(run: Run) -> openai.AsyncOpenAI:
+    """The OpenAI SDK through the run's in-process wire transport."""
+    http = httpx.AsyncClient(transport=AsyncWireTransport("openai", run))
+    return openai.AsyncOpenAI(base_url=run.upstreams["openai"] + "/v1", api_key="k", http_client=http, max_retries=0)
+
+
 def test_cost_limit_refuses_the_next_live_turn_and_replays_stay_free(tmp_path):
     with FakeProvider(Script.text("hello")) as fake:
 
         async def ask(run: Run) -> str:
-            client = openai.AsyncOpenAI(
-                base_url=run.upstreams["openai"] + "/v1",
-                api_key="k",
-                http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
-                max_retries=0,
-            )
+            client = client_for(run)
             with run.activate():
                 r = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
                 return r.choices[0].message.content
@@ -74,12 +75,7 @@ def test_progress_reports_the_runs_live_steps_over_every_attempt(tmp_path):
 
         async def attempt(questions: list[str], calls: list[str]) -> Run:
             run = Run("counted", str(tmp_path), upstreams=upstreams)
-            client = openai.AsyncOpenAI(
-                base_url=run.upstreams["openai"] + "/v1",
-                api_key="k",
-                http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
-                max_retries=0,
-            )
+            client = client_for(run)
             with run.activate():
                 for q in questions:
                     await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": q}])
@@ -123,12 +119,7 @@ def test_cost_limit_counts_every_attempt_of_the_run(tmp_path, capsys):
         upstreams = {"openai": fake.url + "/openai"}
 
         async def ask(run: Run, question: str) -> str:
-            client = openai.AsyncOpenAI(
-                base_url=run.upstreams["openai"] + "/v1",
-                api_key="k",
-                http_client=httpx.AsyncClient(transport=AsyncWireTransport("openai", run)),
-                max_retries=0,
-            )
+            client = client_for(run)
             with run.activate():
                 r = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": question}])
                 return r.choices[0].message.content

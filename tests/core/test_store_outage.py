@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -51,6 +51,16 @@ class Stores:
         self.gated = WatchedStore(
             self.gate, bucket, "tether", endpoint_url=f"http://127.0.0.1:{self.gate.port}", max_attempts=2, connect_timeout=1
         )
+
+    def away_after_first_step(self, seconds: float) -> Callable[[StepEvent], None]:
+        """An ``on_step`` that shuts the gate once the first step is recorded, for ``seconds``."""
+
+        def on_step(e: StepEvent) -> None:
+            if e.index == 1:
+                self.gate.shut()
+                threading.Timer(seconds, self.gate.open).start()
+
+        return on_step
 
 
 class WatchedStore(S3Store):
@@ -100,11 +110,6 @@ async def test_an_outage_mid_run_is_waited_out_in_the_same_attempt(fake: FakePro
     run succeeds in its first attempt, each turn paid once, the tool run once, memory whole."""
     runs: list[str] = []
 
-    def on_step(e: StepEvent) -> None:
-        if e.index == 1:
-            stores.gate.shut()
-            threading.Timer(3.0, stores.gate.open).start()
-
     result = await run_agent(
         ADAPTER,
         "refund order A1",
@@ -115,7 +120,7 @@ async def test_an_outage_mid_run_is_waited_out_in_the_same_attempt(fake: FakePro
         memory_key="m",
         namespace="ns",
         upstreams={"openai": fake.url + "/openai"},
-        on_step=on_step,
+        on_step=stores.away_after_first_step(3.0),
     )
     assert result.status == "succeeded" and result.output == "Refunded order A1."
     assert result.attempt == 1 and (result.model_live, result.tool_live) == (2, 1)
@@ -184,11 +189,6 @@ async def test_an_approval_request_waits_for_the_store(fake: FakeProvider, store
         """Refund an order."""
         return f"refunded {order}"
 
-    def on_step(e: StepEvent) -> None:
-        if e.index == 1:
-            stores.gate.shut()
-            threading.Timer(3.0, stores.gate.open).start()
-
     result = await run_agent(
         ADAPTER,
         "refund order A1",
@@ -197,7 +197,7 @@ async def test_an_approval_request_waits_for_the_store(fake: FakeProvider, store
         run_id="asks",
         store=stores.gated,
         upstreams={"openai": fake.url + "/openai"},
-        on_step=on_step,
+        on_step=stores.away_after_first_step(3.0),
     )
     assert result.status == "suspended" and result.attempt == 1
     requests = list_approvals(stores.direct, "asks")

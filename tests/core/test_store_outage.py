@@ -151,7 +151,9 @@ async def test_an_outage_at_the_final_write_leaves_the_run_with_its_result(fake:
     )
     assert result.status == "succeeded" and result.attempt == 1
     finals = [was_open for phase, was_open in stores.gated.progress_puts if phase == "Succeeded"]
-    assert finals[:2] == [False, False] and finals[-1], stores.gated.progress_puts  # sent during the outage, then again
+    # Sent during the outage, then again until it landed (the gate may open while the last try is
+    # on its way, so whether it was open when that try was asked for is not checked).
+    assert finals[:2] == [False, False] and len(finals) >= 3, stores.gated.progress_puts
     progress = json.loads(stores.direct.get(progress_key("final")) or b"{}")
     assert progress["phase"] == "Succeeded" and progress["result"] == "Refunded order A1."
 

@@ -193,9 +193,10 @@ class Run:
             if record.kind != "model":
                 a.earlier_tool_live += not record.response.get("cached")  # a result reused from another run ran nothing
                 continue
+            usage = Usage(**record.usage) if record.usage else None
             a.earlier_model_live += 1
-            a.earlier_live += Usage(**record.usage) if record.usage else Usage()
-            dollars = self.prices.dollars(record.model, Usage(**record.usage)) if record.usage else None
+            a.earlier_live += usage or Usage()
+            dollars = self.prices.dollars(record.model, usage) if usage is not None else None
             if dollars is not None:
                 a.earlier_live_cost_usd += dollars
             elif record.outcome == "ok":

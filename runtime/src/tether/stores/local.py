@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -201,11 +202,16 @@ class LocalStore(Store):
     def replace(self, key: str, data: bytes, version: str) -> bool:
         return self.write_if(key, data, version) is not None
 
+    @contextlib.contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        """The key's lock file (``.lock-<name>`` beside it), held: every conditional writer takes it."""
+        with open(os.path.join(self._folder(path), f".lock-{os.path.basename(path)}"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
         path = self._path(key)
-        folder = self._folder(path)
-        with open(os.path.join(folder, f".lock-{os.path.basename(path)}"), "a") as lock:  # every conditional writer of the key takes it
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self._locked(path):
             current = self._read(key)  # part of this write, not a read of the caller's
             if (hashlib.sha256(current).hexdigest() if current is not None else None) != version:
                 return None
@@ -219,9 +225,7 @@ class LocalStore(Store):
         # here is the one appended to). No temp file, no rename, no folder sync: one sync of the
         # file (~0.2 ms a step less than a rewrite, benchmarks/mcp_overhead.py).
         path = self._path(key)
-        folder = self._folder(path)
-        with open(os.path.join(folder, f".lock-{os.path.basename(path)}"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self._locked(path):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
             except FileNotFoundError:

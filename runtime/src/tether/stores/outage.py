@@ -55,7 +55,7 @@ def patiently(op: Callable[[], _T], what: str) -> _T:
     """``op()``, tried again while it raises ``StoreUnavailable``, for up to :func:`outage_seconds`
     from its first failure; then that error. ``what`` names the operation in the lines said on
     stderr (when it starts waiting, and when the store answers again)."""
-    bound = outage_seconds()
+    bound: float | None = None  # read at the first failure: nothing but the call on the step's path
     first: float | None = None
     delay = FIRST_DELAY
     while True:
@@ -63,8 +63,8 @@ def patiently(op: Callable[[], _T], what: str) -> _T:
             result = op()
         except StoreUnavailable as e:
             now = time.monotonic()
-            if first is None:
-                first = now
+            if first is None or bound is None:
+                first, bound = now, outage_seconds()
                 if bound > 0:
                     print(
                         f"tether: the store does not answer ({e}): {what} waits for it, up to {bound:g} s ({OUTAGE_ENV})",

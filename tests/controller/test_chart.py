@@ -134,6 +134,8 @@ def test_crds_switch_and_keep_policy(helm: Path) -> None:
         ("providers.allowedBaseURL={https://llm}", "additional properties 'allowedBaseURL' not allowed"),
         ("metrics.serviceMonitor.kind=Probe", "kind"),
         ("metrics.serviceMonitor.interval=often", "interval"),
+        ("executor.warmPods.idleSeconds=30", "idleSeconds"),  # a claim keeps 60 s from a warm pod's end
+        ("executor.warmPods.count=-1", "count"),
     ],
 )
 def test_values_schema_rejects_mistakes(helm: Path, setting: str, complaint: str) -> None:
@@ -221,6 +223,10 @@ def test_kubernetes_executor_is_the_default_and_its_rbac_gets_secrets_by_name_on
     assert env["TETHER_RUNTIME_IMAGE"] == "ghcr.io/tether-dev/tether-runtime:0.1.0"
     assert (env["TETHER_RUNNER_SERVICE_ACCOUNT"], env["TETHER_RUNNER_STORE_SECRET"]) == ("tether-runner", "tether-store")
     assert env["TETHER_POD_START_GRACE_SECONDS"] == "600"
+    assert (env["TETHER_WARM_PODS"], env["TETHER_WARM_POD_IDLE_SECONDS"]) == ("0", "600"), "no warm pods unless asked"
+    (warm,) = of_kind(render(helm, "executor.warmPods.count=2", "executor.warmPods.idleSeconds=300"), "Deployment")
+    warm_env = {e["name"]: e.get("value") for e in warm["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (warm_env["TETHER_WARM_PODS"], warm_env["TETHER_WARM_POD_IDLE_SECONDS"]) == ("2", "300")
     for role in of_kind(docs, "Role"):
         assert _rules(role) == sorted(
             [

@@ -97,3 +97,76 @@ def test_a_pod_created_told_to_go_runs_at_once(tmp_path: Path) -> None:
         outcome = json.loads(out.strip().splitlines()[-1])
         assert outcome["status"] == "succeeded" and "warm_worker" not in outcome
         assert "standing by" not in err and fake.live_calls() == 1
+
+
+def warm_pod(tmp_path: Path, base_url: str, *extra: str) -> tuple[subprocess.Popen[str], Path, Path, dict[str, object]]:
+    """`tether exec REQUEST --warm-pod openai`: a warm pod's runtime, its request file empty (the
+    pod's `tether.dev/request` annotation before a run claims it)."""
+    request = {
+        "runId": "warm-1",
+        "namespace": "default",
+        "name": "warm",
+        "spec": {"framework": "openai", "model": {"name": "gpt-4o-mini", "provider": "openai", "baseURL": base_url}, "input": "hi"},
+    }
+    file, store = tmp_path / "request.json", tmp_path / "store"
+    file.write_text("")
+    clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
+    proc = subprocess.Popen(
+        ["./tether", "exec", str(file), "--warm-pod", "openai", "--store", str(store), *extra],
+        cwd=REPO,
+        env={**clean, "OPENAI_AGENTS_DISABLE_TRACING": "1", "TETHER_SECRETS": json.dumps({"model": {"apiKey": "sk-warm"}})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, file, store, request
+
+
+def warm(proc: subprocess.Popen[str]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("tether exec: a warm pod (imports done), waiting for a run to claim it"):
+            return
+    raise AssertionError(f"exited {proc.wait()} without waiting to be claimed")
+
+
+def test_a_warm_pod_runs_the_request_of_the_run_that_claims_it(tmp_path: Path) -> None:
+    """Started before any run: it imports the framework and waits; the claiming run's request,
+    written into its request file, runs in that process, with the provider key from the pod's
+    Secrets (the provider known only from the request)."""
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, file, store, request = warm_pod(tmp_path, fake.base_url("openai"))
+        warm(proc)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            assert proc.poll() is None and fake.live_calls() == 0, "it ran nothing before a claim"
+            time.sleep(0.2)
+        claimed = time.time()
+        file.write_text(json.dumps(request))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert outcome["status"] == "succeeded" and outcome["output"] == "Done: standing by paid off."
+        assert outcome["warm_worker"]["ready"] < claimed <= outcome["warm_worker"]["go"]
+        # No *_API_KEY in its environment: the SDK would refuse to start without the pod's key.
+        assert fake.live_calls() == 1 and "authorization" in next(iter(fake.ledger)).headers
+        assert read_progress(open_store(str(store)), "warm-1") is not None
+
+
+def test_a_warm_pod_nobody_claims_exits_having_run_nothing(tmp_path: Path) -> None:
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, _, store, _ = warm_pod(tmp_path, fake.base_url("openai"), "--idle-seconds", "1")
+        warm(proc)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        assert fake.live_calls() == 0 and not store.exists()
+
+
+def test_a_warm_pod_refuses_a_request_of_another_framework(tmp_path: Path) -> None:
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, file, _, request = warm_pod(tmp_path, fake.base_url("openai"))
+        warm(proc)
+        file.write_text(json.dumps({**request, "spec": {**request["spec"], "framework": "langgraph"}}))  # type: ignore[dict-item]
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and "this warm pod is openai's; the request is langgraph's" in err, out + err
+        assert fake.live_calls() == 0

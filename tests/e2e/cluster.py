@@ -209,3 +209,28 @@ def fake_provider(path: str, method: str = "GET", body: Any = None) -> Any:
 def ledger() -> list[dict[str, Any]]:
     out = fake_provider("/_control/ledger")
     return list(out["calls"] if isinstance(out, dict) and "calls" in out else out)
+
+
+@contextmanager
+def warm_pods(count: int = 1) -> Iterator[None]:
+    """The release with chart value executor.warmPods.count (the operator restarted with it);
+    afterwards none again, and the warm pods left waiting deleted (they would wait their idle time)."""
+
+    def release(n: int) -> None:
+        helm("upgrade", RELEASE, str(REPO / "charts" / "tether"), "-n", NS, "--reuse-values",
+             "--set", f"executor.warmPods.count={n}", "--wait", "--timeout", "300s")  # fmt: skip
+        kubectl("-n", NS, "rollout", "status", f"deploy/{RELEASE}", "--timeout=180s", timeout=200)
+
+    release(count)
+    try:
+        yield
+    finally:
+        release(0)
+        kubectl("delete", "pods", "-n", NS, "-l", "tether.dev/warm", "--wait=false")
+
+
+def warm_waiting() -> list[dict[str, Any]]:
+    """Warm pods started and waiting at their imports (their log says so)."""
+    out = kubectl("get", "pods", "-n", NS, "-l", "tether.dev/warm", "-o", "json")
+    running = [p for p in json.loads(out)["items"] if (p.get("status") or {}).get("phase") == "Running"]
+    return [p for p in running if "waiting for a run to claim it" in kubectl("logs", "-n", NS, p["metadata"]["name"], check=False)]

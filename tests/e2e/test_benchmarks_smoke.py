@@ -1,4 +1,5 @@
-"""benchmarks/kind_pods.py (runs in real pods on the kind cluster) with one run and one pod kill (and one with a standby pod),
+"""benchmarks/kind_pods.py (runs in real pods on the kind cluster) with one run and one pod kill (and one with a standby
+pod, and both again with warm pods),
 and benchmarks/chaos_kind.py with the operator killed once during two runs:
 it fails when the benchmark breaks. Figures are not checked (tests/support/benchmarks.py); chaos_kind's pass/fail
 properties are (behaviour, not speed)."""
@@ -11,8 +12,11 @@ from tests.support.benchmarks import smoke
 
 
 def test_kind_pods(tmp_path: Path) -> None:
-    figures = smoke("kind_pods.py", "--runs", "1", "--kills", "1", "--standby", results=tmp_path, name="kind_pods", timeout=900)
+    figures = smoke(
+        "kind_pods.py", "--runs", "1", "--kills", "1", "--standby", "--warm-pods", results=tmp_path, name="kind_pods", timeout=1200
+    )
     assert (figures["runs"], figures["kills"]) == (1, 1) and "standby_pod_kill_to_first_replayed_turn_p50_s" in figures
+    assert "warm_apply_to_first_model_call_p50_s" in figures and "warm_pod_kill_to_first_replayed_turn_p50_s" in figures
 
 
 def test_chaos_kind(tmp_path: Path) -> None:

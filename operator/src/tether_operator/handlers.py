@@ -58,6 +58,8 @@ def make_executor(settings: Settings) -> Executor:
             start_grace_seconds=ex.pod_start_grace_seconds,
             default_resources=ex.default_resources,
             gpu_node_pools=settings.gpu_node_pools,
+            warm_pods=ex.warm_pods,
+            warm_idle_seconds=ex.warm_pod_idle_seconds,
         )
     if ex.kind == "flyte":
         if not ex.flyte.endpoint:

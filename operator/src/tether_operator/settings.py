@@ -72,6 +72,12 @@ class ExecutorSettings:
     """Kubernetes executor: `{requests: {cpu, memory}, limits: {memory}}` of runner pods for what
     their spec's `resources` does not name (env TETHER_DEFAULT_RESOURCES, JSON; chart value
     executor.defaultResources). Empty: none (a namespace's LimitRange, if any, applies)."""
+    warm_pods: int = 0
+    """Kubernetes executor: runner pods kept started per shape (namespace, image, framework,
+    resources, Secrets...) for runs to claim: their imports done before the run is applied
+    (executors/warm_pods.py; env TETHER_WARM_PODS, chart value executor.warmPods.count). 0: none."""
+    warm_pod_idle_seconds: float = 600.0
+    """How long a warm pod waits to be claimed before it exits (env TETHER_WARM_POD_IDLE_SECONDS)."""
     flyte: FlyteSettings = field(default_factory=lambda: FlyteSettings())
 
 
@@ -243,6 +249,8 @@ class Settings:
                 resync_seconds=num("TETHER_RESYNC_SECONDS", 60.0),
                 pod_start_grace_seconds=num("TETHER_POD_START_GRACE_SECONDS", 600.0),
                 default_resources=json.loads(env.get("TETHER_DEFAULT_RESOURCES") or "{}"),
+                warm_pods=int(num("TETHER_WARM_PODS", 0)),
+                warm_pod_idle_seconds=num("TETHER_WARM_POD_IDLE_SECONDS", 600.0),
                 flyte=FlyteSettings(
                     endpoint=env.get("TETHER_FLYTE_ENDPOINT", ""),
                     project=env.get("TETHER_FLYTE_PROJECT") or FlyteSettings.project,

@@ -68,6 +68,7 @@ from .pods import (
     with_go,
 )
 from .tool_pods import ToolPods
+from .warm_pods import WarmPods, is_warm
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,11 @@ class _Execution(Execution):
     yet looked at: `_follow` reads the pod from here instead of asking the apiserver again."""
     adopted: int = 0
     """The attempt whose pod an operator restart found running (0: none): followed, not created."""
+    names: dict[int, str] = field(default_factory=dict)
+    """Attempts whose pod is not named `<execution>-<attempt>`: warm pods the run claimed."""
+
+    def pod(self, attempt: int) -> str:
+        return self.names.get(attempt) or pod_name(self.sub.name, attempt)
 
 
 class KubernetesExecutor(AttemptingExecutor[_Execution]):
@@ -120,6 +126,8 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         start_grace_seconds: float = 600.0,
         default_resources: Mapping[str, Mapping[str, str]] | None = None,
         gpu_node_pools: Mapping[str, Any] | None = None,
+        warm_pods: int = 0,
+        warm_idle_seconds: float = 600.0,
     ) -> None:
         self.pod_settings = PodSettings(
             runtime_image=runtime_image,
@@ -135,6 +143,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         self._runs: dict[str, _Execution] = {}
         self._accounts: set[str] = set()  # namespaces whose runner ServiceAccount exists
         self.tools = ToolPods(self.pod_settings, dict(gpu_node_pools or {}))
+        self.warm = WarmPods(self.pod_settings, warm_pods, warm_idle_seconds)
 
     # --------------------------------------------------------------------------- interface
 
@@ -180,6 +189,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             if run.task is not None:
                 run.task.cancel()
         self._runs.clear()
+        await self.warm.close()
 
     # ----------------------------------------------------------------------------- driving
 
@@ -221,7 +231,12 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
             if waiting_standby(pod):
                 continue  # not an attempt (yet): `_promote` checks it before it is used
             attempt = pod_attempt(pod)
-            why = "no attempt number" if attempt is None else not_ours(pod, self._pod(sub, attempt, self.tools.claimed(sub, pod)))
+            if attempt is None:
+                why: str | None = "no attempt number"
+            elif is_warm(pod):  # a warm pod the run claimed
+                why = not_ours(pod, self.warm.expected(sub, attempt, pod))
+            else:
+                why = not_ours(pod, self._pod(sub, attempt, self.tools.claimed(sub, pod)))
             if why is None and attempt is not None:
                 pods[attempt] = pod
             else:
@@ -258,6 +273,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         if sub.fresh and not run.attempts:  # never submitted, no pod made yet: none to count (a leftover attempt 1 is found by its name)
             return
         pods = await self._ours(sub)
+        run.names |= {n: p["metadata"]["name"] for n, p in pods.items() if is_warm(p)}
         latest = max(pods, default=0)
         # An attempt whose tool pods were made but not its runner pod: gone, its number used.
         unstarted = await self.tools.discard_unstarted(sub, latest)
@@ -283,7 +299,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
                 await self._create(run, current)
         if standby:
             await self._standby(sub, current + 1)
-        return await self.tools.around(sub, current, self._follow(run, pod_name(sub.name, current)))
+        return await self.tools.around(sub, current, self._follow(run, run.pod(current)))
 
     async def _create(self, run: _Execution, attempt: int) -> None:
         """The attempt's pod (and its tool pods), created told to go when a standby follows it. Its
@@ -291,6 +307,11 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         followed (2,000 runs x 2 pods: ~100 MiB)."""
         sub = run.sub
         namespace = sub.request.namespace
+        if self.warm.serves(sub) and (warm := await self.warm.claim(sub, attempt)) is not None:
+            run.attempts = attempt
+            run.names[attempt] = warm["metadata"]["name"]
+            run.seen[warm["metadata"]["name"]] = warm
+            return
         expected = self._pod(sub, attempt, await self.tools.start(sub, attempt, run.pod_changed))
         created_as = with_go(expected, f"{time.time():.3f}", sub.timeout_seconds) if sub.request.spec.standby else expected
         pod, created = await kube.create(kube.core_path(namespace, "pods"), created_as)
@@ -362,7 +383,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         return super()._backoff(run)
 
     async def _suspended(self, run: _Execution) -> None:
-        await kube.delete(kube.core_path(run.sub.request.namespace, "pods", pod_name(run.sub.name, run.attempts)))
+        await kube.delete(kube.core_path(run.sub.request.namespace, "pods", run.pod(run.attempts)))
 
     async def _stopped(self, run: _Execution, path: str, name: str, pod: dict[str, Any] | None, why: str) -> tuple[int, str]:
         """Wait for a pod being deleted to stop: two attempts never run on one journal at once.

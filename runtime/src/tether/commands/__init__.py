@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..contract import EXIT_CODES_HELP as EXIT_CODES_HELP  # for --help, without importing Flyte
@@ -78,3 +81,28 @@ def secrets_or_refusal(command: str) -> Secrets | None:
     except (secrets.SecretsError, OSError) as e:
         print(f"{command}: secrets: {e}", file=sys.stderr)
         return None
+
+
+#: How often a waiting pod reads its go or request file: a stat and a read of a tmpfs file.
+POLL_SECONDS = 0.05
+
+
+def told(path: Path) -> bool:
+    """Whether ``path`` holds anything (a downward API file the operator fills: a standby's go,
+    a warm pod's request)."""
+    try:
+        return bool(path.read_text().strip())
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(path: Path, until: float = math.inf) -> bool:
+    """Until ``path`` holds anything (True), a stop is asked (SIGTERM, the pod deleted: False) or
+    the time is ``until`` (epoch seconds: False)."""
+    from .. import stopping
+
+    while not stopping.requested() and time.time() < until:
+        if told(path):
+            return True
+        time.sleep(POLL_SECONDS)
+    return False

@@ -24,6 +24,12 @@ the pod's ``tether.dev/go`` annotation, which the operator sets once the attempt
 ended), then runs the attempt. A FILE that holds something from the start (a pod created told to
 go: the run's first) runs the attempt at once, without the warm-up. The journal's attempt claim,
 not this signal, keeps two attempts from writing at once.
+
+``--warm-pod FRAMEWORK`` is a warm pod's (the Kubernetes executor's ``executor.warmPods``): the
+request is not known yet — REQUEST is a downward API file of the pod's ``tether.dev/request``
+annotation, empty until a run claims the pod — so it warms up FRAMEWORK, waits until REQUEST holds
+the claiming run's request, then runs that attempt. Unclaimed for ``--idle-seconds`` (or stopped),
+it exits with 130 (interrupted) without running anything.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from pathlib import Path
 from .. import secrets as tether_secrets
 from .. import stopping
 from ..contract import EXIT_INTERRUPTED, EXIT_SUCCEEDED, EXIT_TERMINAL, PROGRESS_ENV, PROVIDER_KEY_ENV, ExecRequest
-from . import parser, request_is_the_executors, secrets_or_refusal
+from . import parser, request_is_the_executors, secrets_or_refusal, told, wait_for
 
 #: What a warm worker waits for on stdin before it runs its attempt.
 GO = "go"
@@ -70,11 +76,28 @@ def main(argv: list[str]) -> int:
         metavar="FILE",
         help="like --warm, but wait until FILE is not empty (a standby pod: the operator's go) instead of reading stdin",
     )
+    p.add_argument(
+        "--warm-pod",
+        metavar="FRAMEWORK",
+        help="a warm pod: import FRAMEWORK, then wait until the request file is not empty (a run claimed the pod)",
+    )
+    p.add_argument("--idle-seconds", type=float, default=600.0, help="--warm-pod: exit 130 when not claimed for this long")
     args = p.parse_args(argv)
-    if args.warm and args.standby:
-        p.error("--warm and --standby: one or the other")
-    if args.warm and args.request == "-":
-        p.error("--warm reads 'go' from stdin: give the request as a file")
+    if sum(1 for way in (args.warm, args.standby, args.warm_pod) if way) > 1:
+        p.error("--warm, --standby and --warm-pod: one of them")
+    if (args.warm or args.warm_pod) and args.request == "-":
+        p.error("--warm and --warm-pod wait before running: give the request as a file")
+    worker: dict[str, float] | None = None
+    if args.warm_pod:  # no request yet: warm up the framework, then wait for a run's claim
+        import flyte
+
+        flyte.init()
+        ready = _warmed_up(args.warm_pod)
+        print("tether exec: a warm pod (imports done), waiting for a run to claim it", file=sys.stderr, flush=True)
+        if not wait_for(Path(args.request), ready + args.idle_seconds):
+            return EXIT_INTERRUPTED  # stopped, or nobody claimed it: not used
+        go, go_cpu = time.time(), time.process_time()
+        worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     if not request_is_the_executors(data, args.request, "tether exec"):  # swapped or squatted
         return EXIT_TERMINAL
@@ -83,6 +106,9 @@ def main(argv: list[str]) -> int:
         request = ExecRequest.model_validate_json(text)
     except ValueError as e:
         print(f"tether exec: invalid request: {e}", file=sys.stderr)
+        return EXIT_TERMINAL
+    if args.warm_pod and request.spec.framework != args.warm_pod:
+        print(f"tether exec: this warm pod is {args.warm_pod}'s; the request is {request.spec.framework}'s", file=sys.stderr)
         return EXIT_TERMINAL
     tether_secrets.use(secrets, PROVIDER_KEY_ENV.get(request.spec.model.provider))
 
@@ -94,21 +120,14 @@ def main(argv: list[str]) -> int:
 
     log = StepLines(open_store(args.store), request.run_id)  # what `tether logs` shows
     on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None, log)
-    flyte.init()
-    worker: dict[str, float] | None = None
     # A spec.standby run's pod that was created already told to go (its first attempt, or a standby
     # that died) runs at once: a warm-up first would only delay its first turn.
-    if args.warm or (args.standby and not _told(Path(args.standby))):
-        _warm_up(request.spec.framework)
-        # What is here now lives as long as the process: the collector need not walk it again
-        # during the attempt (a full collection of the SDK's and Flyte's heap: milliseconds).
-        gc.collect()
-        gc.freeze()
-        gc.enable()
-        ready = time.time()
+    if args.warm or (args.standby and not told(Path(args.standby))):
+        flyte.init()
+        ready = _warmed_up(request.spec.framework)
         if args.standby:
             print(f"tether exec: standing by (imports done), waiting for {args.standby}", file=sys.stderr, flush=True)
-            _wait_for(Path(args.standby))
+            wait_for(Path(args.standby))
         elif sys.stdin.readline().strip() != GO:
             return EXIT_SUCCEEDED  # not needed: the run ended without this attempt
         if stopping.requested():
@@ -116,7 +135,8 @@ def main(argv: list[str]) -> int:
         go, go_cpu = time.time(), time.process_time()
         # What the parent and tests read: this process was started (and ready) before its turn.
         worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
-    else:
+    elif not args.warm_pod:  # (a warm pod was warmed up before it was claimed)
+        flyte.init()
         _import_framework(request.spec.framework)
         gc.freeze()  # the modules' objects live as long as the process: later collections skip them
         gc.enable()
@@ -145,22 +165,15 @@ def main(argv: list[str]) -> int:
     os._exit(outcome.exit_code)
 
 
-#: How often a standby reads its go file: a stat and a read of a tmpfs file, nothing remote.
-STANDBY_POLL_SECONDS = 0.05
-
-
-def _told(go: Path) -> bool:
-    """Whether ``go`` holds anything (the operator's go)."""
-    try:
-        return bool(go.read_text().strip())
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(go: Path) -> None:
-    """Until ``go`` holds anything (or a stop is asked: SIGTERM, the pod deleted)."""
-    while not stopping.requested() and not _told(go):
-        time.sleep(STANDBY_POLL_SECONDS)
+def _warmed_up(framework: str) -> float:
+    """``_warm_up``, then the heap as it is frozen: when it was ready."""
+    _warm_up(framework)
+    # What is here now lives as long as the process: the collector need not walk it again
+    # during the attempt (a full collection of the SDK's and Flyte's heap: milliseconds).
+    gc.collect()
+    gc.freeze()
+    gc.enable()
+    return time.time()
 
 
 def _import_framework(framework: str) -> None:

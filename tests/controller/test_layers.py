@@ -1,6 +1,6 @@
 """The operator's import layers (operator/.importlinter): runtime below operator, no agent
 framework in the operator, one module for the Kubernetes API, handlers above the rest, and in
-the Kubernetes executor the attempts above a GPU tool's pods above the pods' shape (no circle,
+the Kubernetes executor the attempts above a GPU tool's pods and the warm pods above the pods' shape (no circle,
 typing-only imports included)."""
 
 from __future__ import annotations

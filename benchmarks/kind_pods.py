@@ -13,7 +13,8 @@ the operator's status interval, 1 s in the e2e install) — and to Succeeded; wi
 same for runs with spec.standby (the next attempt's pod waiting beside the first), interleaved
 with those without. With --warm-pods, the same runs and kills again with the release's
 executor.warmPods.count at 1 (a warm pod of the runs' shape waiting when each run is applied and
-when each pod is deleted). Apply times are the host's clock; pod, log and ledger times are the same
+when each pod is deleted; its "pod running" figures are negative: the claimed pod ran before the
+apply). Apply times are the host's clock; pod, log and ledger times are the same
 machine's clock (kind nodes are containers).
 """
 

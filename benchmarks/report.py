@@ -378,7 +378,8 @@ e2e install, and the 0.2 s poll). With `--standby` the same kills on runs with `
 next attempt's pod waiting beside the first, told to go instead of created), interleaved; with
 `--warm-pods` the runs and kills again with the chart's `executor.warmPods.count: 1` (`warm_*`: a
 warm pod of the runs' shape waiting at its imports when a run is applied or its pod deleted, and
-claimed). Issue 27's goals: apply → first model call p50 ≤ 2 s; pod deleted → first replayed turn
+claimed; `warm_apply_to_pod_running_*` is negative: the claimed pod was running that long before
+the apply). Issue 27's goals: apply → first model call p50 ≤ 2 s; pod deleted → first replayed turn
 p50 ≤ 3 s, with a standby ≤ 1 s. Where the pod's time goes before its first model call: pod_start.py.
 
 ## chaos_kind.py — issue 27 item 4 (chaos on the kind cluster)

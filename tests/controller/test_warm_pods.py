@@ -5,7 +5,8 @@ play it, as in test_kubernetes_executor.py).
 Checked: a run's create starts a warm pod of its shape (what it looks like: no owner, no request,
 no deadline, the request as a downward API file of an annotation, the runtime told to wait for it);
 the next run of that shape claims it in one patch (labels, owner, request, deadline) instead of
-creating a pod, and another warm pod follows; a run of another shape does not claim it; a pod made
+creating a pod, and another warm pod follows; a run of another shape does not claim it; an ended
+(idle) warm pod is deleted by the next run in the namespace; a pod made
 to look like a warm pod by someone who may create pods is never claimed; a retry claims one too; a
 restarted operator adopts a claimed pod (the chart's value: test_chart.py).
 """
@@ -109,7 +110,7 @@ def test_a_run_claims_the_warm_pod_its_shape_started(kube: ControlPlane, warm_op
     assert get(kube, "agentrun", NS, "warm-second")["status"]["attempts"] == 1
 
 
-def test_a_run_of_another_shape_leaves_the_warm_pod_alone(kube: ControlPlane, warm_operator: Operator) -> None:
+def test_a_run_of_another_shape_leaves_the_warm_pod_alone_and_ended_ones_are_deleted(kube: ControlPlane, warm_operator: Operator) -> None:
     waiting = one_warm_pod(kube)
     kubelet(kube, waiting, "Running")
     run = apply_run(kube, "warm-bigger", NS, resources={"cpu": "1"})
@@ -119,9 +120,24 @@ def test_a_run_of_another_shape_leaves_the_warm_pod_alone(kube: ControlPlane, wa
     theirs = wait_for(lambda: [p for n, p in warm_pods(kube).items() if n != waiting["metadata"]["name"]], what="its shape's warm pod")
     assert [p["metadata"]["labels"][WARM] for p in theirs] != [waiting["metadata"]["labels"][WARM]], "a shape of its own"
     assert theirs[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
-    kube.kubectl("delete", "pod", theirs[0]["metadata"]["name"], "-n", NS, "--grace-period=0", "--force")
     kubelet(kube, own, "Succeeded", 0)
     kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/warm-bigger")
+    # Nobody claims it: its idle time over, it exits 130. The next run in the namespace (another
+    # shape's) deletes it: nothing owns a warm pod.
+    kubelet(kube, theirs[0], "Failed", 130)
+    other = apply_run(kube, "warm-sweeps", NS)
+    claimed = pod_of(kube, other, 1)
+    assert claimed["metadata"]["uid"] == waiting["metadata"]["uid"]
+    wait_for(
+        lambda: theirs[0]["metadata"]["name"] not in warm_pods(kube) and not _exists(kube, theirs[0]), what="the ended warm pod deleted"
+    )
+    kubelet(kube, claimed, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", "agentrun/warm-sweeps")
+
+
+def _exists(kube: ControlPlane, pod: dict[str, Any]) -> bool:
+    got = kube.kubectl("get", "pod", pod["metadata"]["name"], "-n", NS, "-o", "name", "--ignore-not-found")
+    return bool(got.stdout.strip())
 
 
 def test_a_pod_made_to_look_warm_is_never_claimed(kube: ControlPlane, warm_operator: Operator) -> None:

@@ -20,8 +20,9 @@ rights, mounted before it (and that the next such run is admitted for again). No
 runners read the request at their start), or a request too large for an annotation.
 
 A warm pod carries the `tether.dev/execution` label empty, so the runner NetworkPolicy selects
-it from its start. It exits by itself after `idleSeconds` unclaimed (exit code 1); the operator
-deletes ended warm pods, and never claims one within `CLAIM_MARGIN_SECONDS` of that end. Whoever
+it from its start. It exits by itself after `idleSeconds` unclaimed (exit code 130); the next run
+in its namespace deletes ended warm pods (nothing owns one), and none is claimed within
+`CLAIM_MARGIN_SECONDS` of its idle end. Whoever
 may `patch pods` in the namespace can rewrite a warm pod's request before it is read, as they can
 replace a running pod's container images: `patch pods` is what Kubernetes makes it (operator/README.md).
 """
@@ -178,19 +179,20 @@ class WarmPods:
         return None
 
     async def _waiting(self, warm: Mapping[str, Any], timeout_seconds: float) -> list[dict[str, Any]]:
-        """The shape's warm pods that can be claimed, running ones first, oldest first; ended ones
-        (idle, evicted) and those near their idle end are deleted."""
+        """The shape's warm pods that can be claimed, running ones first, oldest first. The
+        namespace's ended warm pods (idle, evicted), of any shape, and those near their idle end
+        are deleted: nothing owns a warm pod, so nothing else would."""
         namespace, shape = warm["metadata"]["namespace"], warm["metadata"]["labels"][WARM_LABEL]
-        listed = await kube.request("GET", kube.core_path(namespace, "pods") + f"?labelSelector={WARM_LABEL}%3D{shape}")
+        listed = await kube.request("GET", kube.core_path(namespace, "pods") + f"?labelSelector={WARM_LABEL}")
         usable = []
         for pod in (listed or {}).get("items") or []:
             meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
+            if meta.get("deletionTimestamp") or not meta.get("name", "").startswith(WARM_PREFIX):
                 continue
             if pod_outcome(pod, timeout_seconds) is not None or pod_age_since_creation(pod) > self.idle_seconds - CLAIM_MARGIN_SECONDS:
                 await kube.delete(kube.core_path(namespace, "pods", meta["name"]), uid=meta.get("uid"))
-                continue
-            usable.append(pod)
+            elif meta["labels"].get(WARM_LABEL) == shape:
+                usable.append(pod)
         return sorted(usable, key=lambda p: ((p.get("status") or {}).get("phase") != "Running", p["metadata"].get("creationTimestamp", "")))
 
     def fill(self, sub: Submission) -> None:

@@ -382,9 +382,12 @@ def test_a_deleted_pod_ends_before_the_next_attempt_starts(kube: ControlPlane, k
     """A graceful deletion (kubectl delete pod, a drain) gives the runner its grace period to stop
     cleanly (SIGTERM: running tool calls are recorded). The next attempt must not start while the
     old pod still runs — two attempts on one journal — but once it has stopped; an attempt that
-    finished during its grace period succeeded. (On main the next pod came at the deletionTimestamp.)"""
+    finished during its grace period succeeded. Meanwhile the next attempt's pod is started
+    waiting at its imports (go empty, no deadline), told to go once the old one stopped, or
+    deleted unused. (On main the next pod came at the deletionTimestamp.)"""
     name = f"graceful-{ends}"
     run = apply_run(kube, name, retries=2)
+    execution = execution_name(run["metadata"]["uid"])
     first = wait_pod(kube, run, 1)
     bind(kube, first)
     kubelet(kube, first, "Running")
@@ -394,21 +397,56 @@ def test_a_deleted_pod_ends_before_the_next_attempt_starts(kube: ControlPlane, k
         lambda: (p := pods_of(kube, run).get(first["metadata"]["name"])) and p["metadata"].get("deletionTimestamp") and p,
         what="Terminating",
     )
+    early = standby_of(kube, run, 2)  # started at once, waiting
+    assert "activeDeadlineSeconds" not in early["spec"] and early["spec"]["containers"][0]["command"][-2:] == [
+        "--standby",
+        "/etc/tether/standby/go",
+    ]
     time.sleep(3)  # the operator has seen the deletion (it watches pods) and must wait
-    assert sorted(pods_of(kube, run)) == [first["metadata"]["name"]], "the next attempt started while the old pod still ran"
+    assert pods_of(kube, run)[f"{execution}-2"]["metadata"]["annotations"][GO] == "", "the next attempt started while the old pod still ran"
     if ends == "interrupted":  # the runner stopped cleanly (exit 130): the next attempt replays
         kubelet(kube, terminating, "Failed", 130)
         kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--grace-period=0", "--force")
-        second = wait_pod(kube, run, 2)
+        second = wait_for(lambda: (p := pods_of(kube, run)[f"{execution}-2"])["metadata"]["annotations"][GO] and p, what="told to go")
+        assert second["metadata"]["uid"] == early["metadata"]["uid"], "the waiting pod runs the attempt: no new pod"
+        assert 3600 <= second["spec"]["activeDeadlineSeconds"] <= 3600 + 60, "the timeout counts from the go"
         assert second["metadata"]["labels"]["tether.dev/attempt"] == "2"
         retrying = wait_for(lambda: [e for e in events_of(kube, name) if e["reason"] == "Retrying"], what="Retrying")
         assert "deleted" in retrying[0]["message"] and "exit code 130" in retrying[0]["message"]
+        kubelet(kube, second, "Succeeded", 0)
+        kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", f"agentrun/{name}")
+        assert get(kube, "agentrun", NS, name)["status"]["attempts"] == 2
+        assert sorted(pods_of(kube, run)) == [f"{execution}-2"], "no pod waits for a third attempt"
     else:  # it finished within its grace period: that is the run's outcome
         kubelet(kube, terminating, "Succeeded", 0)
         kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", f"agentrun/{name}")
         assert get(kube, "agentrun", NS, name)["status"]["attempts"] == 1
         kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--grace-period=0", "--force")
-        assert sorted(pods_of(kube, run)) == []
+        wait_for(lambda: sorted(pods_of(kube, run)) == [], what="the waiting pod deleted unused")
+
+
+def test_a_restarted_operator_tells_the_waiting_pod_to_go(kube: ControlPlane, k8s_operator: Operator) -> None:
+    """The operator restarted while the next attempt's pod waited beside a pod being deleted:
+    the new operator finds it its own and tells it to go once the old pod stopped — it neither
+    fails the run on the name taken nor creates another pod."""
+    name = "graceful-restart"
+    run = apply_run(kube, name, retries=2)
+    execution = execution_name(run["metadata"]["uid"])
+    first = wait_pod(kube, run, 1)
+    bind(kube, first)
+    kubelet(kube, first, "Running")
+    wait_for(lambda: phase_of(kube, name) == "Running", what="Running")
+    kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--wait=false")
+    early = standby_of(kube, run, 2)
+    k8s_operator.kill()
+    k8s_operator.start()
+    kubelet(kube, first, "Failed", 130)
+    kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--grace-period=0", "--force")
+    second = wait_for(lambda: (p := pods_of(kube, run)[f"{execution}-2"])["metadata"]["annotations"][GO] and p, what="told to go")
+    assert second["metadata"]["uid"] == early["metadata"]["uid"]
+    kubelet(kube, second, "Succeeded", 0)
+    kube.kubectl("wait", "-n", NS, "--for=condition=Succeeded", "--timeout=30s", f"agentrun/{name}")
+    assert get(kube, "agentrun", NS, name)["status"]["attempts"] == 2
 
 
 def test_terminal_exit_is_not_retried(kube: ControlPlane, k8s_operator: Operator) -> None:

@@ -58,6 +58,7 @@ from .pods import (
     pod_attempt,
     pod_name,
     pod_outcome,
+    pod_tools,
     request_configmap,
     request_configmap_name,
     runner_account,
@@ -89,6 +90,8 @@ class _Execution(Execution):
     """The attempt whose pod an operator restart found running (0: none): followed, not created."""
     names: dict[int, str] = field(default_factory=dict)
     """Attempts whose pod is not named `<execution>-<attempt>`: warm pods the run claimed."""
+    waiting: set[int] = field(default_factory=set)
+    """Attempts whose pod was started waiting (`_early`, or a spec.standby run's standby): told to go, not created."""
 
     def pod(self, attempt: int) -> str:
         return self.names.get(attempt) or pod_name(self.sub.name, attempt)
@@ -197,8 +200,8 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         listed = await kube.request("GET", kube.core_path(namespace, "pods") + f"?labelSelector={EXECUTION_LABEL}%3D{name}")
         return list((listed or {}).get("items") or [])
 
-    def _pod(self, sub: Submission, attempt: int, endpoints: Mapping[str, str] | None = None) -> dict[str, Any]:
-        return runner_pod(sub, attempt, self.pod_settings, endpoints)
+    def _pod(self, sub: Submission, attempt: int, endpoints: Mapping[str, str] | None = None, waits: bool = False) -> dict[str, Any]:
+        return runner_pod(sub, attempt, self.pod_settings, endpoints, waits)
 
     async def _objects(self, sub: Submission) -> None:
         """The namespace's runner ServiceAccount (no token, no RBAC) and the request ConfigMap,
@@ -220,30 +223,33 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         if not created and (why := not_ours(configmap, expected)):
             raise conflict("ConfigMap", namespace, expected["metadata"]["name"], why)
 
-    async def _ours(self, sub: Submission) -> dict[int, dict[str, Any]]:
-        """The execution's pods by attempt: only those the operator made. Anyone who may create
-        pods can label one as this execution (and give it an ownerReference): such a pod is
-        neither followed nor counted."""
+    async def _ours(self, sub: Submission) -> tuple[dict[int, dict[str, Any]], set[int]]:
+        """The execution's pods by attempt: only those the operator made; and the attempts whose
+        pod waits to be told to go. Anyone who may create pods can label one as this execution
+        (and give it an ownerReference): such a pod is neither followed nor counted."""
         pods: dict[int, dict[str, Any]] = {}
+        waiting: set[int] = set()
         for pod in await self._pods(sub.request.namespace, sub.name):
             if TOOL_POD_LABEL in pod["metadata"].get("labels", {}):
                 continue  # a GPU tool's pod: self.tools'
-            if waiting_standby(pod):
-                continue  # not an attempt (yet): `_promote` checks it before it is used
             attempt = pod_attempt(pod)
+            if waiting_standby(pod):  # not an attempt (yet): `_promote` checks it before it is used
+                waiting |= {attempt} if attempt else set()
+                continue
+            waits = GO_ANNOTATION in pod["metadata"].get("annotations", {})  # started waiting, then told to go
             if attempt is None:
                 why: str | None = "no attempt number"
             elif is_warm(pod):  # a warm pod the run claimed
                 why = not_ours(pod, self.warm.expected(sub, attempt, pod))
             else:
-                why = not_ours(pod, self._pod(sub, attempt, self.tools.claimed(sub, pod)))
+                why = not_ours(pod, self._pod(sub, attempt, self.tools.claimed(sub, pod), waits))
             if why is None and attempt is not None:
                 pods[attempt] = pod
             else:
                 log.warning(
                     "execution %s: pod %s carries its label but is not the operator's (%s): ignored", sub.name, pod["metadata"]["name"], why
                 )
-        return pods
+        return pods, waiting
 
     async def _drive(self, run: _Execution, adopt: bool) -> None:
         try:
@@ -261,7 +267,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
                 await asyncio.sleep(min(self.pod_settings.resync_seconds, RETRY_SECONDS))
                 return self._start(run, adopt=True)
             run.set(ExecutionState.FAILED, f"the runner pod was refused: {exc}")  # an invalid pod stays invalid
-        if run.sub.request.spec.standby:  # ended or suspended: nothing waits for a next attempt
+        if run.sub.request.spec.standby or run.attempts + 1 in run.waiting:  # ended or suspended: nothing waits for a next attempt
             await self._discard_standby(run.sub, run.attempts + 1)
 
     async def _prepare(self, run: _Execution, adopt: bool) -> None:
@@ -272,8 +278,9 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         await self._objects(sub)
         if sub.fresh and not run.attempts:  # never submitted, no pod made yet: none to count (a leftover attempt 1 is found by its name)
             return
-        pods = await self._ours(sub)
+        pods, waiting = await self._ours(sub)
         run.names |= {n: p["metadata"]["name"] for n, p in pods.items() if is_warm(p)}
+        run.waiting |= waiting
         latest = max(pods, default=0)
         # An attempt whose tool pods were made but not its runner pod: gone, its number used.
         unstarted = await self.tools.discard_unstarted(sub, latest)
@@ -291,7 +298,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         if not current:
             current = run.attempts + 1
             promoted: bool | None = False
-            while standby and (promoted := await self._promote(sub, current)) is None:
+            while (standby or current in run.waiting) and (promoted := await self._promote(sub, current)) is None:
                 current += 1  # its standby died waiting: that number is used
             if promoted:
                 run.attempts = current
@@ -337,7 +344,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         pod = await kube.request("GET", path)
         if pod is None:
             return False
-        if why := not_ours(pod, self._pod(sub, attempt)):
+        if why := not_ours(pod, self._pod(sub, attempt, waits=True)):
             raise conflict("Pod", namespace, name, why)
         meta = pod["metadata"]
         if waiting_standby(pod) and not meta.get("deletionTimestamp") and pod_outcome(pod, sub.timeout_seconds) is None:
@@ -357,6 +364,34 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         await kube.delete(path)
         return None
 
+    async def _early(self, run: _Execution) -> None:
+        """The attempt's pod is being deleted: it gets its grace period to stop (two attempts
+        never overlap), and meanwhile the next attempt's pod starts and waits at its imports, as
+        a standby does, to be told to go once this one has stopped — its retry does not wait for
+        a pod's start and imports after the stop. Not for a GPU run or one with GPU tools (their
+        GPUs held twice), nor when no retry would follow, nor where a standby or a warm pod is
+        there for it. Deleted unused if the attempt ends otherwise (`_drive`)."""
+        sub = run.sub
+        gpu = sub.request.spec.resources.gpu if sub.request.spec.resources is not None else None
+        if (
+            sub.request.spec.standby
+            or run.failures + 1 > sub.retries
+            or (gpu is not None and gpu.count > 0)
+            or pod_tools(sub)
+            or self.warm.serves(sub)
+        ):
+            return
+        attempt = run.attempts + 1
+        expected = self._pod(sub, attempt, waits=True)
+        try:
+            pod, created = await kube.create(kube.core_path(sub.request.namespace, "pods"), with_go(expected, ""))
+        except kube.KubeError as exc:  # a quota, the apiserver away: the attempt's pod is created after the stop
+            log.info("execution %s: attempt %d's pod not started early: %s", sub.name, attempt, exc)
+            return
+        if not created and (why := not_ours(pod, expected)):
+            raise conflict("Pod", sub.request.namespace, pod_name(sub.name, attempt), why)
+        run.waiting.add(attempt)
+
     async def _standby(self, sub: Submission, attempt: int) -> None:
         """spec.standby: the pod of `attempt`, waiting beside the running attempt (created once)."""
         expected = self._pod(sub, attempt)
@@ -369,7 +404,7 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         path = kube.core_path(sub.request.namespace, "pods", pod_name(sub.name, attempt))
         try:
             pod = await kube.request("GET", path)
-            if pod is not None and waiting_standby(pod) and not_ours(pod, self._pod(sub, attempt)) is None:
+            if pod is not None and waiting_standby(pod) and not_ours(pod, self._pod(sub, attempt, waits=True)) is None:
                 await kube.delete(path)
         except kube.KubeError as exc:  # it waits, harmless, until the AgentRun is deleted (it owns it)
             log.warning("execution %s: standby pod not deleted: %s", sub.name, exc)
@@ -394,6 +429,8 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         counts (a run that finished in its grace period succeeded)."""
         grace = float(((pod or {}).get("metadata") or {}).get("deletionGracePeriodSeconds") or 30)
         deadline = time.monotonic() + grace + TERMINATION_MARGIN_SECONDS
+        if pod is not None and pod_outcome(pod, run.sub.timeout_seconds) is None:
+            await self._early(run)
         run.set(run.state, f"attempt {run.attempts}: {why}; waiting up to {grace:g}s for it to stop")
         while pod is not None:
             outcome = pod_outcome(pod, run.sub.timeout_seconds)

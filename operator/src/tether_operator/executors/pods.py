@@ -263,9 +263,13 @@ def store_proxy_container(sub: Submission, settings: PodSettings) -> tuple[dict[
     return container, [{"name": "store-tmp", "emptyDir": {}}, {"name": "store-socket", "emptyDir": {}}]
 
 
-def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The pod of one attempt (a pure function of the submission and the addresses of its GPU
-    tools' pods, `endpoints`: tests compare it exactly)."""
+def runner_pod(
+    sub: Submission, attempt: int, settings: PodSettings, endpoints: Mapping[str, str] | None = None, waits: bool = False
+) -> dict[str, Any]:
+    """The pod of one attempt (a pure function of the submission, the addresses of its GPU tools'
+    pods, `endpoints`, and `waits`: tests compare it exactly). `waits` (every pod of a spec.standby
+    run; the next attempt's pod started beside one being deleted): it can wait at its imports for
+    its go annotation, and its deadline is set when it is told to go."""
     spec = sub.request.spec
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": "/tmp"},  # the root filesystem is read-only
@@ -316,7 +320,7 @@ def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: 
         volumes.append(_secrets_volume("secrets", own_files))
         mounts.append({"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True})
     command = ["python", "-m", "tether", "exec", f"{REQUEST_DIR}/request.json", "--progress", "--store", store_url]
-    if spec.standby:  # waits at its imports until its go annotation is set
+    if spec.standby or waits:  # waits at its imports until its go annotation is set
         volumes.append({"name": "standby", "downwardAPI": {"items": [{"path": "go", "fieldRef": {"fieldPath": GO_FIELD}}]}})
         mounts.append({"name": "standby", "mountPath": STANDBY_DIR, "readOnly": True})
         command += ["--standby", f"{STANDBY_DIR}/go"]
@@ -342,13 +346,13 @@ def runner_pod(sub: Submission, attempt: int, settings: PodSettings, endpoints: 
         "containers": [container],
         "volumes": volumes,
     }
-    if spec.standby:  # the deadline is set when the pod is told to go (a standby may wait longer)
+    if spec.standby:
         # Preferably not on the node of the run's other pods: a lost node takes one of them only.
         term = {"labelSelector": {"matchLabels": {EXECUTION_LABEL: sub.name}}, "topologyKey": "kubernetes.io/hostname"}
         pod_spec["affinity"] = {
             "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
         }
-    else:
+    if not (spec.standby or waits):  # else the deadline is set when the pod is told to go (it may wait longer)
         pod_spec["activeDeadlineSeconds"] = active_deadline(sub.timeout_seconds)
     if sidecars:
         pod_spec["initContainers"] = sidecars
@@ -380,7 +384,7 @@ def active_deadline(timeout_seconds: float, waited: float = 0.0) -> int:
 
 
 def with_go(pod: dict[str, Any], go: str, timeout_seconds: float | None = None) -> dict[str, Any]:
-    """`pod` (a spec.standby run's) as created: told to go at `go` (epoch seconds) with the
+    """`pod` (a waiting one's: `runner_pod(waits=True)` or a spec.standby run's) as created: told to go at `go` (epoch seconds) with the
     attempt's deadline, or a standby (go "", no deadline)."""
     meta = pod["metadata"]
     created = {**pod, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), GO_ANNOTATION: go}}}

@@ -22,7 +22,7 @@ from tether.testing.script import Script
 SCRIPT = {"conversations": [{"match": "", "turns": [{"text": "Done: standing by paid off."}]}]}
 
 
-def standby(tmp_path: Path, base_url: str, go_at_start: str = "") -> tuple[subprocess.Popen[str], Path, Path]:
+def standby(tmp_path: Path, base_url: str, go_at_start: str = "", fifo: bool = False) -> tuple[subprocess.Popen[str], Path, Path]:
     request = {
         "runId": "standby-1",
         "namespace": "default",
@@ -31,7 +31,10 @@ def standby(tmp_path: Path, base_url: str, go_at_start: str = "") -> tuple[subpr
     }
     (tmp_path / "request.json").write_text(json.dumps(request))
     go, store = tmp_path / "go", tmp_path / "store"
-    go.write_text(go_at_start)  # the annotation's file exists from the pod's start, empty while it waits
+    if fifo:  # its first read blocks until the test answers it (empty): the test knows it was looked at
+        os.mkfifo(go)
+    else:
+        go.write_text(go_at_start)  # the annotation's file exists from the pod's start, empty while it waits
     clean = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("TETHER_COMMAND", "TETHER_ENV")}
     proc = subprocess.Popen(
         ["./tether", "exec", str(tmp_path / "request.json"), "--standby", str(go), "--store", str(store)],
@@ -170,3 +173,21 @@ def test_a_warm_pod_refuses_a_request_of_another_framework(tmp_path: Path) -> No
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 2 and "this warm pod is openai's; the request is langgraph's" in err, out + err
         assert fake.live_calls() == 0
+
+
+def test_a_standby_told_to_go_during_its_imports_skips_the_rest_of_its_warm_up(tmp_path: Path) -> None:
+    """The next attempt's pod started beside one being deleted is often told to go before its
+    imports are done (the old pod stopped within a second): it runs its attempt once the framework
+    is imported, without the warm-up's throwaway run and collection (and never stands by)."""
+    with FakeProvider(Script.from_dict(SCRIPT)) as fake:
+        proc, go, _ = standby(tmp_path, fake.base_url("openai"), fifo=True)
+        with open(go, "w"):  # its first look at the go file (before its imports): empty
+            pass
+        told = tmp_path / "go.told"
+        told.write_text("1764921600.0")
+        told.replace(go)  # told to go while it imports the framework
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert outcome["status"] == "succeeded" and "warm_worker" not in outcome
+        assert "standing by" not in err and fake.live_calls() == 1

@@ -120,8 +120,11 @@ def main(argv: list[str]) -> int:
 
     log = StepLines(open_store(args.store), request.run_id)  # what `tether logs` shows
     on_step = step_printer(sys.stdout if args.progress or os.environ.get(PROGRESS_ENV) == "1" else None, log)
-    # A spec.standby run's pod that was created already told to go (its first attempt, or a standby
-    # that died) runs at once: a warm-up first would only delay its first turn.
+    # A waiting pod imports the framework first: if it was told to go meanwhile (created told to go:
+    # a spec.standby run's first attempt; or started beside a pod being deleted that has stopped
+    # since), it runs at once: the rest of the warm-up would only delay its first turn.
+    if args.standby and not told(Path(args.standby)):
+        _import_framework(request.spec.framework)
     if args.warm or (args.standby and not told(Path(args.standby))):
         flyte.init()
         ready = _warmed_up(request.spec.framework)

@@ -272,11 +272,39 @@ this process's CPU time per turn (on a shared machine the wall-time figures move
 Goal: Tether ≤ SqliteSaver + 1 ms per turn and per tools phase.
 
 `tether_no_fsync` records everything on a store that does not sync: what the two synced writes of a
-turn cost apart from the rest. At load ~1 (the figures below) Tether is +3.2 ms a turn, +1.5 ms a
-tools phase and +2.2 ms of CPU a turn over SqliteSaver (before the tail grew by appends: +12.4 ms,
-+10.1 ms and +3.9 ms at load ~5), and not syncing gains nothing measurable: what is left is CPU in
-the seams (the request's canonical form and fingerprint, the records' encoding, progress). Under
+turn cost apart from the rest. At load ~0.5 (the figures below) Tether is +3.5 ms a turn, +2.8 ms a
+tools phase and +2.3 ms of CPU a turn over SqliteSaver (the code before the cuts below, run between
+two runs of these: +3.3, +3.3 and +2.2; an earlier run at load ~1: +3.2, +1.5 and +2.2; before the
+tail grew by appends: +12.4 ms, +10.1 ms and +3.9 ms at load ~5), and not syncing gains little
+(+2.4 ms a turn): what is left is CPU in the seams and hand-offs (below). Under
 load the syncs dominate (load ~20: +20 ms a tools phase with them, −0.2 ms without).
+
+Issue 27 item 7 again (2026-12-05, evening). `durable=False` was +1.7 ms a turn of wall time but
++0.5 ms of CPU: each run's `ChatOpenAI` got a plain transport that loaded the CA bundle itself
+(~20 ms a run, ~1 ms a turn over 20 turns); it is built on the process's one TLS context now: +1.40
+→ +0.05 and +0.43 ms a turn over SqliteSaver, CPU +0.09 → −1.06 and −0.80 ms (peer_turns.py at load
+~0.5, the code before run between two runs of this; 12.2–13.7 → 10.6–10.9 ms of CPU a turn in three
+rounds alternated with the code before at load 2–3). The durable way's cuts are small: an append hashes the tail it read once and locks
+on a bare descriptor (−0.015 ms a write), a delta's base is looked for latest first (−0.013 ms a
+turn at 20 turns), a record's gate is opened in place instead of through the loop's self-pipe, a
+run without a trace exporter ends it without a hop; together within the noise of the whole (CPU
+14.3–15.1 → 14.3–14.6 ms a turn in those rounds). What is left, at load 2–3, each part timed on its
+thread's own CPU clock and each tools phase on a timeline: in series in the tools phase the answer's
+record (LangGraph goes from the answer to its tool call without yielding to the loop, so the record
+starts when the tool call asks: 0.9 ms, the write 0.65 ms and two hand-offs), the fence's
+announcement (0.2 ms) and the tool's record (0.4 ms) before its result is handed back, ~1.1 ms more
+than `durable=False` from the answer to the next request; per turn of CPU the two records 0.85 ms
+(each a tail append with its `fdatasync`, ~0.25 ms of it), the request's canonical form and
+fingerprint and the answer's usage 0.2 ms, the announcement 0.15 ms, packing 0.13 ms, progress
+0.13 ms, the fence's heartbeat thread 0.08 ms; and the end of a run, ~6 ms more than SqliteSaver's
+(the last records 0.7 ms, the journal's closing pack and tail 2.2 ms, the result's progress 1.5 ms,
+`asyncio.run` joining its worker threads 1.4 ms), +0.3 ms a turn over 20 turns. Starting the
+answer's record before the answer is handed back (its thread submitted at once) was tried again:
+the record was durable 2.4 ms after the answer, before the tool call asked, but the framework
+reached the tool call 1 ms later (the writer's CPU taken from it under the GIL): no gain. Reaching
++1 ms would take the tool's record written beside the next step, as SqliteSaver writes its
+checkpoints (the model would still see only recorded results), but a kill in that window would run
+a completed tool again: not done.
 
 Earlier analysis, before the tail grew by appends. Where a tools phase's time went (a timeline of
 one run's phases, each step of the seam, the journal and the store timed; medians over 76 phases,

@@ -203,6 +203,11 @@ def _delta(request: dict[str, Any], base: Record) -> Delta | None:
     return Delta(base.key, trimmed, keep, kept) if keep else None
 
 
+def _items(request: dict[str, Any]) -> int:
+    """The most items a delta on ``request`` can keep: those of its lists (in it and its dicts)."""
+    return sum(len(v) if isinstance(v, list) else _items(v) if isinstance(v, dict) else 0 for v in request.values())
+
+
 def _resolve(record: Record, base: Record) -> bool:
     """Rebuild a delta record's whole request from its base's (resolved) one; ``False`` if the
     delta does not fit the base."""
@@ -757,9 +762,13 @@ class Journal:
         with self._lock:
             bases = [self.records[key] for key in self._recent_models if key in self.records]
         best: Delta | None = None
-        for base in bases:
+        # The latest first: in one conversation it keeps the most, and an older base that cannot
+        # keep as many is not compared at all (on a tie the oldest wins, as it always did).
+        for base in reversed(bases):
+            if best is not None and _items(base.request) < best.kept:
+                continue
             delta = _delta(record.request, base)
-            if delta is not None and (best is None or delta.kept > best.kept):
+            if delta is not None and (best is None or delta.kept >= best.kept):
                 best = delta
         return record.encode(best)
 

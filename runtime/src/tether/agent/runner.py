@@ -26,6 +26,7 @@ from ..run import Run, StepEvent
 from ..stopping import until_stopped
 from ..stores import Store, open_store
 from ..stores.outage import patiently
+from ..telemetry import NO_TRACE
 from ..wire.providers import API_KEY_ENV
 from ..wire.providers import upstreams as resolve_upstreams
 from .adapter import Adapter, AgentSession, AgentSpec
@@ -292,7 +293,8 @@ async def run_job(adapter: Adapter, job: AgentJob) -> AgentResult:
             _fill(result, run)
             if result.pending_approval:
                 run.trace.describe(**{"tether.approval.pending": result.pending_approval})
-            await asyncio.to_thread(run.trace.end, result.status, result.error, run_ended=result.status == "succeeded")
+            if run.trace is not NO_TRACE:  # no exporter: nothing to end, no hop to a worker thread
+                await asyncio.to_thread(run.trace.end, result.status, result.error, run_ended=result.status == "succeeded")
     if progress:
         phase = {"succeeded": "Succeeded", "suspended": "AwaitingApproval"}[result.status]
         try:

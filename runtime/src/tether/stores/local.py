@@ -205,9 +205,17 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def _locked(self, path: str) -> Iterator[None]:
         """The key's lock file (``.lock-<name>`` beside it), held: every conditional writer takes it."""
-        with open(os.path.join(self._folder(path), f".lock-{os.path.basename(path)}"), "a") as lock:
+        # A bare descriptor: Python's buffered file object cost more than the lock itself.
+        lock = os.open(
+            os.path.join(self._folder(path), f".lock-{os.path.basename(path)}"),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+            0o666,
+        )
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
+        finally:
+            os.close(lock)
 
     def write_if(self, key: str, data: bytes, version: str | None) -> str | None:
         path = self._path(key)
@@ -234,7 +242,8 @@ class LocalStore(Store):
                 raise StoreUnavailable(f"cannot append to {key}: {e}") from e
             try:
                 current = _read_all(fd)
-                if hashlib.sha256(current).hexdigest() != version:
+                digest = hashlib.sha256(current)  # the version read, then (with data) the version written
+                if digest.hexdigest() != version:
                     return None
                 try:
                     written = 0
@@ -250,7 +259,6 @@ class LocalStore(Store):
                 raise StoreUnavailable(f"cannot append to {key}: {e}") from e
             finally:
                 os.close(fd)
-            digest = hashlib.sha256(current)
             digest.update(data)
             return digest.hexdigest()
 

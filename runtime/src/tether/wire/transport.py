@@ -27,6 +27,7 @@ from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
 from .messages import WireResponse
 from .seam import Wired, WireRequest, WireSeam, current_seam, upstream_http
+from .upstream import _tls_context
 
 
 @functools.lru_cache(maxsize=256)
@@ -100,15 +101,17 @@ def _built(module: ModuleType | str) -> dict[str, type]:
         def __init__(self, provider: str, run: Wired | None = None) -> None:
             self.provider = provider
             self.run = run
-            # Built on first use: an HTTP transport loads the CA bundle (~0.2 s), and requests
-            # that reach a run's seam never need it.
+            # Built on first use, on the process's one TLS context: an HTTP transport loading the
+            # CA bundle itself costs ~20 ms each (a client per run: ~1 ms a turn over 20 turns,
+            # benchmarks/peer_turns.py, durable=False), and requests that reach a run's seam never
+            # need it.
             self._plain: Any = None
 
         async def handle_async_request(self, request: Any) -> Any:
             seam = self.run.seam if self.run is not None else current_seam()
             if seam is None:
                 if self._plain is None:
-                    self._plain = http.AsyncHTTPTransport()
+                    self._plain = http.AsyncHTTPTransport(verify=_tls_context())
                 return await self._plain.handle_async_request(request)
             body = await request.aread()
             try:
@@ -152,7 +155,7 @@ def _built(module: ModuleType | str) -> dict[str, type]:
             seam = self.run.seam if self.run is not None else current_seam()
             if seam is None:
                 if self._plain is None:
-                    self._plain = http.HTTPTransport()
+                    self._plain = http.HTTPTransport(verify=_tls_context())
                 return self._plain.handle_request(request)
             body = request.read()
             try:
@@ -180,7 +183,7 @@ def _built(module: ModuleType | str) -> dict[str, type]:
                 raise translate(e) from e
             if response is None:
                 if self._plain is None:
-                    self._plain = http.AsyncHTTPTransport()
+                    self._plain = http.AsyncHTTPTransport(verify=_tls_context())
                 return await self._plain.handle_async_request(request)
             if response.body is not None:
                 return http.Response(response.status, headers=response.headers, content=response.body, request=request)

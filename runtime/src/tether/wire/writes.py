@@ -128,7 +128,11 @@ class WriteScheduler:
     def open_gates(self) -> None:
         """Start the records waiting for their turn now (the loop is about to wait for the network)."""
         gates, self._gates = self._gates, []
+        here = asyncio.get_running_loop()  # called from a step on a loop
         for gate in gates:
+            if gate.get_loop() is here:
+                _open(gate)  # no wake-up through the loop's self-pipe for a gate of this loop
+                continue
             with contextlib.suppress(RuntimeError):  # its loop is closed: nothing waits there
                 gate.get_loop().call_soon_threadsafe(_open, gate)
 

@@ -377,6 +377,18 @@ def bind(kube: ControlPlane, pod: dict[str, Any], node: str = "node-a") -> None:
     assert status == 201, answer
 
 
+def running_then_deleted(kube: ControlPlane, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run (retries 2) whose first pod runs on a node, then is deleted gracefully (30 s): the
+    run and that pod."""
+    run = apply_run(kube, name, retries=2)
+    first = wait_pod(kube, run, 1)
+    bind(kube, first)
+    kubelet(kube, first, "Running")
+    wait_for(lambda: phase_of(kube, name) == "Running", what="Running")
+    kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--wait=false")
+    return run, first
+
+
 @pytest.mark.parametrize("ends", ["interrupted", "succeeded"])
 def test_a_deleted_pod_ends_before_the_next_attempt_starts(kube: ControlPlane, k8s_operator: Operator, ends: str) -> None:
     """A graceful deletion (kubectl delete pod, a drain) gives the runner its grace period to stop
@@ -386,13 +398,8 @@ def test_a_deleted_pod_ends_before_the_next_attempt_starts(kube: ControlPlane, k
     waiting at its imports (go empty, no deadline), told to go once the old one stopped, or
     deleted unused. (On main the next pod came at the deletionTimestamp.)"""
     name = f"graceful-{ends}"
-    run = apply_run(kube, name, retries=2)
+    run, first = running_then_deleted(kube, name)
     execution = execution_name(run["metadata"]["uid"])
-    first = wait_pod(kube, run, 1)
-    bind(kube, first)
-    kubelet(kube, first, "Running")
-    wait_for(lambda: phase_of(kube, name) == "Running", what="Running")
-    kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--wait=false")  # graceful: 30 s
     terminating = wait_for(
         lambda: (p := pods_of(kube, run).get(first["metadata"]["name"])) and p["metadata"].get("deletionTimestamp") and p,
         what="Terminating",
@@ -430,13 +437,8 @@ def test_a_restarted_operator_tells_the_waiting_pod_to_go(kube: ControlPlane, k8
     the new operator finds it its own and tells it to go once the old pod stopped — it neither
     fails the run on the name taken nor creates another pod."""
     name = "graceful-restart"
-    run = apply_run(kube, name, retries=2)
+    run, first = running_then_deleted(kube, name)
     execution = execution_name(run["metadata"]["uid"])
-    first = wait_pod(kube, run, 1)
-    bind(kube, first)
-    kubelet(kube, first, "Running")
-    wait_for(lambda: phase_of(kube, name) == "Running", what="Running")
-    kube.kubectl("delete", "pod", first["metadata"]["name"], "-n", NS, "--wait=false")
     early = standby_of(kube, run, 2)
     k8s_operator.kill()
     k8s_operator.start()

@@ -120,7 +120,7 @@ IMPORTS = [
 def new_zygote() -> Zygote:
     """Forks ``python -m tether.testing.chat_loop ARGV``, exactly, per attempt; the CA bundle is
     loaded once before forking (as a long-lived process would)."""
-    return Zygote("tether.testing.chat_loop:main", imports=IMPORTS, prepare="tether.wire.seam:_tls_context")
+    return Zygote("tether.testing.chat_loop:main", imports=IMPORTS, prepare="tether.wire.seam:tls_context")
 
 
 def _argv(store: str, scope: str, upstream: str, *, stream: bool, via: str, kill_after_step: int = 0) -> list[str]:

@@ -134,7 +134,7 @@ def replays(tmp_path_factory, s3_endpoint):
 
     def zygote() -> Zygote:
         if not hasattr(local, "z"):
-            local.z = Zygote("tests.core.test_replay:replay_batch", imports=SDK_IMPORTS, prepare="tether.wire.seam:_tls_context")
+            local.z = Zygote("tests.core.test_replay:replay_batch", imports=SDK_IMPORTS, prepare="tether.wire.seam:tls_context")
             # Every SDK's first call (lazy imports, model schemas) once in the zygote, through the
             # in-process transport (the proxy would start a thread) into a store of its own.
             local.z.warm(

@@ -96,8 +96,7 @@ def main(argv: list[str]) -> int:
         print("tether exec: a warm pod (imports done), waiting for a run to claim it", file=sys.stderr, flush=True)
         if not wait_for(Path(args.request), ready + args.idle_seconds):
             return EXIT_INTERRUPTED  # stopped, or nobody claimed it: not used
-        go, go_cpu = time.time(), time.process_time()
-        worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
+        worker, go_cpu = _went(started, ready)
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     if not request_is_the_executors(data, args.request, "tether exec"):  # swapped or squatted
         return EXIT_TERMINAL
@@ -135,9 +134,7 @@ def main(argv: list[str]) -> int:
             return EXIT_SUCCEEDED  # not needed: the run ended without this attempt
         if stopping.requested():
             return EXIT_INTERRUPTED
-        go, go_cpu = time.time(), time.process_time()
-        # What the parent and tests read: this process was started (and ready) before its turn.
-        worker = {"pid": os.getpid(), "started": started, "ready": ready, "go": go, "ready_before_go_ms": round(1000 * (go - ready), 1)}
+        worker, go_cpu = _went(started, ready)
     elif not args.warm_pod:  # (a warm pod was warmed up before it was claimed)
         flyte.init()
         _import_framework(request.spec.framework)
@@ -166,6 +163,19 @@ def main(argv: list[str]) -> int:
     # reading to the end of output (tether run) has the outcome without waiting for that (~20 ms).
     os.closerange(0, 3)
     os._exit(outcome.exit_code)
+
+
+def _went(started: float, ready: float) -> tuple[dict[str, float], float]:
+    """A waiting process told to go now: what the parent and tests read (it was started, and
+    ready, before its turn) and its CPU time at the go."""
+    go = time.time()
+    return {
+        "pid": os.getpid(),
+        "started": started,
+        "ready": ready,
+        "go": go,
+        "ready_before_go_ms": round(1000 * (go - ready), 1),
+    }, time.process_time()
 
 
 def _warmed_up(framework: str) -> float:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..contract import EXIT_TERMINAL
-from . import parser, request_is_the_executors
+from . import parser, request_is_the_executors, wait_for
 
 
 def main(argv: list[str]) -> int:
@@ -29,7 +29,6 @@ def main(argv: list[str]) -> int:
 
     if args.wait_for_request:
         from .. import stopping
-        from . import wait_for
 
         stopping.install()
         if not wait_for(Path(args.request)):

@@ -49,7 +49,7 @@ from . import protocols
 from .landed import read_back
 from .messages import WireRequest, WireResponse, classify
 from .protocols.base import NORMALISED, WireProtocol, sse_data
-from .upstream import Upstream, _tls_context, kept_headers, passed_through, read_whole, upstream_http
+from .upstream import Upstream, kept_headers, passed_through, read_whole, tls_context, upstream_http
 from .writes import WRITE_DELAY, WriteScheduler
 
 # Named here since the seam was one module: callers and tests import them from tether.wire.seam.
@@ -59,9 +59,9 @@ __all__ = [
     "WireResponse",
     "WireSeam",
     "Wired",
-    "_tls_context",
     "classify",
     "current_seam",
+    "tls_context",
     "upstream_http",
 ]
 

@@ -27,7 +27,7 @@ from ..errors import RecoverableStepError
 from .loop import run_on_wire_loop
 from .messages import WireResponse
 from .seam import Wired, WireRequest, WireSeam, current_seam, upstream_http
-from .upstream import _tls_context
+from .upstream import tls_context
 
 
 @functools.lru_cache(maxsize=256)
@@ -111,7 +111,7 @@ def _built(module: ModuleType | str) -> dict[str, type]:
             seam = self.run.seam if self.run is not None else current_seam()
             if seam is None:
                 if self._plain is None:
-                    self._plain = http.AsyncHTTPTransport(verify=_tls_context())
+                    self._plain = http.AsyncHTTPTransport(verify=tls_context())
                 return await self._plain.handle_async_request(request)
             body = await request.aread()
             try:
@@ -155,7 +155,7 @@ def _built(module: ModuleType | str) -> dict[str, type]:
             seam = self.run.seam if self.run is not None else current_seam()
             if seam is None:
                 if self._plain is None:
-                    self._plain = http.HTTPTransport(verify=_tls_context())
+                    self._plain = http.HTTPTransport(verify=tls_context())
                 return self._plain.handle_request(request)
             body = request.read()
             try:
@@ -183,7 +183,7 @@ def _built(module: ModuleType | str) -> dict[str, type]:
                 raise translate(e) from e
             if response is None:
                 if self._plain is None:
-                    self._plain = http.AsyncHTTPTransport(verify=_tls_context())
+                    self._plain = http.AsyncHTTPTransport(verify=tls_context())
                 return await self._plain.handle_async_request(request)
             if response.body is not None:
                 return http.Response(response.status, headers=response.headers, content=response.body, request=request)

@@ -48,7 +48,7 @@ def transport_errors() -> tuple[type[Exception], ...]:
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """The CA bundle, loaded once per process (~0.1-0.2 s a load) for every run's upstream client."""
     return httpx.create_ssl_context()
 
@@ -118,7 +118,7 @@ class Upstream:
         if client is None:
             http = upstream_http()
             timeout = http.Timeout(self.timeout, connect=30.0)
-            client = self._clients[loop] = http.AsyncClient(timeout=timeout, follow_redirects=False, verify=_tls_context())
+            client = self._clients[loop] = http.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls_context())
         return client
 
     async def send(self, request: WireRequest) -> httpx.Response:

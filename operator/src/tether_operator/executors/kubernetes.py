@@ -52,6 +52,7 @@ from .pods import (
     PodSettings,
     RunFailure,
     active_deadline,
+    asks_for_gpus,
     conflict,
     not_ours,
     pod_age,
@@ -372,29 +373,20 @@ class KubernetesExecutor(AttemptingExecutor[_Execution]):
         GPUs held twice), nor when no retry would follow, nor where a standby or a warm pod is
         there for it. Deleted unused if the attempt ends otherwise (`_drive`)."""
         sub = run.sub
-        gpu = sub.request.spec.resources.gpu if sub.request.spec.resources is not None else None
-        if (
-            sub.request.spec.standby
-            or run.failures + 1 > sub.retries
-            or (gpu is not None and gpu.count > 0)
-            or pod_tools(sub)
-            or self.warm.serves(sub)
-        ):
+        spec = sub.request.spec
+        if spec.standby or run.failures + 1 > sub.retries or asks_for_gpus(spec.resources) or pod_tools(sub) or self.warm.serves(sub):
             return
         attempt = run.attempts + 1
-        expected = self._pod(sub, attempt, waits=True)
         try:
-            pod, created = await kube.create(kube.core_path(sub.request.namespace, "pods"), with_go(expected, ""))
+            await self._standby(sub, attempt)
         except kube.KubeError as exc:  # a quota, the apiserver away: the attempt's pod is created after the stop
             log.info("execution %s: attempt %d's pod not started early: %s", sub.name, attempt, exc)
             return
-        if not created and (why := not_ours(pod, expected)):
-            raise conflict("Pod", sub.request.namespace, pod_name(sub.name, attempt), why)
         run.waiting.add(attempt)
 
     async def _standby(self, sub: Submission, attempt: int) -> None:
-        """spec.standby: the pod of `attempt`, waiting beside the running attempt (created once)."""
-        expected = self._pod(sub, attempt)
+        """The pod of `attempt`, waiting beside the running (or stopping) attempt (created once)."""
+        expected = self._pod(sub, attempt, waits=True)
         pod, created = await kube.create(kube.core_path(sub.request.namespace, "pods"), with_go(expected, ""))
         if not created and (why := not_ours(pod, expected)):
             raise conflict("Pod", sub.request.namespace, pod_name(sub.name, attempt), why)

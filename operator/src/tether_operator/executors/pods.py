@@ -112,6 +112,10 @@ def owner_reference(sub: Submission) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AgentRun", "name": sub.request.name, "uid": sub.request.run_id, "controller": True}
 
 
+def asks_for_gpus(resources: Resources | None) -> bool:
+    return resources is not None and resources.gpu is not None and resources.gpu.count > 0
+
+
 def container_resources(resources: Resources | None, defaults: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, dict[str, Any]]:
     """Requests from `resources`; memory and GPUs are limits too (a GPU cannot be overcommitted,
     memory over the request is what gets a node's pods OOM-killed). CPU is not limited: it only
@@ -173,7 +177,7 @@ def isolated_tools(sub: Submission) -> list[str]:
 def pod_tools(sub: Submission) -> list[str]:
     """The isolated tools asking for GPUs: each runs in a pod of its own on its GPU node pool
     (tool_pods), not beside the agent, whose pod would have to go to that node."""
-    return [name for name in isolated_tools(sub) if (gpu := (sub.request.tools[name].resources or Resources()).gpu) and gpu.count > 0]
+    return [name for name in isolated_tools(sub) if asks_for_gpus(sub.request.tools[name].resources)]
 
 
 def tokens_secret_name(execution: str, attempt: int) -> str:

@@ -47,6 +47,7 @@ from .pods import (
     GO_ANNOTATION,
     PodSettings,
     active_deadline,
+    asks_for_gpus,
     isolated_tools,
     not_ours,
     owner_reference,
@@ -70,10 +71,9 @@ CLAIM_MARGIN_SECONDS = 60.0
 def warm_eligible(sub: Submission) -> bool:
     """Whether a run's attempts may go to warm pods (see the module's docstring)."""
     spec = sub.request.spec
-    gpu = spec.resources.gpu if spec.resources is not None else None
     return (
         not spec.standby
-        and not (gpu is not None and gpu.count > 0)
+        and not asks_for_gpus(spec.resources)
         and not isolated_tools(sub)
         and len(request_json(sub).encode()) <= MAX_REQUEST_BYTES
     )
@@ -144,13 +144,13 @@ class WarmPods:
     async def claim(self, sub: Submission, attempt: int) -> dict[str, Any] | None:
         """A waiting warm pod of `sub`'s shape, claimed for `attempt` (the patched pod), or None
         (none waits: the caller creates the attempt's pod). Then the shape is filled again."""
-        try:
-            return await self._claim(sub, attempt)
-        finally:
-            self.fill(sub)
-
-    async def _claim(self, sub: Submission, attempt: int) -> dict[str, Any] | None:
         warm = warm_pod(sub, self.settings, self.idle_seconds)
+        try:
+            return await self._claim(sub, attempt, warm)
+        finally:
+            self._fill_in_background(warm, sub.timeout_seconds)
+
+    async def _claim(self, sub: Submission, attempt: int, warm: dict[str, Any]) -> dict[str, Any] | None:
         for pod in await self._waiting(warm, sub.timeout_seconds):
             meta = pod["metadata"]
             if why := not_ours(pod, {**warm, "metadata": {**warm["metadata"], "name": meta["name"]}}):
@@ -172,10 +172,13 @@ class WarmPods:
             }
             path = kube.core_path(sub.request.namespace, "pods", meta["name"])
             try:
-                return dict(await kube.request("PATCH", path, patch, content_type="application/merge-patch+json") or {}) or None
+                patched: dict[str, Any] | None = await kube.request("PATCH", path, patch, content_type="application/merge-patch+json")
             except kube.KubeError as exc:
-                if exc.status not in (404, 409):
+                if exc.status != 409:
                     raise
+                continue
+            if patched is not None:  # (None: it is gone)
+                return patched
         return None
 
     async def _waiting(self, warm: Mapping[str, Any], timeout_seconds: float) -> list[dict[str, Any]]:
@@ -187,7 +190,7 @@ class WarmPods:
         usable = []
         for pod in (listed or {}).get("items") or []:
             meta = pod["metadata"]
-            if meta.get("deletionTimestamp") or not meta.get("name", "").startswith(WARM_PREFIX):
+            if meta.get("deletionTimestamp") or not is_warm(pod):
                 continue
             if pod_outcome(pod, timeout_seconds) is not None or pod_age_since_creation(pod) > self.idle_seconds - CLAIM_MARGIN_SECONDS:
                 await kube.delete(kube.core_path(namespace, "pods", meta["name"]), uid=meta.get("uid"))
@@ -195,13 +198,12 @@ class WarmPods:
                 usable.append(pod)
         return sorted(usable, key=lambda p: ((p.get("status") or {}).get("phase") != "Running", p["metadata"].get("creationTimestamp", "")))
 
-    def fill(self, sub: Submission) -> None:
-        """Start the missing warm pods of `sub`'s shape (in the background: no run waits for it)."""
-        warm = warm_pod(sub, self.settings, self.idle_seconds)
-        shape = f"{sub.request.namespace}/{warm['metadata']['labels'][WARM_LABEL]}"
+    def _fill_in_background(self, warm: dict[str, Any], timeout_seconds: float) -> None:
+        """Start the missing warm pods of `warm`'s shape (no run waits for it; one at a time a shape)."""
+        shape = f"{warm['metadata']['namespace']}/{warm['metadata']['labels'][WARM_LABEL]}"
         if shape in self._filling and not self._filling[shape].done():
             return
-        self._filling[shape] = asyncio.create_task(self._fill(warm, sub.timeout_seconds), name=f"warm pods {shape}")
+        self._filling[shape] = asyncio.create_task(self._fill(warm, timeout_seconds), name=f"warm pods {shape}")
 
     async def _fill(self, warm: dict[str, Any], timeout_seconds: float) -> None:
         try:
